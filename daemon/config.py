@@ -1,0 +1,218 @@
+"""The home directory, ``config.toml`` and the provider settings drawn from it and the environment.
+
+Environment variables override ``config.toml``. A config file that does not parse, or a
+provider with an unknown ``api``, is recorded in ``Config.problems`` (with its line where
+known) and the daemon still starts with the rest. Secrets are wrapped in ``Secret`` so
+that no repr, log line or error message can show them.
+"""
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KNOWN_APIS = ("anthropic", "openai-chat", "openai-responses", "gemini", "ollama", "mock")
+
+
+class Secret:
+    """A credential. Its repr and str never show the value; ``reveal()`` does, for headers only."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class BuiltinProvider:
+    api: str
+    base_url: str
+    key_envs: tuple[str, ...]  # first one set wins
+    base_url_env: str | None
+    needs_key: bool = True
+
+
+BUILTIN_PROVIDERS: dict[str, BuiltinProvider] = {
+    "anthropic": BuiltinProvider("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",), "ANTHROPIC_BASE_URL"),
+    "openai": BuiltinProvider("openai-responses", "https://api.openai.com/v1", ("OPENAI_API_KEY",), "OPENAI_BASE_URL"),
+    "copilot": BuiltinProvider("openai-chat", "https://api.githubcopilot.com", (), None),
+    "gemini": BuiltinProvider(
+        "gemini", "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "GEMINI_BASE_URL"
+    ),
+    "ollama": BuiltinProvider("ollama", "http://127.0.0.1:11434", (), "OLLAMA_HOST", needs_key=False),
+    "deepseek": BuiltinProvider("openai-chat", "https://api.deepseek.com", ("DEEPSEEK_API_KEY",), "DEEPSEEK_BASE_URL"),
+    "dashscope": BuiltinProvider(
+        "openai-chat",
+        "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+        ("DASHSCOPE_API_KEY",),
+        "DASHSCOPE_BASE_URL",
+    ),
+    "openrouter": BuiltinProvider(
+        "openai-chat", "https://openrouter.ai/api/v1", ("OPENROUTER_API_KEY",), "OPENROUTER_BASE_URL"
+    ),
+    "mock": BuiltinProvider("mock", "", (), None, needs_key=False),
+}
+
+
+@dataclass
+class ProviderConfig:
+    name: str
+    api: str
+    base_url: str
+    api_key: Secret | None = None
+    key_source: str | None = None  # "env" | "config" | "login" | None
+    key_hint: str = ""  # how to configure it, for provider_not_configured
+    needs_key: bool = True
+    models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
+    default_thinking_level: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None  # set when the provider is unusable because of the config
+
+    @property
+    def configured(self) -> bool:
+        return self.problem is None and (self.api_key is not None or not self.needs_key)
+
+
+@dataclass
+class Config:
+    home: Path
+    default_model: str | None = None
+    default_thinking_level: str | None = None
+    default_approval_policy: str = "ask"
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mock_delay_ms: float = 15.0
+    max_tool_steps: int = 50
+    max_queued_prompts: int = 16
+    retry_max_attempts: int = 4
+    stall_timeout_s: float = 90.0
+    idle_unload_s: float = 600.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "sessions.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+
+def resolve_home(cli_home: str | None, env: dict[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if cli_home:
+        return Path(cli_home).expanduser().resolve()
+    if env.get("PONDER_HOME"):
+        return Path(env["PONDER_HOME"]).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ponder", appauthor=False))
+
+
+def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
+    """Read ``home/config.toml`` (if any) and the environment. Never raises for a bad file."""
+    env = dict(os.environ) if env is None else env
+    config = Config(home=home)
+    raw: dict[str, Any] = {}
+    path = home / "config.toml"
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            config.problems.append(f"{path}: {_toml_error(exc)}; ignoring the whole file.")
+            raw = {}
+    defaults = raw.get("defaults", {})
+    if isinstance(defaults, dict):
+        config.default_model = _opt_str(defaults.get("model"))
+        config.default_thinking_level = _opt_str(defaults.get("thinking_level"))
+        config.default_approval_policy = _opt_str(defaults.get("approval_policy")) or "ask"
+        config.max_tool_steps = int(defaults.get("max_tool_steps", config.max_tool_steps))
+        config.max_queued_prompts = int(defaults.get("max_queued_prompts", config.max_queued_prompts))
+    reliability = raw.get("reliability", {})
+    if isinstance(reliability, dict):
+        config.retry_max_attempts = int(reliability.get("max_attempts", config.retry_max_attempts))
+        config.stall_timeout_s = float(reliability.get("stall_timeout_s", config.stall_timeout_s))
+    mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
+    if isinstance(mock, dict) and "delay_ms" in mock:
+        config.mock_delay_ms = float(mock["delay_ms"])
+    if env.get("PONDER_MOCK_DELAY_MS"):
+        try:
+            config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
+        except ValueError:
+            config.problems.append("PONDER_MOCK_DELAY_MS is not a number; using the default.")
+    mcp = raw.get("mcp_servers", {})
+    if isinstance(mcp, dict):
+        config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
+    config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
+    return config
+
+
+def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
+    raw = raw if isinstance(raw, dict) else {}
+    providers: dict[str, ProviderConfig] = {}
+    for name in list(BUILTIN_PROVIDERS) + [n for n in raw if n not in BUILTIN_PROVIDERS]:
+        section = raw.get(name, {})
+        section = section if isinstance(section, dict) else {}
+        builtin = BUILTIN_PROVIDERS.get(name)
+        api = section.get("api") or (builtin.api if builtin else None)
+        provider = ProviderConfig(
+            name=name,
+            api=str(api or ""),
+            base_url=str(section.get("base_url") or (builtin.base_url if builtin else "")),
+            needs_key=builtin.needs_key if builtin else False,
+            models=[m for m in section.get("models", []) if isinstance(m, dict)],
+            default_thinking_level=_opt_str(section.get("default_thinking_level")),
+            headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
+        )
+        if api not in KNOWN_APIS:
+            provider.problem = (
+                f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
+            )
+            problems.append(f"config.toml: {provider.problem}")
+        key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(
+            builtin.key_envs if builtin else []
+        )
+        if builtin and builtin.base_url_env and env.get(builtin.base_url_env):
+            provider.base_url = env[builtin.base_url_env]
+            if name == "ollama" and not provider.base_url.startswith(("http://", "https://")):
+                provider.base_url = "http://" + provider.base_url
+        for var in key_envs:
+            if env.get(var):
+                provider.api_key, provider.key_source = Secret(env[var]), "env"
+                break
+        else:
+            if section.get("api_key"):
+                provider.api_key, provider.key_source = Secret(str(section["api_key"])), "config"
+        provider.key_hint = (
+            f"set {' or '.join(key_envs)}" if key_envs else "sign in with auth/login" if name == "copilot" else ""
+        ) or f"set api_key_env in [providers.{name}] of config.toml"
+        if name == "copilot":
+            provider.key_hint = "sign in with auth/login (ponder login copilot)"
+        providers[name] = provider
+    return providers
+
+
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _toml_error(exc: Exception) -> str:
+    text = str(exc)
+    match = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    return f"line {match.group(1)}: {text}" if match else text

@@ -1,0 +1,89 @@
+"""The stored shape of a conversation: messages made of ordered parts, with round-trip data.
+
+A ``Part`` is a wire content block plus what providers need to continue a conversation
+(signatures, redacted payloads, encrypted reasoning, item ids, thought signatures). That
+data is opaque to everything but the adapter that produced it: it carries the provider and
+model it belongs to and is replayed only to the same ones. The wire never sees it.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.objects import (
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    Usage,
+)
+
+PartType = Literal["text", "thinking", "tool_call", "tool_result"]
+Role = Literal["user", "assistant", "tool"]
+MessageStatus = Literal["complete", "interrupted", "error"]
+
+
+class Part(msgspec.Struct, kw_only=True, omit_defaults=True):
+    type: PartType
+    text: str = ""  # text, thinking text, or a tool result's text
+    redacted: bool = False
+    call_id: str | None = None
+    name: str | None = None
+    arguments: dict[str, Any] | None = None
+    is_error: bool = False
+    # Round-trip data. NULL (None) when absent or incomplete, never "".
+    provider: str | None = None
+    model: str | None = None
+    signature: str | None = None
+    provider_data: dict[str, Any] | None = None
+
+    def to_block(self) -> Block:
+        if self.type == "text":
+            return TextBlock(text=self.text)
+        if self.type == "thinking":
+            return ThinkingBlock(text=self.text, redacted=self.redacted)
+        if self.type == "tool_call":
+            return ToolCallBlock(call_id=self.call_id or "", name=self.name or "", arguments=self.arguments or {})
+        return ToolResultBlock(call_id=self.call_id or "", is_error=self.is_error, text=self.text)
+
+    def belongs_to(self, provider: str, model: str) -> bool:
+        """True when this part's round-trip data was produced by ``provider``/``model``."""
+        return self.provider == provider and self.model == model
+
+
+class ChatMessage(msgspec.Struct, kw_only=True):
+    message_id: str
+    session_id: str
+    seq: int
+    role: Role
+    parts: list[Part]
+    model_id: str | None = None
+    thinking_requested: str | None = None
+    thinking_effective: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    status: MessageStatus = "complete"
+    created_at: str = ""
+
+    @property
+    def thinking_text(self) -> str | None:
+        texts = [p.text for p in self.parts if p.type == "thinking" and p.text]
+        return "".join(texts) if texts else None
+
+    def to_wire(self) -> Message:
+        return Message(
+            message_id=self.message_id,
+            session_id=self.session_id,
+            seq=self.seq,
+            role=self.role,
+            content=[p.to_block() for p in self.parts],
+            thinking=self.thinking_text,
+            model_id=self.model_id,
+            thinking_level=self.thinking_effective,  # type: ignore[arg-type]
+            stop_reason=self.stop_reason,
+            usage=self.usage,
+            status=self.status,
+            created_at=self.created_at,
+        )

@@ -1,0 +1,111 @@
+"""HTTP plumbing shared by the provider adapters: clients with explicit timeouts, status →
+``ProviderError`` mapping, ``retry-after`` parsing, and SSE/NDJSON line iteration.
+
+Imported only when a real provider is used, so that httpx never slows start-up.
+"""
+
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
+
+CONNECT_TIMEOUT_S = 15.0
+# The read timeout is a backstop; the agent's stall watchdog (keep-alives count as life)
+# is what aborts a silent stream.
+READ_TIMEOUT_S = 300.0
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+def make_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=30.0, pool=30.0),
+        follow_redirects=False,
+    )
+
+
+def parse_retry_after(headers: httpx.Headers | dict[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def error_message_from_body(body: bytes) -> tuple[str | None, str | None]:
+    """(message, error type) from the usual JSON error shapes, or (None, None)."""
+    try:
+        data: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:300] or None), None
+    if isinstance(data, list) and data:
+        data = data[0]
+    if not isinstance(data, dict):
+        return None, None
+    error = data.get("error", data)
+    if isinstance(error, str):
+        return error, None
+    if isinstance(error, dict):
+        kind = error.get("type") or error.get("status") or error.get("code")
+        return (str(error.get("message")) if error.get("message") else None), (str(kind) if kind else None)
+    return None, None
+
+
+def status_error(provider: str, status: int, headers: httpx.Headers, body: bytes, hint: str = "") -> ProviderError:
+    """Map a non-2xx response to the right ``ProviderError``."""
+    message, kind = error_message_from_body(body)
+    detail = message or f"HTTP {status}"
+    text = f"{provider} answered HTTP {status}: {detail}"
+    if status in (401, 403):
+        return ProviderAuthError(
+            f"{text}. Check the credentials{' (' + hint + ')' if hint else ''}.",
+            provider=provider,
+            status=status,
+            kind=kind,
+        )
+    if status == 404:
+        return ProviderModelNotFound(text, provider=provider, status=status, kind=kind)
+    retryable = status in RETRYABLE_STATUSES or status >= 500
+    return ProviderError(
+        text,
+        provider=provider,
+        status=status,
+        retryable=retryable,
+        retry_after=parse_retry_after(headers) if retryable else None,
+        kind=kind,
+    )
+
+
+def connection_error(provider: str, exc: Exception) -> ProviderError:
+    """A transport failure (refused, reset, timed out): always retryable, never with secrets."""
+    kind = type(exc).__name__
+    return ProviderError(
+        f"Could not reach {provider}: {kind}.", provider=provider, retryable=True, kind="connection_error"
+    )
+
+
+async def iter_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """Lines of a streamed body, split on LF (CR stripped), decoded incrementally as UTF-8."""
+    decoder_buffer = ""
+    async for text in response.aiter_text():
+        decoder_buffer += text
+        *lines, decoder_buffer = decoder_buffer.split("\n")
+        for line in lines:
+            yield line.rstrip("\r")
+    if decoder_buffer:
+        yield decoder_buffer.rstrip("\r")

@@ -1,0 +1,17 @@
+"""JSON-RPC error codes of the ponder protocol (PROTOCOL.md, "Errors")."""
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    SESSION_NOT_FOUND = -32001
+    MODEL_NOT_FOUND = -32002
+    PROVIDER_NOT_CONFIGURED = -32003
+    SESSION_BUSY = -32004
+    SHUTTING_DOWN = -32005
+    REQUEST_CANCELLED = -32800

@@ -1,0 +1,160 @@
+"""Daemon → client notifications: the ``agent/event`` union (tagged on ``type``) and the others.
+
+Every event carries ``session_id``, ``turn_id`` and ``seq`` (contiguous per session).
+Deltas carry only new text; whole objects appear only in ``*_end`` events.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.objects import ErrorInfo, Message, Session, StopReason, Thinking, Usage
+
+
+class _Event(msgspec.Struct, kw_only=True, tag_field="type"):
+    session_id: str
+    turn_id: str
+    seq: int
+
+
+class TurnStart(_Event, tag="turn_start"):
+    model_id: str
+    thinking: Thinking
+    user_message_id: str
+
+
+class MessageStart(_Event, tag="message_start"):
+    message_id: str
+    role: Literal["assistant", "tool"]
+
+
+class ThinkingStart(_Event, tag="thinking_start"):
+    message_id: str
+    index: int
+
+
+class ThinkingDelta(_Event, tag="thinking_delta"):
+    message_id: str
+    index: int
+    delta: str
+
+
+class ThinkingEnd(_Event, tag="thinking_end"):
+    message_id: str
+    index: int
+    text: str
+    redacted: bool
+
+
+class TextStart(_Event, tag="text_start"):
+    message_id: str
+    index: int
+
+
+class TextDelta(_Event, tag="text_delta"):
+    message_id: str
+    index: int
+    delta: str
+
+
+class TextEnd(_Event, tag="text_end"):
+    message_id: str
+    index: int
+    text: str
+
+
+class ToolCallStart(_Event, tag="tool_call_start"):
+    message_id: str
+    index: int
+    call_id: str
+    name: str
+
+
+class ToolCallDelta(_Event, tag="tool_call_delta"):
+    message_id: str
+    index: int
+    call_id: str
+    delta: str
+
+
+class ToolCallEnd(_Event, tag="tool_call_end"):
+    message_id: str
+    index: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class MessageEnd(_Event, tag="message_end"):
+    message: Message
+
+
+class ToolExecutionStart(_Event, tag="tool_execution_start"):
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolExecutionOutput(_Event, tag="tool_execution_output"):
+    call_id: str
+    chunk: str
+
+
+class ToolExecutionEnd(_Event, tag="tool_execution_end"):
+    call_id: str
+    name: str
+    is_error: bool
+    result: str
+    message_id: str
+
+
+class Retry(_Event, tag="retry"):
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    error: ErrorInfo
+
+
+class TurnEnd(_Event, tag="turn_end"):
+    stop_reason: StopReason
+    usage: Usage | None
+    error: ErrorInfo | None = None
+
+
+AgentEvent = (
+    TurnStart
+    | MessageStart
+    | ThinkingStart
+    | ThinkingDelta
+    | ThinkingEnd
+    | TextStart
+    | TextDelta
+    | TextEnd
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | MessageEnd
+    | ToolExecutionStart
+    | ToolExecutionOutput
+    | ToolExecutionEnd
+    | Retry
+    | TurnEnd
+)
+
+
+class AuthCompleted(msgspec.Struct, kw_only=True):
+    provider: str
+    ok: bool
+    error: str | None = None
+
+
+class SessionUpdated(msgspec.Struct, kw_only=True):
+    session: Session
+
+
+# notification method -> params type
+NOTIFICATIONS: dict[str, Any] = {
+    "agent/event": AgentEvent,
+    "auth/completed": AuthCompleted,
+    "session/updated": SessionUpdated,
+}

@@ -1,0 +1,272 @@
+"""Params and results of every client → daemon method, and the method table.
+
+Incoming params are validated by decoding into these types; unknown fields are
+ignored so that newer clients keep working against this daemon.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
+
+
+class Empty(msgspec.Struct):
+    """No params / an empty result: ``{}``."""
+
+
+# --- initialize ------------------------------------------------------------------
+
+
+class ClientInfo(msgspec.Struct, kw_only=True):
+    name: str
+    version: str | None = None
+
+
+class ClientCapabilities(msgspec.Struct, kw_only=True):
+    permission_requests: bool = False
+
+
+class InitializeParams(msgspec.Struct, kw_only=True):
+    protocol_version: int
+    client_info: ClientInfo | None = None
+    capabilities: ClientCapabilities | None = None
+
+
+class ServerInfo(msgspec.Struct, kw_only=True):
+    name: str
+    version: str
+
+
+class ServerCapabilities(msgspec.Struct, kw_only=True):
+    thinking_levels: list[str]
+    approval_policies: list[str]
+    batches: bool = True
+    cancel_request: bool = True
+
+
+class InitializeResult(msgspec.Struct, kw_only=True):
+    protocol_version: int
+    server_info: ServerInfo
+    capabilities: ServerCapabilities
+    home: str
+
+
+# --- models and thinking -----------------------------------------------------------
+
+
+class ModelsListParams(msgspec.Struct, kw_only=True):
+    provider: str | None = None
+
+
+class ModelsListResult(msgspec.Struct, kw_only=True):
+    models: list[Model]
+
+
+class ModelSetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    model_id: str
+    thinking_level: str | None = None
+
+
+class ModelSetResult(msgspec.Struct, kw_only=True):
+    session_id: str
+    model: Model
+    thinking: Thinking
+
+
+class ThinkingSetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    level: str
+
+
+class ThinkingSetResult(msgspec.Struct, kw_only=True):
+    session_id: str
+    thinking: Thinking
+
+
+# --- sessions ------------------------------------------------------------------------
+
+
+class SessionStartParams(msgspec.Struct, kw_only=True):
+    model_id: str | None = None
+    thinking_level: str | None = None
+    cwd: str | None = None
+    title: str | None = None
+    system_prompt: str | None = None
+    approval_policy: ApprovalPolicy | None = None
+
+
+class SessionResult(msgspec.Struct, kw_only=True):
+    """Result of ``session/start`` and ``session/get``."""
+
+    session: Session
+    thinking: Thinking
+
+
+class SessionIdParams(msgspec.Struct, kw_only=True):
+    """Params of the methods that take only ``session_id``."""
+
+    session_id: str
+
+
+class SessionResumeResult(msgspec.Struct, kw_only=True):
+    session: Session
+    thinking: Thinking
+    messages: list[Message]
+
+
+class SessionListParams(msgspec.Struct, kw_only=True):
+    cwd: str | None = None
+    limit: int = msgspec.field(default=50)
+    cursor: str | None = None
+
+
+class SessionListResult(msgspec.Struct, kw_only=True):
+    sessions: list[Session]
+    next_cursor: str | None
+
+
+class SessionMessagesParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    after_seq: int | None = None
+    limit: int | None = None
+
+
+class SessionMessagesResult(msgspec.Struct, kw_only=True):
+    messages: list[Message]
+    next_seq: int | None
+
+
+class SessionPromptParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    text: str
+
+
+class SessionPromptResult(msgspec.Struct, kw_only=True):
+    turn_id: str
+    queued: bool
+
+
+class SessionCancelResult(msgspec.Struct, kw_only=True):
+    cancelled: bool
+    dropped_queued: int
+
+
+class SessionForkParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    message_id: str | None = None
+
+
+class SessionOnlyResult(msgspec.Struct, kw_only=True):
+    """Result of ``session/fork`` and ``session/rename``."""
+
+    session: Session
+
+
+class SessionRenameParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    title: str
+
+
+class SessionDeleteResult(msgspec.Struct, kw_only=True):
+    deleted: bool
+
+
+# --- mcp and auth --------------------------------------------------------------------
+
+
+class McpListParams(msgspec.Struct, kw_only=True):
+    session_id: str | None = None
+
+
+class McpTool(msgspec.Struct, kw_only=True):
+    name: str
+    description: str | None
+
+
+class McpServer(msgspec.Struct, kw_only=True):
+    name: str
+    status: Literal["starting", "ready", "failed", "stopped"]
+    error: str | None
+    tools: list[McpTool]
+
+
+class McpListResult(msgspec.Struct, kw_only=True):
+    servers: list[McpServer]
+
+
+class AuthProvider(msgspec.Struct, kw_only=True):
+    provider: str
+    configured: bool
+    source: Literal["env", "config", "login"] | None
+
+
+class AuthStatusResult(msgspec.Struct, kw_only=True):
+    providers: list[AuthProvider]
+
+
+class AuthLoginParams(msgspec.Struct, kw_only=True):
+    provider: str
+
+
+class AuthLoginResult(msgspec.Struct, kw_only=True):
+    user_code: str
+    verification_uri: str
+    expires_in: int
+
+
+# --- $/cancelRequest -------------------------------------------------------------------
+
+
+class CancelRequestParams(msgspec.Struct, kw_only=True):
+    id: int | str
+
+
+# --- daemon → client requests --------------------------------------------------------
+
+
+class PermissionRequestParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    title: str
+    options: list[Literal["allow_once", "allow_session", "deny"]]
+
+
+class PermissionRequestResult(msgspec.Struct, kw_only=True):
+    decision: Literal["allow_once", "allow_session", "deny"]
+
+
+# --- the method table ------------------------------------------------------------------
+
+# method name -> (params type, result type). Notifications have result None.
+METHODS: dict[str, tuple[type, type | None]] = {
+    "initialize": (InitializeParams, InitializeResult),
+    "shutdown": (Empty, Empty),
+    "ping": (Empty, Empty),
+    "models/list": (ModelsListParams, ModelsListResult),
+    "model/set": (ModelSetParams, ModelSetResult),
+    "thinking/set": (ThinkingSetParams, ThinkingSetResult),
+    "session/start": (SessionStartParams, SessionResult),
+    "session/resume": (SessionIdParams, SessionResumeResult),
+    "session/list": (SessionListParams, SessionListResult),
+    "session/get": (SessionIdParams, SessionResult),
+    "session/messages": (SessionMessagesParams, SessionMessagesResult),
+    "session/prompt": (SessionPromptParams, SessionPromptResult),
+    "session/cancel": (SessionIdParams, SessionCancelResult),
+    "session/fork": (SessionForkParams, SessionOnlyResult),
+    "session/rename": (SessionRenameParams, SessionOnlyResult),
+    "session/delete": (SessionIdParams, SessionDeleteResult),
+    "mcp/list": (McpListParams, McpListResult),
+    "auth/status": (Empty, AuthStatusResult),
+    "auth/login": (AuthLoginParams, AuthLoginResult),
+    "$/cancelRequest": (CancelRequestParams, None),
+}
+
+# daemon → client requests: method -> (params type, result type)
+CLIENT_REQUESTS: dict[str, tuple[type, type]] = {
+    "permission/request": (PermissionRequestParams, PermissionRequestResult),
+}

@@ -1,0 +1,152 @@
+"""A real HTTP server on 127.0.0.1 that replays provider fixtures and records requests.
+
+It runs in its own thread (stdlib ``http.server``), so it serves tests on either anyio
+backend alike. Queue responses with ``server.enqueue(...)`` (or ``enqueue_fixture``);
+each incoming request takes the next one. Bodies are written in chunks at the given
+byte offsets (offsets inside multi-byte characters included) with an optional delay.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+
+
+def fixtures_dir() -> Path:
+    """The shared fixtures folder, or skip the test with a clear message when it is absent."""
+    if not FIXTURES.is_dir():
+        pytest.skip(f"provider fixtures not found at {FIXTURES} (expected ../shared/fixtures beside the repo)")
+    return FIXTURES
+
+
+@dataclass
+class ScriptedResponse:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    split_at: list[int] = field(default_factory=list)  # byte offsets to cut chunks at
+    chunk_delay_s: float = 0.0
+    hang_after_s: float | None = None  # keep the connection open silently this long at the end
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def load_fixture(provider: str, name: str) -> tuple[dict[str, Any], bytes]:
+    """(meta, body bytes) of ``fixtures/<provider>/<name>``; body from .sse, .ndjson or .json."""
+    folder = fixtures_dir() / provider
+    meta = json.loads((folder / f"{name}.meta.json").read_text(encoding="utf-8"))
+    for suffix in (".sse", ".ndjson", ".json"):
+        path = folder / f"{name}{suffix}"
+        if path.exists():
+            return meta, path.read_bytes()
+    raise FileNotFoundError(f"no body for fixture {provider}/{name}")
+
+
+def fixture_request(provider: str, name: str) -> Any:
+    return json.loads((fixtures_dir() / provider / f"{name}.request.json").read_text(encoding="utf-8"))
+
+
+class ReplayServer:
+    def __init__(self) -> None:
+        self.responses: deque[ScriptedResponse] = deque()
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with server._lock:
+                    server.requests.append(
+                        RecordedRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                    scripted = server.responses.popleft() if server.responses else None
+                if scripted is None:
+                    scripted = ScriptedResponse(status=500, body=b'{"error":{"message":"replay server: no response queued"}}')
+                self.send_response(scripted.status)
+                for key, value in scripted.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(key, value)
+                self.send_header("connection", "close")
+                self.send_header("content-length", str(len(scripted.body)))
+                self.end_headers()
+                cuts = sorted({c for c in scripted.split_at if 0 < c < len(scripted.body)})
+                start = 0
+                try:
+                    for cut in [*cuts, len(scripted.body)]:
+                        self.wfile.write(scripted.body[start:cut])
+                        self.wfile.flush()
+                        start = cut
+                        if scripted.chunk_delay_s:
+                            time.sleep(scripted.chunk_delay_s)
+                    if scripted.hang_after_s:
+                        time.sleep(scripted.hang_after_s)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+
+            do_POST = _handle
+            do_GET = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def enqueue(self, response: ScriptedResponse) -> None:
+        with self._lock:
+            self.responses.append(response)
+
+    def enqueue_fixture(self, provider: str, name: str, *, split_every: int | None = None) -> dict[str, Any]:
+        """Queue a fixture's response, cut at its UTF-8 split offsets (and every N bytes)."""
+        meta, body = load_fixture(provider, name)
+        cuts = list(meta.get("replay", {}).get("utf8_split_offsets", []))
+        if split_every:
+            cuts += list(range(split_every, len(body), split_every))
+        response = meta.get("response", {})
+        self.enqueue(
+            ScriptedResponse(
+                status=int(response.get("status", 200)),
+                headers=dict(response.get("headers", {})),
+                body=body,
+                split_at=cuts,
+            )
+        )
+        return meta
+
+    def __enter__(self) -> ReplayServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
