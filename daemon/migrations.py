@@ -1,0 +1,163 @@
+"""The schema of ``sessions.db`` as an ordered chain of migrations keyed on ``PRAGMA user_version``.
+
+``MIGRATIONS[i]`` takes a database at ``user_version == i`` to ``i + 1``. Each step runs in
+its own ``BEGIN IMMEDIATE`` transaction together with the ``user_version`` bump, so a crash
+or a second daemon migrating the same file at the same moment never leaves a half-applied
+step. Append new steps; never edit or reorder a step that has shipped.
+"""
+
+import sqlite3
+from collections.abc import Callable
+
+from daemon.errors import InternalError
+
+Migration = Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+class SchemaTooNew(InternalError):
+    """The file was written by a newer ponder; touching it could lose that version's data."""
+
+
+@migration
+def m001_initial(db: sqlite3.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            id              TEXT PRIMARY KEY,
+            title           TEXT,
+            cwd             TEXT NOT NULL,
+            model_id        TEXT NOT NULL,
+            thinking_level  TEXT NOT NULL,
+            approval_policy TEXT NOT NULL,
+            system_prompt   TEXT,
+            -- Not a foreign key: a fork keeps naming its origin after the origin is deleted.
+            parent_id       TEXT,
+            created_at      TEXT NOT NULL,
+            updated_at      TEXT NOT NULL,
+            -- Kept by the triggers below so session/list never counts messages.
+            message_count   INTEGER NOT NULL DEFAULT 0
+        )
+        """
+    )
+    # Keyset paging of session/list walks these in order: newest first, id breaks ties.
+    db.execute("CREATE INDEX sessions_by_updated ON sessions (updated_at DESC, id DESC)")
+    db.execute("CREATE INDEX sessions_by_cwd_updated ON sessions (cwd, updated_at DESC, id DESC)")
+
+    db.execute(
+        """
+        CREATE TABLE messages (
+            id                 TEXT PRIMARY KEY,
+            session_id         TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq                INTEGER NOT NULL,
+            role               TEXT NOT NULL,
+            model_id           TEXT,
+            thinking_requested TEXT,
+            thinking_effective TEXT,
+            stop_reason        TEXT,
+            usage_json         TEXT,
+            status             TEXT NOT NULL,
+            created_at         TEXT NOT NULL,
+            UNIQUE (session_id, seq)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE parts (
+            message_id         TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+            position           INTEGER NOT NULL,
+            type               TEXT NOT NULL,
+            text               TEXT NOT NULL,
+            redacted           INTEGER NOT NULL DEFAULT 0,
+            call_id            TEXT,
+            name               TEXT,
+            arguments_json     TEXT,
+            is_error           INTEGER NOT NULL DEFAULT 0,
+            -- Round-trip data: NULL when absent, never ''.
+            provider           TEXT,
+            model              TEXT,
+            signature          TEXT CHECK (signature <> ''),
+            provider_data_json TEXT,
+            PRIMARY KEY (message_id, position)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE session_changes (
+            id         INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            kind       TEXT NOT NULL,
+            value      TEXT,
+            at         TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX session_changes_by_session ON session_changes (session_id, id)")
+
+    db.execute(
+        """
+        CREATE TABLE turn_leases (
+            session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            owner      TEXT NOT NULL,
+            -- Unix seconds: compared across processes on one machine.
+            expires_at REAL NOT NULL
+        )
+        """
+    )
+
+    # An upsert that takes the DO UPDATE path fires no INSERT trigger, so a checkpoint
+    # followed by the final save of the same message counts once.
+    db.execute(
+        """
+        CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN
+            UPDATE sessions SET message_count = message_count + 1 WHERE id = NEW.session_id;
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN
+            UPDATE sessions SET message_count = message_count - 1 WHERE id = OLD.session_id;
+        END
+        """
+    )
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> int:
+    """Apply the pending steps; return the resulting version. ``db`` must be in autocommit mode."""
+    chain = MIGRATIONS if migrations is None else migrations
+    while True:
+        # Cheap check outside a write lock: the common case is "nothing to do".
+        if schema_version(db) >= len(chain):
+            break
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the lock: another process may have migrated meanwhile.
+            version = schema_version(db)
+            if version < len(chain):
+                chain[version](db)
+                # PRAGMA values cannot be bound; version is our own int.
+                db.execute(f"PRAGMA user_version = {version + 1:d}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    version = schema_version(db)
+    if version > len(chain):
+        raise SchemaTooNew(
+            f"The session database is at schema version {version}, newer than this ponder "
+            f"understands ({len(chain)}); upgrade ponder or use a different home."
+        )
+    return version
