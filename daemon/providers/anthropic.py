@@ -1,0 +1,532 @@
+"""The Anthropic Messages API adapter: request building, history replay, SSE parsing, errors.
+
+Owns everything Anthropic-specific between a ``ProviderRequest`` and the normalized
+events of ``daemon.providers.base``:
+
+* the request body (``POST {base_url}/v1/messages``, ``stream: true``) with the resolved
+  thinking fragment merged in as given, and the interleaved-thinking beta header for
+  budget-mode requests with tools;
+* turning stored ``ChatMessage`` history into Anthropic ``messages``, replaying signed
+  ``thinking`` and ``redacted_thinking`` blocks byte-exact to the provider and model that
+  produced them and to nobody else;
+* ``adjust_thinking``: switching thinking off for a request the API would otherwise reject;
+* parsing the SSE stream (``message_start`` … ``message_stop``, ``ping``, ``error``) into
+  ``BlockStart/BlockDelta/BlockEnd/UsageUpdate/Stop``;
+* mapping HTTP and in-stream errors to ``ProviderError``.
+
+Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import msgspec
+from httpx_sse import EventSource, SSEError
+
+from daemon.config import ProviderConfig
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import ProviderAuthError, ProviderError
+from daemon.providers.base import (
+    BlockDelta,
+    BlockEnd,
+    BlockKind,
+    BlockStart,
+    ProviderEvent,
+    ProviderRequest,
+    Stop,
+    StopKind,
+    UsageUpdate,
+    replayable,
+)
+from daemon.providers.http import connection_error, make_client, status_error
+from protocol.objects import Thinking, Usage
+
+ANTHROPIC_VERSION = "2023-06-01"
+INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
+# ``max_tokens`` is required. 16k sits inside the output cap of every current Claude model
+# (64k/128k) and leaves room for a long answer; the catalog's thinking fragment or the
+# request's own cap override it.
+DEFAULT_MAX_TOKENS = 16_000
+DEFAULT_KEY_HINT = "set ANTHROPIC_API_KEY"
+
+_STOP_REASONS: dict[str, StopKind] = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    # pause_turn: a server tool paused a long turn; for us the response simply ended.
+    "pause_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "tool_use": "tool_use",
+    "refusal": "refusal",
+}
+# In-stream error types worth retrying (the HTTP equivalents are 429/500/504/529).
+_RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+
+
+class AnthropicProvider:
+    """One configured Anthropic endpoint; holds one lazily created HTTP client."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._client: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # -- thinking ---------------------------------------------------------------------
+
+    def adjust_thinking(self, request: ProviderRequest) -> Thinking | None:
+        """A copy of ``request.thinking`` switched off for this request, or None to keep it.
+
+        In budget mode (``thinking.type == "enabled"``) the API requires the last assistant
+        message of a tool loop to *start* with a thinking (or redacted_thinking) block when
+        thinking is on. After a model switch, or when the stream that made the tool call was
+        interrupted before the signature arrived, we have no such block to send back, so
+        this one request must go without thinking (the API would otherwise reject it or
+        silently disable thinking without telling the user).
+
+        Adaptive mode is left alone on purpose: it accepts assistant turns without thinking
+        (the model itself may skip thinking on a simple step, so "no thinking block" is the
+        normal case there), and "off" cannot be honoured on always-thinking models anyway.
+        """
+        thinking = request.thinking
+        config = thinking.request_params.get("thinking")
+        if not isinstance(config, dict) or config.get("type") != "enabled":
+            return None
+        assistant = _tool_loop_assistant(request.messages)
+        if assistant is None:
+            return None
+        blocks = _assistant_blocks(assistant, request)
+        if blocks and blocks[0]["type"] in ("thinking", "redacted_thinking"):
+            return None
+        return msgspec.structs.replace(
+            thinking,
+            effective="off",
+            budget_tokens=None,
+            request_params={},
+            reason=(
+                "Thinking is off for this step because the tool call being answered has no signed "
+                f"thinking block from {request.model} (model switch or interrupted stream), "
+                "which Anthropic requires to continue a tool loop with thinking on."
+            ),
+        )
+
+    # -- request ----------------------------------------------------------------------
+
+    def build_body(self, request: ProviderRequest) -> dict[str, Any]:
+        """The JSON body for ``request``, with thinking already adjusted (see ``adjust_thinking``)."""
+        thinking = self.adjust_thinking(request) or request.thinking
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "messages": build_messages(request),
+        }
+        if request.system_prompt:
+            body["system"] = request.system_prompt
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools
+            ]
+        body["stream"] = True
+        # The catalog's fragment is sent as given: its max_tokens (budget mode: budget plus
+        # answer room) wins over ours. No sampling parameters, ever: thinking rejects them
+        # and the newest models reject any non-default value.
+        body.update(thinking.request_params)
+        return body
+
+    def build_headers(self, body: dict[str, Any]) -> dict[str, str]:
+        headers = dict(self.config.headers)
+        betas = [b.strip() for b in headers.pop("anthropic-beta", "").split(",") if b.strip()]
+        thinking = body.get("thinking")
+        # Budget mode interleaves thinking between tool calls only with this beta (adaptive
+        # mode does it by itself); the API accepts the header on every model.
+        if isinstance(thinking, dict) and thinking.get("type") == "enabled" and body.get("tools"):
+            if INTERLEAVED_THINKING_BETA not in betas:
+                betas.append(INTERLEAVED_THINKING_BETA)
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+        headers.update(
+            {
+                "anthropic-version": ANTHROPIC_VERSION,
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+            }
+        )
+        if self.config.api_key is not None:
+            headers["x-api-key"] = self.config.api_key.reveal()
+        return headers
+
+    # -- streaming --------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:
+        """Open one streamed response. HTTP errors raise here, on entry; stream errors
+        raise from the iterator. Leaving the context closes the connection."""
+        if self.config.api_key is None and self.config.needs_key:
+            raise ProviderAuthError(
+                f"{self.name} has no API key: {self.config.key_hint or DEFAULT_KEY_HINT}.",
+                provider=self.name,
+            )
+        body = self.build_body(request)
+        headers = self.build_headers(body)
+        url = self.config.base_url.rstrip("/") + "/v1/messages"
+        if self._client is None:
+            self._client = make_client()
+        client = self._client
+        async with AsyncExitStack() as stack:
+            try:
+                response = await stack.enter_async_context(
+                    client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
+                )
+                if not response.is_success:
+                    raw = await response.aread()
+                    raise self._status_error(response, raw)
+            except httpx.RequestError as exc:
+                raise connection_error(self.name, exc) from exc
+            events = self._events(response, request)
+            stack.push_async_callback(events.aclose)
+            yield events
+
+    def _status_error(self, response: httpx.Response, raw: bytes) -> ProviderError:
+        error = status_error(
+            self.name, response.status_code, response.headers, raw, hint=self.config.key_hint or DEFAULT_KEY_HINT
+        )
+        # Anthropic's own retry signal, honoured like its SDKs do; and a monthly spend cap
+        # answers 429 but will not lift by waiting.
+        should_retry = response.headers.get("x-should-retry")
+        if should_retry == "false" or _error_code(raw) == "enforced_spend_limit_reached":
+            error.retryable, error.retry_after = False, None
+        elif should_retry == "true" and not isinstance(error, ProviderAuthError):
+            error.retryable = True
+        return error
+
+    async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+        parser = StreamParser(provider=self.name, request=request)
+        sse = EventSource(response).aiter_sse()
+        try:
+            async for event in sse:
+                if not event.data:  # e.g. a bare ``retry:`` block; carries nothing
+                    continue
+                for normalized in parser.feed(event.event, event.data):
+                    yield normalized
+                if parser.finished:
+                    return
+        except httpx.RequestError as exc:
+            raise connection_error(self.name, exc, midstream=True) from exc
+        except SSEError as exc:
+            content_type = response.headers.get("content-type", "")
+            raise ProviderError(
+                f"{self.name} answered with content-type {content_type!r} instead of an event stream.",
+                provider=self.name,
+                status=response.status_code,
+                kind="invalid_response",
+            ) from exc
+        finally:
+            await sse.aclose()
+        raise ProviderError(
+            f"The {self.name} stream ended early (no message_stop); the response is incomplete.",
+            provider=self.name,
+            retryable=False,
+            kind="stream_ended_early",
+        )
+
+
+# -- history ---------------------------------------------------------------------------
+
+
+def build_messages(request: ProviderRequest) -> list[dict[str, Any]]:
+    """Anthropic ``messages`` for the stored history of ``request``.
+
+    Tool results become user messages of ``tool_result`` blocks; consecutive messages of
+    the same role are merged (the API wants strict alternation); empty messages vanish.
+    """
+    out: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "assistant":
+            role, content = "assistant", _assistant_blocks(message, request)
+        else:
+            role, content = "user", [b for p in message.parts if (b := _user_block(p)) is not None]
+        if not content:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(content)
+        else:
+            out.append({"role": role, "content": content})
+    for message in out:
+        # A lone text block is written as a plain string, as the API docs do.
+        blocks = message["content"]
+        if message["role"] == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
+            message["content"] = blocks[0]["text"]
+    return out
+
+
+def _assistant_blocks(message: ChatMessage, request: ProviderRequest) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in message.parts:
+        if part.type == "thinking":
+            # Thinking is only ever replayed as itself, to the model that signed it:
+            # another model cannot verify it, and pasting it as text would put words in
+            # this model's mouth. Unsigned thinking (interrupted stream) is unusable.
+            if not replayable(part, request):
+                continue
+            if part.redacted:
+                data = (part.provider_data or {}).get("data")
+                if isinstance(data, str) and data:
+                    blocks.append({"type": "redacted_thinking", "data": data})
+            elif part.signature is not None:
+                blocks.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
+        elif part.type == "text":
+            if part.text:  # the API rejects empty text blocks
+                blocks.append({"type": "text", "text": part.text})
+        elif part.type == "tool_call":
+            blocks.append(
+                {"type": "tool_use", "id": part.call_id or "", "name": part.name or "", "input": part.arguments or {}}
+            )
+    return blocks
+
+
+def _user_block(part: Part) -> dict[str, Any] | None:
+    if part.type == "text":
+        return {"type": "text", "text": part.text} if part.text else None
+    if part.type == "tool_result":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": part.call_id or ""}
+        if part.text:  # content is optional; an empty string would be rejected as empty text
+            block["content"] = part.text
+        if part.is_error:
+            block["is_error"] = True
+        return block
+    return None
+
+
+def _tool_loop_assistant(messages: list[ChatMessage]) -> ChatMessage | None:
+    """The assistant message whose tool calls the history's trailing tool results answer."""
+    saw_result = False
+    for message in reversed(messages):
+        if message.role == "tool":
+            saw_result = True
+            continue
+        if message.role == "assistant" and saw_result and any(p.type == "tool_call" for p in message.parts):
+            return message
+        return None
+    return None
+
+
+def _error_code(raw: bytes) -> str | None:
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    details = data.get("error", {}).get("details") if isinstance(data, dict) else None
+    if isinstance(details, dict) and isinstance(details.get("error_code"), str):
+        return details["error_code"]
+    return None
+
+
+# -- stream parsing --------------------------------------------------------------------
+
+
+@dataclass
+class _Block:
+    kind: BlockKind
+    text: list[str] = field(default_factory=list)  # thinking/text, or raw JSON fragments
+    signature: list[str] = field(default_factory=list)
+    call_id: str | None = None
+    name: str | None = None
+    initial_input: dict[str, Any] | None = None
+    open: bool = True
+
+
+@dataclass
+class StreamParser:
+    """Anthropic SSE events in, normalized events out. Pure: no I/O, raises ProviderError."""
+
+    provider: str
+    request: ProviderRequest
+    finished: bool = False
+    _blocks: dict[int, _Block] = field(default_factory=dict)
+    _usage: dict[str, int] = field(default_factory=dict)
+    _stop_raw: str | None = None
+
+    def feed(self, name: str, data: str) -> list[ProviderEvent]:
+        try:
+            payload = msgspec.json.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ProviderError(
+                f"{self.provider} sent a stream event that is not valid JSON.",
+                provider=self.provider,
+                kind="invalid_event",
+            ) from exc
+        if not isinstance(payload, dict):
+            return []
+        kind = payload.get("type") or name
+        handler = getattr(self, f"_on_{kind}", None)
+        return handler(payload) if handler is not None else []  # new event types are skipped
+
+    def _on_message_start(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        message = payload.get("message") or {}
+        return self._usage_update(message.get("usage"))
+
+    def _on_content_block_start(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        index = int(payload.get("index", len(self._blocks)))
+        raw = payload.get("content_block") or {}
+        block_type = raw.get("type")
+        if block_type == "redacted_thinking":
+            # Complete at start and never followed by deltas: open and close it at once.
+            block = self._blocks[index] = _Block(kind="thinking", open=False)
+            part = Part(
+                type="thinking",
+                redacted=True,
+                text="",
+                provider=self.request.provider,
+                model=self.request.model,
+                provider_data={"data": raw.get("data", "")},
+            )
+            return [BlockStart(index=index, kind="thinking"), BlockEnd(index=index, part=part)]
+        if block_type == "thinking":
+            block = _Block(kind="thinking")
+            initial, signature = raw.get("thinking") or "", raw.get("signature") or ""
+            if signature:
+                block.signature.append(signature)
+        elif block_type == "text":
+            block = _Block(kind="text")
+            initial = raw.get("text") or ""
+        elif block_type == "tool_use":
+            block = _Block(kind="tool_call", call_id=raw.get("id"), name=raw.get("name"))
+            initial = ""
+            if isinstance(raw.get("input"), dict) and raw["input"]:
+                block.initial_input = raw["input"]
+        else:
+            return []  # server tools, fallback, future block types: not ours to show or replay
+        self._blocks[index] = block
+        events: list[ProviderEvent] = [
+            BlockStart(index=index, kind=block.kind, call_id=block.call_id, name=block.name)
+        ]
+        if initial:
+            block.text.append(initial)
+            events.append(BlockDelta(index=index, delta=initial))
+        return events
+
+    def _on_content_block_delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        index = int(payload.get("index", -1))
+        block = self._blocks.get(index)
+        if block is None or not block.open:
+            return []
+        delta = payload.get("delta") or {}
+        delta_type = delta.get("type")
+        if delta_type == "signature_delta":
+            block.signature.append(delta.get("signature") or "")
+            return []
+        fragment = {
+            "thinking_delta": "thinking",
+            "text_delta": "text",
+            "input_json_delta": "partial_json",
+        }.get(delta_type or "")
+        if fragment is None:
+            return []  # citations_delta and future delta types
+        text = delta.get(fragment) or ""
+        if not text:  # real streams send "" before the signature and as the first JSON piece
+            return []
+        block.text.append(text)
+        return [BlockDelta(index=index, delta=text)]
+
+    def _on_content_block_stop(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        index = int(payload.get("index", -1))
+        block = self._blocks.get(index)
+        if block is None or not block.open:
+            return []
+        block.open = False
+        text = "".join(block.text)
+        if block.kind == "thinking":
+            part = Part(
+                type="thinking",
+                text=text,
+                signature="".join(block.signature) or None,
+                provider=self.request.provider,
+                model=self.request.model,
+            )
+        elif block.kind == "text":
+            part = Part(type="text", text=text)
+        else:
+            arguments, provider_data = self._arguments(block)
+            part = Part(
+                type="tool_call",
+                call_id=block.call_id,
+                name=block.name,
+                arguments=arguments,
+                provider_data=provider_data,
+            )
+        return [BlockEnd(index=index, part=part)]
+
+    def _arguments(self, block: _Block) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(arguments, provider_data): the parsed input object, or {} plus the raw text."""
+        raw = "".join(block.text)
+        if not raw.strip():
+            return dict(block.initial_input or {}), None
+        try:
+            arguments = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            arguments = None
+        if isinstance(arguments, dict):
+            return arguments, None
+        # Only a truncated response (max_tokens in the middle of a call) gets here; its
+        # Stop says max_tokens, so nothing runs the call. Keep the raw text for the record
+        # instead of failing the whole response.
+        return {}, {"invalid_arguments": raw}
+
+    def _on_message_delta(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        stop_reason = (payload.get("delta") or {}).get("stop_reason")
+        if stop_reason:
+            self._stop_raw = stop_reason
+        return self._usage_update(payload.get("usage"))
+
+    def _on_message_stop(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        self.finished = True
+        raw = self._stop_raw
+        reason: StopKind = _STOP_REASONS.get(raw or "", "end_turn")
+        if raw not in ("max_tokens", "model_context_window_exceeded", "refusal") and any(
+            b.kind == "tool_call" for b in self._blocks.values()
+        ):
+            reason = "tool_use"  # the response asked for tools, whatever else it says
+        return [Stop(reason=reason, raw=raw)]
+
+    def _on_error(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        error = payload.get("error") or {}
+        kind = str(error.get("type") or "error")
+        message = str(error.get("message") or kind)
+        raise ProviderError(
+            f"{self.provider} stream failed: {message} ({kind}).",
+            provider=self.provider,
+            retryable=kind in _RETRYABLE_STREAM_ERRORS,
+            kind=kind,
+        )
+
+    def _usage_update(self, raw: Any) -> list[ProviderEvent]:
+        if not isinstance(raw, dict):
+            return []
+        # Usage is cumulative, but later events may omit fields (older streams send only
+        # output_tokens in message_delta): keep the latest value of each field.
+        for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            if isinstance(raw.get(key), int):
+                self._usage[key] = raw[key]
+        details = raw.get("output_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("thinking_tokens"), int):
+            self._usage["thinking_tokens"] = details["thinking_tokens"]
+        usage = Usage(
+            input_tokens=self._usage.get("input_tokens"),  # Anthropic's count excludes cache reads/writes
+            output_tokens=self._usage.get("output_tokens"),
+            reasoning_tokens=self._usage.get("thinking_tokens"),
+            cache_read_tokens=self._usage.get("cache_read_input_tokens"),
+            cache_write_tokens=self._usage.get("cache_creation_input_tokens"),
+        )
+        return [UsageUpdate(usage=usage)]
+
+
+__all__ = ["AnthropicProvider", "StreamParser", "build_messages"]
