@@ -91,12 +91,16 @@ def status_error(provider: str, status: int, headers: httpx.Headers, body: bytes
     )
 
 
-def connection_error(provider: str, exc: Exception) -> ProviderError:
-    """A transport failure (refused, reset, timed out): always retryable, never with secrets."""
+def connection_error(provider: str, exc: Exception, *, midstream: bool = False) -> ProviderError:
+    """A transport failure (refused, reset, timed out): always retryable, never with secrets.
+
+    ``midstream``: the response had started and the connection broke while reading it.
+    """
     kind = type(exc).__name__
-    return ProviderError(
-        f"Could not reach {provider}: {kind}.", provider=provider, retryable=True, kind="connection_error"
+    message = (
+        f"The connection to {provider} broke mid-stream: {kind}." if midstream else f"Could not reach {provider}: {kind}."
     )
+    return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
 
 
 async def iter_lines(response: httpx.Response) -> AsyncIterator[str]:
