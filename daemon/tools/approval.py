@@ -1,0 +1,61 @@
+"""The approval gate, as pure functions: whether a tool call runs, asks, or is denied.
+
+Per PROTOCOL "Approval policies": ``ask`` runs read-only tools and asks the client for
+mutating ones (denied when the client cannot be asked); ``auto`` runs everything;
+``read_only`` always denies mutating tools. A tool the person allowed for the session
+(``allow_session``) runs without asking again, except under ``read_only``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["Decision", "DenialReason", "decide", "denial_message"]
+
+Decision = Literal["run", "ask", "deny"]
+# read_only: the policy forbids it; cannot_ask: 'ask' with a client that cannot answer;
+# user_denied: the person answered deny (or the request was withdrawn).
+DenialReason = Literal["read_only", "cannot_ask", "user_denied"]
+
+
+def decide(
+    policy: str, tool_mutating: bool, tool_name: str, session_allowed: set[str], client_can_ask: bool
+) -> Decision:
+    if not tool_mutating:
+        return "run"
+    if policy == "auto":
+        return "run"
+    if policy == "ask":
+        if tool_name in session_allowed:
+            return "run"
+        return "ask" if client_can_ask else "deny"
+    # read_only, and any policy this code does not know: fail closed.
+    return "deny"
+
+
+def denial_message(policy: str, tool_name: str, reason: str | None = None) -> str:
+    """The tool error for a denied call: why, and how a person could allow it.
+
+    ``reason`` is a ``DenialReason``; None derives it from ``policy`` (what ``decide``
+    denied for). Any other text is taken as the reason, verbatim.
+    """
+    if reason is None:
+        reason = "cannot_ask" if policy == "ask" else "read_only"
+    if reason == "read_only":
+        return (
+            f"{tool_name} was not run: the session's approval policy is {policy!r}, which never runs tools "
+            "that change files or run commands. Continue with the read-only tools, or ask the user to "
+            "switch the session to approval_policy 'ask' or 'auto'."
+        )
+    if reason == "cannot_ask":
+        return (
+            f"{tool_name} was not run: the session's approval policy is {policy!r} and this client cannot "
+            "answer permission requests. To allow it, start the session with approval_policy 'auto' or "
+            "use a client that answers permission requests."
+        )
+    if reason == "user_denied":
+        return (
+            f"{tool_name} was not run: the user denied permission. Do not retry the same call; "
+            "ask the user how they want to proceed."
+        )
+    return f"{tool_name} was not run: {reason}"

@@ -1,0 +1,107 @@
+"""The shape every built-in tool has: its arguments, context, result and error.
+
+A tool declares ``name``, a one-line ``description`` for the model, whether it is
+``mutating`` (which decides approval), and an ``Args`` struct. The JSON Schema sent to
+providers is generated from ``Args`` so the schema and the validation can never drift.
+Tools raise ``ToolError`` for anything the model can correct; ``execute_tool`` (in
+``daemon.tools``) turns that, bad arguments and unexpected failures into error results.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+import msgspec
+
+__all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
+
+
+class ToolError(Exception):
+    """A failure the model can read and act on; its message becomes the tool result."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    text: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    cwd: Path
+    # Streams chunks of output as they arrive (run_command); None when nobody listens.
+    emit_output: Callable[[str], Awaitable[None]] | None = None
+
+
+class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base for tool arguments: unknown fields are an error the model gets to see."""
+
+
+ArgsT = TypeVar("ArgsT", bound=ToolArgs)
+
+
+class Tool(Generic[ArgsT]):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    mutating: ClassVar[bool] = False
+    Args: ClassVar[type[ToolArgs]]
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        # A copy, so a caller adjusting it for one provider cannot change it for all.
+        return copy.deepcopy(_schema_for(self.Args))
+
+    def summary(self, args: ArgsT) -> str:
+        """A short human line for a permission prompt, e.g. ``Run: make test``."""
+        return self.name
+
+    async def run(self, args: ArgsT, ctx: ToolContext) -> ToolResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<tool {self.name}>"
+
+
+@functools.cache
+def _schema_for(args_type: type[ToolArgs]) -> dict[str, Any]:
+    return inline_schema(msgspec.json.schema(args_type))
+
+
+def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Make msgspec's schema self-contained and plain enough for every provider.
+
+    Providers differ in what JSON Schema they accept (Gemini rejects ``$ref``, several
+    choke on ``anyOf`` with ``null``), so ``$ref`` is inlined, ``X | None`` on an
+    optional field becomes plain ``X`` (omitting it means None), and msgspec's struct
+    ``title`` is dropped.
+    """
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
+            return resolve(merged)
+        out = {key: resolve(value) for key, value in node.items() if key not in ("$defs", "title")}
+        variants = out.get("anyOf")
+        if isinstance(variants, list) and {"type": "null"} in variants:
+            rest = [v for v in variants if v != {"type": "null"}]
+            if len(rest) == 1:
+                del out["anyOf"]
+                if out.get("default", ...) is None:
+                    del out["default"]
+                out = {**rest[0], **out}
+        if out.get("required") == []:
+            del out["required"]  # an empty list is noise some validators reject
+        return out
+
+    return resolve(schema)

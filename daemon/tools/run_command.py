@@ -1,0 +1,216 @@
+"""``run_command``: a shell command in the session cwd, streamed, bounded and killable.
+
+The command runs via ``/bin/sh -c`` in a new session (its own process group), with
+stdin closed and stderr merged into stdout. Output is streamed to ``ctx.emit_output``
+as it arrives and kept for the result up to ``KEPT_HEAD_BYTES + KEPT_TAIL_BYTES``
+(the middle is dropped with a note: a build's last lines matter most). On timeout or
+cancellation the whole process group is terminated (see ``procgroup``); cancellation
+then propagates. When the shell exits while a background child still holds the output
+open, that child is stopped too, so the tool returns and nothing leaks.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import anyio
+import msgspec
+from anyio.abc import Process
+
+from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from daemon.tools.paths import resolve_in_cwd
+from daemon.tools.procgroup import terminate_group
+
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "RunCommand", "RunCommandArgs"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 120.0
+MAX_TIMEOUT_S = 600.0
+KEPT_HEAD_BYTES = 16 * 1024
+KEPT_TAIL_BYTES = 48 * 1024
+MAX_STREAMED_BYTES = 1024 * 1024  # beyond this the client gets a note, not a firehose
+KILL_GRACE_S = 2.0
+# After the shell exits, how long output may keep arriving before whatever still holds
+# the pipe (a backgrounded child) is considered left behind.
+DRAIN_GRACE_S = 0.5
+
+# A model cannot answer a pager or a password prompt: make tools print and fail instead.
+_NON_INTERACTIVE_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+
+
+class RunCommandArgs(ToolArgs):
+    command: Annotated[str, msgspec.Meta(description="Shell command, run with /bin/sh -c in the working directory.")]
+    timeout_s: Annotated[
+        float,
+        msgspec.Meta(gt=0, le=MAX_TIMEOUT_S, description=f"Seconds before it is killed; default 120, max 600."),
+    ] = DEFAULT_TIMEOUT_S
+
+
+class RunCommand(Tool[RunCommandArgs]):
+    name = "run_command"
+    description = "Run a shell command in the working directory; returns its output (stdout+stderr) and exit code."
+    mutating = True
+    Args = RunCommandArgs
+
+    def summary(self, args: RunCommandArgs) -> str:
+        return f"Run: {args.command}"
+
+    async def run(self, args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
+        if not args.command.strip():
+            raise ToolError("command is empty.")
+        cwd = resolve_in_cwd(ctx.cwd, ".")
+        if not cwd.is_dir():
+            raise ToolError(f"the working directory {cwd} does not exist.")
+        try:
+            process = await anyio.open_process(
+                args.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env={**os.environ, **_NON_INTERACTIVE_ENV},
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"could not start the shell: {exc}.") from None
+
+        output = _KeptOutput()
+        streamer = _Streamer(ctx.emit_output)
+        outcome = "running"
+        try:
+            with anyio.move_on_after(args.timeout_s) as deadline:
+                reached_eof = await _collect(process, output, streamer)
+                outcome = "exited" if reached_eof else "left_behind"
+            if deadline.cancelled_caught:
+                outcome = "timed_out"
+        finally:
+            # Shielded: on cancellation the group must still die before we re-raise.
+            with anyio.CancelScope(shield=True):
+                if outcome != "exited":
+                    await terminate_group(process, KILL_GRACE_S)
+                await process.aclose()
+        return _result(outcome, process.returncode, output, args.timeout_s)
+
+
+async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -> bool:
+    """Read output until the shell exits; True when the pipe then reached EOF too."""
+    assert process.stdout is not None
+    stdout = process.stdout
+    eof = anyio.Event()
+
+    async def pump() -> None:
+        async for chunk in stdout:
+            output.add(chunk)
+            await streamer.send(chunk)
+        await streamer.flush()
+        eof.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump)
+        await process.wait()
+        with anyio.move_on_after(DRAIN_GRACE_S):
+            await eof.wait()
+        tg.cancel_scope.cancel()
+    return eof.is_set()
+
+
+def _result(outcome: str, returncode: int | None, output: _KeptOutput, timeout_s: float) -> ToolResult:
+    text = output.text() or "(no output)"
+    if not text.endswith("\n"):
+        text += "\n"
+    if outcome == "timed_out":
+        return ToolResult(
+            text + f"[timed out after {timeout_s:g} s; the command and its child processes were killed]", is_error=True
+        )
+    if returncode is not None and returncode < 0:
+        status = f"[killed by signal {_signal_name(-returncode)}]"
+    else:
+        status = f"[exit code {returncode}]"
+    if outcome == "left_behind":
+        status += (
+            "\n[background processes still holding the output were stopped; "
+            "redirect their output (e.g. `cmd > log 2>&1 &`) to keep them running]"
+        )
+    return ToolResult(text + status, is_error=returncode != 0)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class _KeptOutput:
+    """The first and last bytes of the output; the middle is counted, not kept."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = KEPT_HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * KEPT_TAIL_BYTES:  # trim in batches, not per chunk
+                del self.tail[:-KEPT_TAIL_BYTES]
+
+    def text(self) -> str:
+        tail = bytes(self.tail[-KEPT_TAIL_BYTES:])
+        omitted = self.total - len(self.head) - len(tail)
+        if not omitted:
+            return (bytes(self.head) + tail).decode("utf-8", errors="replace")
+        tail = tail.lstrip(bytes(range(0x80, 0xC0)))  # don't start mid-character
+        return (
+            bytes(self.head).decode("utf-8", errors="replace")
+            + f"\n[... {omitted} bytes of output omitted ...]\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+class _Streamer:
+    """Decodes output chunks as they come and forwards them, up to a budget."""
+
+    def __init__(self, emit: Callable[[str], Awaitable[None]] | None) -> None:
+        self.emit = emit
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.sent = 0
+
+    async def send(self, chunk: bytes) -> None:
+        if self.emit is None:
+            return
+        if self.sent + len(chunk) > MAX_STREAMED_BYTES:
+            await self._emit(
+                self.decoder.decode(chunk[: MAX_STREAMED_BYTES - self.sent], final=True)
+                + f"\n[streaming stopped after {MAX_STREAMED_BYTES // 1024} KiB; the command keeps running]\n"
+            )
+            self.emit = None
+            return
+        self.sent += len(chunk)
+        await self._emit(self.decoder.decode(chunk))
+
+    async def flush(self) -> None:
+        if self.emit is not None:
+            await self._emit(self.decoder.decode(b"", final=True))
+
+    async def _emit(self, text: str) -> None:
+        if not text or self.emit is None:
+            return
+        try:
+            await self.emit(text)
+        except Exception:
+            # A broken listener must not lose the command's result; stop streaming.
+            log.exception("emit_output failed; no more output will be streamed")
+            self.emit = None
