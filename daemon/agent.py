@@ -1,0 +1,466 @@
+"""One turn of the agent: stream the model's reply, run the tools it asks for, repeat.
+
+Data flows one way: normalized provider events → protocol events (to the client) and one
+``ChatMessage`` per reply (to the store). The partial reply is checkpointed at most every
+``CHECKPOINT_S`` as ``interrupted``, so a crash loses little; the final save marks it
+``complete``. Every turn is bracketed by exactly one ``turn_start`` and one ``turn_end``,
+whatever happens (cancel, provider failure, bug).
+"""
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import PonderError, ProviderError
+from daemon.providers.base import (
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    Provider,
+    ProviderRequest,
+    Stop,
+    ToolSpec,
+    UsageUpdate,
+)
+from daemon.timeutil import new_id, now_rfc3339
+from protocol import events as ev
+from protocol.errors import ErrorCode
+from protocol.objects import ErrorInfo, Thinking, Usage
+
+log = logging.getLogger("ponder.agent")
+
+CHECKPOINT_S = 0.5
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 30.0
+CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
+
+Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
+# (call part) -> (allowed, message shown to the model when denied)
+Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
+# (name, arguments, emit_output) -> (text, is_error)
+RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+
+
+@dataclass
+class TurnSettings:
+    max_steps: int = 50
+    max_attempts: int = 4
+    stall_timeout_s: float = 90.0
+
+
+@dataclass
+class Turn:
+    """Everything one turn needs; built by the session actor."""
+
+    session_id: str
+    turn_id: str
+    user_message: ChatMessage
+    model_id: str
+    provider_name: str
+    model_name: str
+    provider: Provider
+    thinking: Thinking
+    history: list[ChatMessage]  # the session's messages; this turn appends to it
+    emit: Emit
+    save: Callable[[ChatMessage], Awaitable[None]]
+    next_seq: Callable[[], int]
+    approve: Approve
+    run_tool: RunTool
+    tools: list[ToolSpec] = field(default_factory=list)
+    system_prompt: str | None = None
+    settings: TurnSettings = field(default_factory=TurnSettings)
+    cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    usage: Usage = field(default_factory=Usage)
+
+
+async def run_turn(turn: Turn) -> str:
+    """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
+    await turn.emit(
+        ev.TurnStart,
+        {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
+    )
+    stop_reason, error = "error", None
+    with turn.cancel_scope:
+        try:
+            stop_reason = await _tool_loop(turn)
+        except PonderError as exc:
+            error = _error_info(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug must still end the turn cleanly
+            log.exception("turn %s failed", turn.turn_id)
+            error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
+    if turn.cancel_scope.cancelled_caught:
+        stop_reason, error = "cancelled", None
+    with anyio.move_on_after(2, shield=True):
+        await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
+    return stop_reason
+
+
+def _error_info(exc: PonderError) -> ErrorInfo:
+    status = exc.status if isinstance(exc, ProviderError) else None
+    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)
+
+
+async def _tool_loop(turn: Turn) -> str:
+    for _step in range(turn.settings.max_steps):
+        reply, stop = await _respond_with_retries(turn)
+        calls = [p for p in reply.parts if p.type == "tool_call"]
+        if stop != "tool_use" or not calls:
+            return stop
+        await _run_tools(turn, calls)
+    return "tool_limit"
+
+
+async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
+    attempt = 1
+    while True:
+        reply = _Reply(turn)
+        try:
+            return await reply.stream()
+        except ProviderError as exc:
+            if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
+                raise
+            delay = _backoff(attempt, exc.retry_after)
+            attempt += 1
+            log.info("retrying %s in %.1fs (attempt %d): %s", turn.provider_name, delay, attempt, exc.message)
+            await turn.emit(
+                ev.Retry,
+                {
+                    "attempt": attempt,
+                    "max_attempts": turn.settings.max_attempts,
+                    "delay_ms": int(delay * 1000),
+                    "error": _error_info(exc),
+                },
+            )
+            await anyio.sleep(delay)
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    if retry_after is not None:
+        return min(retry_after, BACKOFF_CAP_S * 4)
+    base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    return base / 2 + random.uniform(0, base / 2)  # noqa: S311 - jitter, not crypto
+
+
+class _Reply:
+    """One streamed assistant reply: its events out, its message into the store."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.message: ChatMessage | None = None  # created at the first provider event
+        self.wire_index: dict[int, int] = {}  # provider block index -> position in the message
+        self.raw_args: dict[int, list[str]] = {}
+        self.stop = "end_turn"
+        self.usage: Usage | None = None
+        self.last_checkpoint = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self.message is not None
+
+    def _request(self) -> ProviderRequest:
+        return ProviderRequest(
+            provider=self.turn.provider_name,
+            model=self.turn.model_name,
+            thinking=self.turn.thinking,
+            messages=repair_history(self.turn.history),
+            system_prompt=self.turn.system_prompt,
+            tools=self.turn.tools,
+        )
+
+    async def stream(self) -> tuple[ChatMessage, str]:
+        turn = self.turn
+        try:
+            async with turn.provider.stream(self._request()) as events:
+                iterator = events.__aiter__()
+                while True:
+                    with anyio.move_on_after(turn.settings.stall_timeout_s) as stall:
+                        try:
+                            event = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if stall.cancelled_caught:
+                        raise ProviderError(
+                            f"{turn.provider_name} sent nothing for {turn.settings.stall_timeout_s:g} s; the stream was aborted.",
+                            provider=turn.provider_name,
+                            retryable=True,
+                            kind="stall",
+                        )
+                    await self._on_event(event)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(2, shield=True):
+                await self._finish("interrupted")
+                await _record_cancelled_results(turn, self.message)
+            raise
+        except PonderError:
+            if self.started:
+                with anyio.move_on_after(2, shield=True):
+                    await self._finish("error")
+            raise
+        if self.message is None:
+            await self._begin()
+        message = await self._finish("complete")
+        assert message is not None
+        return message, self.stop
+
+    async def _begin(self) -> None:
+        turn = self.turn
+        self.message = ChatMessage(
+            message_id=new_id("msg"),
+            session_id=turn.session_id,
+            seq=turn.next_seq(),
+            role="assistant",
+            parts=[],
+            model_id=turn.model_id,
+            thinking_requested=turn.thinking.requested,
+            thinking_effective=turn.thinking.effective,
+            status="interrupted",
+            created_at=now_rfc3339(),
+        )
+        turn.history.append(self.message)
+        self.last_checkpoint = time.monotonic()
+        await turn.emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
+
+    async def _on_event(self, event: Any) -> None:
+        if self.message is None and isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
+            await self._begin()
+        message = self.message
+        emit = self.turn.emit
+        if isinstance(event, BlockDelta):
+            index = self.wire_index.get(event.index)
+            if index is None:
+                return  # a delta for a block that never started: ignore it
+            part = message.parts[index]  # type: ignore[union-attr]
+            if part.type == "tool_call":
+                self.raw_args.setdefault(index, []).append(event.delta)
+                await emit(
+                    ev.ToolCallDelta,
+                    {"message_id": message.message_id, "index": index, "call_id": part.call_id, "delta": event.delta},  # type: ignore[union-attr]
+                )
+            else:
+                part.text += event.delta
+                kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
+                await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})  # type: ignore[union-attr]
+            if time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
+                await self._checkpoint()
+        elif isinstance(event, BlockStart):
+            await self._start_block(event)
+        elif isinstance(event, BlockEnd):
+            await self._end_block(event)
+        elif isinstance(event, UsageUpdate):
+            self.usage = event.usage
+        elif isinstance(event, Stop):
+            self.stop = event.reason
+
+    async def _start_block(self, event: BlockStart) -> None:
+        message = self.message
+        assert message is not None
+        index = len(message.parts)
+        self.wire_index[event.index] = index
+        if event.kind == "tool_call":
+            message.parts.append(Part(type="tool_call", call_id=event.call_id, name=event.name, arguments={}))
+            await self.turn.emit(
+                ev.ToolCallStart,
+                {"message_id": message.message_id, "index": index, "call_id": event.call_id or "", "name": event.name or ""},
+            )
+        else:
+            message.parts.append(Part(type=event.kind))
+            kind = ev.ThinkingStart if event.kind == "thinking" else ev.TextStart
+            await self.turn.emit(kind, {"message_id": message.message_id, "index": index})
+
+    async def _end_block(self, event: BlockEnd) -> None:
+        message = self.message
+        assert message is not None
+        if event.index not in self.wire_index:
+            await self._start_block(BlockStart(index=event.index, kind=event.part.type, call_id=event.part.call_id, name=event.part.name))  # type: ignore[arg-type]
+        index = self.wire_index[event.index]
+        part = event.part
+        message.parts[index] = part
+        mid = message.message_id
+        if part.type == "thinking":
+            await self.turn.emit(ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
+        elif part.type == "text":
+            await self.turn.emit(ev.TextEnd, {"message_id": mid, "index": index, "text": part.text})
+        elif part.type == "tool_call":
+            await self.turn.emit(
+                ev.ToolCallEnd,
+                {"message_id": mid, "index": index, "call_id": part.call_id, "name": part.name, "arguments": part.arguments or {}},
+            )
+
+    async def _checkpoint(self) -> None:
+        self.last_checkpoint = time.monotonic()
+        assert self.message is not None
+        await self.turn.save(self.message)
+
+    async def _finish(self, status: str) -> ChatMessage | None:
+        message = self.message
+        if message is None:
+            return None
+        for index, chunks in self.raw_args.items():
+            part = message.parts[index]
+            if part.type == "tool_call" and not part.arguments:
+                part.arguments = _parse_arguments("".join(chunks))
+        message.status = status  # type: ignore[assignment]
+        message.stop_reason = self.stop if status == "complete" else status
+        message.usage = self.usage
+        if self.usage is not None:
+            self.turn.usage = add_usage(self.turn.usage, self.usage)
+        await self.turn.save(message)
+        await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+        return message
+
+
+def _parse_arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = msgspec.json.decode(raw) if raw.strip() else {}
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def add_usage(total: Usage, more: Usage) -> Usage:
+    def plus(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    return Usage(
+        input_tokens=plus(total.input_tokens, more.input_tokens),
+        output_tokens=plus(total.output_tokens, more.output_tokens),
+        reasoning_tokens=plus(total.reasoning_tokens, more.reasoning_tokens),
+        cache_read_tokens=plus(total.cache_read_tokens, more.cache_read_tokens),
+        cache_write_tokens=plus(total.cache_write_tokens, more.cache_write_tokens),
+    )
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+async def _run_tools(turn: Turn, calls: list[Part]) -> None:
+    """Run the calls of one reply (approved ones concurrently) and record one tool message."""
+    message = ChatMessage(
+        message_id=new_id("msg"),
+        session_id=turn.session_id,
+        seq=turn.next_seq(),
+        role="tool",
+        parts=[],
+        status="complete",
+        created_at=now_rfc3339(),
+    )
+    turn.history.append(message)
+    results: list[Part | None] = [None] * len(calls)
+    await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "tool"})
+    try:
+        approved: list[int] = []
+        for i, call in enumerate(calls):
+            allowed, why = await turn.approve(call)
+            if allowed:
+                approved.append(i)
+            else:
+                await _emit_start(turn, call)
+                results[i] = await _finish_call(turn, message, call, why, True)
+        async with anyio.create_task_group() as tg:
+            for i in approved:
+                tg.start_soon(_execute, turn, message, calls[i], results, i)
+    except anyio.get_cancelled_exc_class():
+        with anyio.move_on_after(2, shield=True):
+            message.parts = _with_cancelled(calls, results)
+            message.status = "interrupted"
+            await turn.save(message)
+            await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+        raise
+    message.parts = [r for r in results if r is not None]
+    await turn.save(message)
+    await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+
+
+async def _emit_start(turn: Turn, call: Part) -> None:
+    await turn.emit(ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}})
+
+
+async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[Part | None], i: int) -> None:
+    await _emit_start(turn, call)
+
+    async def output(chunk: str) -> None:
+        await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
+
+    text, is_error = await turn.run_tool(call.name or "", call.arguments or {}, output)
+    results[i] = await _finish_call(turn, message, call, text, is_error)
+
+
+async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
+    await turn.emit(
+        ev.ToolExecutionEnd,
+        {"call_id": call.call_id, "name": call.name, "is_error": is_error, "result": text, "message_id": message.message_id},
+    )
+    return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)
+
+
+def _with_cancelled(calls: list[Part], results: list[Part | None]) -> list[Part]:
+    return [
+        r if r is not None else Part(type="tool_result", call_id=c.call_id, name=c.name, text=CANCELLED_RESULT, is_error=True)
+        for c, r in zip(calls, results, strict=True)
+    ]
+
+
+async def _record_cancelled_results(turn: Turn, reply: ChatMessage | None) -> None:
+    """A reply cut off after asking for tools gets "cancelled" results, so history stays valid."""
+    if reply is None:
+        return
+    calls = [p for p in reply.parts if p.type == "tool_call"]
+    if not calls:
+        return
+    message = ChatMessage(
+        message_id=new_id("msg"),
+        session_id=turn.session_id,
+        seq=turn.next_seq(),
+        role="tool",
+        parts=_with_cancelled(calls, [None] * len(calls)),
+        status="interrupted",
+        created_at=now_rfc3339(),
+    )
+    turn.history.append(message)
+    await turn.save(message)
+
+
+def repair_history(history: list[ChatMessage]) -> list[ChatMessage]:
+    """The history as providers must see it: every tool call answered by a result.
+
+    A crash between a reply that asked for tools and its tool message leaves calls without
+    results; each gets a synthetic "cancelled" result (in memory only; the store keeps
+    what really happened).
+    """
+    answered = {p.call_id for m in history if m.role == "tool" for p in m.parts if p.type == "tool_result"}
+    calls = [p for m in history if m.role == "assistant" for p in m.parts if p.type == "tool_call"]
+    if all(p.call_id in answered for p in calls):
+        return history
+    repaired: list[ChatMessage] = []
+    pending: list[Part] = []
+    for message in history:
+        if pending and message.role == "tool":
+            message = msgspec.structs.replace(message, parts=[*message.parts, *_with_cancelled(pending, [None] * len(pending))])
+            pending = []
+        elif pending:
+            repaired.append(_synthetic_tool_message(repaired[-1], pending))
+            pending = []
+        repaired.append(message)
+        if message.role == "assistant":
+            pending = [p for p in message.parts if p.type == "tool_call" and p.call_id not in answered]
+    if pending:
+        repaired.append(_synthetic_tool_message(repaired[-1], pending))
+    return repaired
+
+
+def _synthetic_tool_message(after: ChatMessage, calls: list[Part]) -> ChatMessage:
+    return ChatMessage(
+        message_id=f"{after.message_id}-results",
+        session_id=after.session_id,
+        seq=after.seq,
+        role="tool",
+        parts=_with_cancelled(calls, [None] * len(calls)),
+        status="interrupted",
+    )

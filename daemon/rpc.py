@@ -1,0 +1,305 @@
+"""The JSON-RPC 2.0 connection: envelopes, the method table, one task and cancel scope per
+request, ``$/cancelRequest``, batches, daemon → client requests, and the single place where
+exceptions become wire errors.
+
+It knows nothing about sessions or providers: handlers are plain async functions taking a
+validated params Struct and returning a result Struct, registered with their params type.
+"""
+
+import itertools
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from daemon.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    MethodNotFound,
+    ParseError,
+    PonderError,
+    RequestCancelled,
+    ShuttingDown,
+)
+from daemon.transport import _Overlong
+
+log = logging.getLogger("ponder.rpc")
+
+Handler = Callable[[Any], Awaitable[Any]]
+_PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
+_UNSET = object()
+
+
+class _Result(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    result: Any
+
+
+class _ErrorBody(msgspec.Struct):
+    code: int
+    message: str
+    data: dict[str, Any]
+
+
+class _Error(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    error: _ErrorBody
+
+
+class _Notification(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    params: Any
+
+
+class _Request(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    method: str
+    params: Any
+
+
+class ClientRequestError(PonderError):
+    """The client answered one of our requests with an error, or could not be asked."""
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def encode_error(request_id: Any, exc: PonderError) -> bytes:
+    return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(exc.code), exc.message, exc.data)))
+
+
+def as_wire_error(exc: BaseException) -> PonderError:
+    """The one mapping from any exception to a wire error."""
+    if isinstance(exc, PonderError):
+        return exc
+    if isinstance(exc, msgspec.ValidationError):
+        return validation_error(exc)
+    log.error("internal error", exc_info=exc)
+    return InternalError("Internal error in the daemon; details are in its log.")
+
+
+def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> InvalidParams:
+    text = str(exc)
+    match = _PATH_RE.search(text)
+    path = prefix + (match.group("path")[1:] if match else "")
+    message = _PATH_RE.sub("", text)
+    return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
+
+
+class Connection:
+    """One client connection over a pair of streams (stdio in production, memory in tests)."""
+
+    def __init__(self, outgoing: ObjectSendStream[bytes]) -> None:
+        self._outgoing = outgoing
+        self._methods: dict[str, tuple[type, Handler]] = {}
+        self._in_flight: dict[Any, anyio.CancelScope] = {}
+        self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
+        self._ids = itertools.count(1)
+        self._unanswered = 0  # requests received whose reply has not been queued yet
+        self.shutting_down = False
+
+    def register(self, method: str, params_type: type, handler: Handler) -> None:
+        self._methods[method] = (params_type, handler)
+
+    # --- sending ----------------------------------------------------------------------
+
+    async def send_raw(self, data: bytes) -> None:
+        try:
+            await self._outgoing.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("dropped an outgoing message: output is closed")
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self.send_raw(_encoder.encode(_Notification("2.0", method, params)))
+
+    async def request(self, method: str, params: Any, result_type: type) -> Any:
+        """Send a daemon → client request and wait for its answer.
+
+        Cancelling the waiting task withdraws the request: the client is told with
+        ``$/cancelRequest`` and a late answer is ignored.
+        """
+        request_id = f"ponder-{next(self._ids)}"
+        done = anyio.Event()
+        slot: list[Any] = []
+        self._pending[request_id] = (done, slot)
+        try:
+            await self.send_raw(_encoder.encode(_Request("2.0", request_id, method, params)))
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self.notify("$/cancelRequest", {"id": request_id})
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        answer = slot[0]
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            raise ClientRequestError(f"The client answered {method} with an error: {error.get('message', '?')}")
+        try:
+            return msgspec.convert(answer.get("result"), result_type)
+        except msgspec.ValidationError as exc:
+            raise ClientRequestError(f"The client's answer to {method} is invalid: {exc}") from None
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def serve(self, incoming: ObjectReceiveStream[bytes | _Overlong]) -> None:
+        """Dispatch incoming lines until the stream ends; requests run concurrently."""
+        async with anyio.create_task_group() as tg:
+            async for line in incoming:
+                if isinstance(line, _Overlong):
+                    await self.send_raw(encode_error(None, InvalidRequest("Line too long; it was discarded.", reason="line_too_long")))
+                    continue
+                try:
+                    message = _decoder.decode(line)
+                except msgspec.DecodeError as exc:
+                    await self.send_raw(encode_error(None, ParseError(f"Parse error: {exc}.")))
+                    continue
+                if isinstance(message, list):
+                    if not message:
+                        await self.send_raw(encode_error(None, InvalidRequest("Invalid request: empty batch.", reason="empty_batch")))
+                    else:
+                        tg.start_soon(self._handle_batch, message)
+                    continue
+                self._dispatch(tg, message)
+
+    def _dispatch(self, tg: anyio.abc.TaskGroup, message: Any) -> None:
+        if isinstance(message, dict) and "method" not in message and "id" in message and (
+            "result" in message or "error" in message
+        ):
+            self._route_answer(message)
+            return
+        tg.start_soon(self._handle_and_send, message)
+
+    async def _handle_and_send(self, message: Any) -> None:
+        self._unanswered += 1
+        try:
+            reply = await self._handle(message)
+            if reply is not None:
+                await self.send_raw(reply)
+        finally:
+            self._unanswered -= 1
+
+    async def wait_answered(self, timeout_s: float) -> None:
+        """Wait (bounded) until every request received so far has had its reply queued."""
+        with anyio.move_on_after(timeout_s):
+            while self._unanswered:
+                await anyio.sleep(0.005)
+
+    async def _handle_batch(self, messages: list[Any]) -> None:
+        self._unanswered += 1
+        try:
+            await self._answer_batch(messages)
+        finally:
+            self._unanswered -= 1
+
+    async def _answer_batch(self, messages: list[Any]) -> None:
+        replies: list[bytes | None] = [None] * len(messages)
+
+        async def one(i: int, message: Any) -> None:
+            if isinstance(message, dict) and "method" not in message and "id" in message:
+                self._route_answer(message)
+                return
+            replies[i] = await self._handle(message)
+
+        async with anyio.create_task_group() as tg:
+            for i, message in enumerate(messages):
+                tg.start_soon(one, i, message)
+        present = [r for r in replies if r is not None]
+        if present:
+            await self.send_raw(b"[" + b",".join(present) + b"]")
+
+    def _route_answer(self, message: dict[str, Any]) -> None:
+        pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        if pending is None:
+            log.debug("ignoring an answer to an unknown or withdrawn request %r", message.get("id"))
+            return
+        done, slot = pending
+        if not slot:
+            slot.append(message)
+            done.set()
+
+    async def _handle(self, message: Any) -> bytes | None:
+        """Handle one request or notification; return the encoded reply (None for notifications)."""
+        request_id: Any = None
+        try:
+            if not isinstance(message, dict):
+                raise InvalidRequest("Invalid request: expected a JSON-RPC request object.", reason="not_an_object")
+            request_id = message.get("id", _UNSET)
+            if request_id is not _UNSET and (
+                isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None)))
+            ):
+                request_id = None
+                raise InvalidRequest("Invalid request: id must be a string, a number or null.", reason="bad_id")
+            if message.get("jsonrpc") != "2.0":
+                raise InvalidRequest('Invalid request: "jsonrpc" must be "2.0".', reason="bad_jsonrpc")
+            method = message.get("method")
+            if not isinstance(method, str):
+                raise InvalidRequest("Invalid request: method must be a string.", reason="bad_method")
+        except PonderError as exc:
+            return encode_error(None if request_id is _UNSET else request_id, exc)
+
+        is_notification = request_id is _UNSET
+        if method == "$/cancelRequest":
+            self._cancel_request(message.get("params"))
+            return None
+        if is_notification:
+            # Notifications get no answer, not even an error; unknown ones are ignored.
+            if method in self._methods:
+                try:
+                    await self._call(method, message.get("params", _UNSET))
+                except Exception as exc:  # noqa: BLE001 - a notification cannot report errors
+                    log.warning("notification %s failed: %s", method, as_wire_error(exc).message)
+            return None
+        if request_id in self._in_flight:
+            return encode_error(request_id, InvalidRequest("Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"))
+        if self.shutting_down:
+            return encode_error(request_id, ShuttingDown())
+
+        scope = anyio.CancelScope()
+        self._in_flight[request_id] = scope
+        try:
+            with scope:
+                result = await self._call(method, message.get("params", _UNSET))
+                return _encoder.encode(_Result("2.0", request_id, result))
+            # Only reached when our own scope was cancelled by $/cancelRequest.
+            return encode_error(request_id, RequestCancelled())
+        except anyio.get_cancelled_exc_class():
+            # The whole connection is going away (shutdown): still answer, exactly once.
+            with anyio.move_on_after(1, shield=True):
+                await self.send_raw(encode_error(request_id, ShuttingDown()))
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one place exceptions become wire errors
+            return encode_error(request_id, as_wire_error(exc))
+        finally:
+            self._in_flight.pop(request_id, None)
+
+    async def _call(self, method: str, raw_params: Any) -> Any:
+        entry = self._methods.get(method)
+        if entry is None:
+            raise MethodNotFound(f"Method not found: {method!r}.", method=method)
+        params_type, handler = entry
+        if raw_params is _UNSET or raw_params is None:
+            raw_params = {}
+        if not isinstance(raw_params, dict):
+            raise InvalidParams("Invalid params: params must be an object.", path="$.params")
+        try:
+            params = msgspec.convert(raw_params, params_type)
+        except msgspec.ValidationError as exc:
+            raise validation_error(exc) from None
+        return await handler(params)
+
+    def _cancel_request(self, params: Any) -> None:
+        request_id = params.get("id") if isinstance(params, dict) else None
+        scope = self._in_flight.get(request_id)
+        if scope is not None:
+            scope.cancel()

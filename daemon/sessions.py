@@ -1,0 +1,496 @@
+"""The session registry and the per-session actors.
+
+Each live session has one actor task with a bounded inbox of admitted prompts; the actor
+alone runs that session's turns, one at a time, in order. Handlers admit prompts (the
+user message is committed before the prompt is answered), cancel turns and edit session
+settings; any method that names a session loads it from the store when needed, and idle
+actors are unloaded after a while. A lease in the store keeps two daemons sharing a home
+from running turns in the same session at once.
+"""
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from daemon import agent, thinking
+from daemon.catalog import Catalog, ModelSpec
+from daemon.config import Config
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import InvalidParams, PonderError, SessionBusy, SessionNotFound, ShuttingDown
+from daemon.providers.base import ProviderRequest, ToolSpec
+from daemon.providers.registry import ProviderRegistry
+from daemon.rpc import ClientRequestError, Connection
+from daemon.store import AsyncStore, SessionRow, new_lease_owner
+from daemon.timeutil import new_id, now_rfc3339
+from daemon.tools import builtin_tools, execute_tool
+from daemon.tools.approval import decide, denial_message
+from daemon.tools.base import ToolContext
+from protocol import events as ev
+from protocol.methods import PermissionRequestParams, PermissionRequestResult
+from protocol.objects import Session, Thinking
+
+log = logging.getLogger("ponder.sessions")
+
+LEASE_TTL_S = 3600.0  # a crashed owner is detected by its pid long before this
+
+
+@dataclass
+class PendingTurn:
+    turn_id: str
+    user_message: ChatMessage
+
+
+@dataclass
+class LiveSession:
+    row: SessionRow
+    history: list[ChatMessage]
+    inbox_send: Any
+    inbox_receive: Any
+    emit_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    current: agent.Turn | None = None
+    allowed_tools: set[str] = field(default_factory=set)
+    lease_held: bool = False
+    unloaded: bool = False
+    last_active: float = field(default_factory=time.monotonic)
+
+    @property
+    def queued(self) -> int:
+        return self.inbox_send.statistics().current_buffer_used
+
+    @property
+    def status(self) -> str:
+        return "running" if self.current is not None or self.queued else "idle"
+
+    def next_seq(self) -> int:
+        return self.history[-1].seq + 1 if self.history else 1
+
+
+class SessionManager:
+    def __init__(
+        self,
+        config: Config,
+        store: AsyncStore,
+        catalog: Catalog,
+        providers: ProviderRegistry,
+        connection: Connection,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.catalog = catalog
+        self.providers = providers
+        self.connection = connection
+        self.client_can_ask = False  # set by initialize
+        self.tools = builtin_tools()
+        self.tool_specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in self.tools.values()]
+        self._live: dict[str, LiveSession] = {}
+        self._loading: dict[str, anyio.Event] = {}
+        self._event_seq: dict[str, int] = {}
+        self._lease_owner = new_lease_owner()
+        self._tg: TaskGroup | None = None
+        self.shutting_down = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the actors' task group until cancelled (call ``shutdown`` first)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def shutdown(self, timeout_s: float = 1.5) -> None:
+        """Cancel every running turn and wait (bounded) for them to persist and end."""
+        self.shutting_down = True
+        for live in list(self._live.values()):
+            self._drop_queue(live)
+            if live.current is not None:
+                live.current.cancel_scope.cancel()
+        with anyio.move_on_after(timeout_s, shield=True):
+            while any(live.current is not None for live in self._live.values()):
+                await anyio.sleep(0.01)
+            for live in list(self._live.values()):
+                if live.lease_held:
+                    live.lease_held = False
+                    await self.store.release_lease(live.row.id, self._lease_owner)
+
+    # --- loading --------------------------------------------------------------------------
+
+    async def get(self, session_id: str) -> LiveSession:
+        """The live session, loaded from the store (and its actor started) when needed."""
+        live = self._live.get(session_id)
+        if live is not None:
+            live.last_active = time.monotonic()
+            return live
+        loading = self._loading.get(session_id)
+        if loading is not None:
+            await loading.wait()
+            return await self.get(session_id)
+        self._loading[session_id] = done = anyio.Event()
+        try:
+            row = await self.store.get_session(session_id)
+            if row is None:
+                raise SessionNotFound(session_id)
+            history = await self.store.get_messages(session_id)
+            return await self._activate(row, history)
+        finally:
+            del self._loading[session_id]
+            done.set()
+
+    async def _activate(self, row: SessionRow, history: list[ChatMessage]) -> LiveSession:
+        if self.shutting_down or self._tg is None:
+            raise ShuttingDown()
+        send, receive = anyio.create_memory_object_stream[PendingTurn](self.config.max_queued_prompts)
+        live = LiveSession(row=row, history=history, inbox_send=send, inbox_receive=receive)
+        self._live[row.id] = live
+        await self._tg.start(self._actor, live)
+        return live
+
+    async def row(self, session_id: str) -> SessionRow:
+        """A session's row, from the live session when loaded, without loading history."""
+        live = self._live.get(session_id)
+        if live is not None:
+            return live.row
+        row = await self.store.get_session(session_id)
+        if row is None:
+            raise SessionNotFound(session_id)
+        return row
+
+    def wire_session(self, row: SessionRow) -> Session:
+        live = self._live.get(row.id)
+        if live is not None:
+            row = live.row
+            row.message_count = len(live.history)
+        return row.to_wire(live.status if live is not None else "idle")
+
+    def thinking_for(self, row: SessionRow) -> Thinking:
+        spec = self.catalog.get(row.model_id)
+        return thinking.resolve_thinking(spec, row.thinking_level)
+
+    # --- creating and editing -------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        model_id: str | None,
+        thinking_level: str | None,
+        cwd: str | None,
+        title: str | None,
+        system_prompt: str | None,
+        approval_policy: str | None,
+    ) -> LiveSession:
+        spec = self.catalog.get(model_id or self.catalog.default_model_id())
+        level = self._initial_level(spec, thinking_level)
+        row = SessionRow(
+            id=new_id("ses"),
+            cwd=str(_check_cwd(cwd)),
+            model_id=spec.id,
+            thinking_level=level,
+            approval_policy=approval_policy or self.config.default_approval_policy,
+            title=title,
+            system_prompt=system_prompt,
+        )
+        row = await self.store.create_session(row)
+        return await self._activate(row, [])
+
+    def _initial_level(self, spec: ModelSpec, requested: str | None) -> str:
+        raw = requested if requested is not None else self.config.default_thinking_level
+        level = thinking.parse_level(raw, path="$.params.thinking_level") if raw else "default"
+        if level == "default":
+            level = self.catalog.default_level(spec)
+        return level
+
+    async def update(self, session_id: str, **fields: Any) -> SessionRow:
+        row = await self.store.update_session(session_id, **fields)
+        live = self._live.get(session_id)
+        if live is not None:
+            live.row = row
+        for kind in ("model_id", "thinking_level"):
+            if kind in fields:
+                await self.store.record_change(session_id, kind.removesuffix("_id").removesuffix("_level"), fields[kind])
+        await self.connection.notify("session/updated", {"session": self.wire_session(row)})
+        return row
+
+    async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
+        row = await self.row(session_id)
+        spec = self.catalog.get(model_id)
+        fields: dict[str, Any] = {"model_id": spec.id}
+        if level is not None:
+            parsed = thinking.parse_level(level, path="$.params.thinking_level")
+            fields["thinking_level"] = self.catalog.default_level(spec) if parsed == "default" else parsed
+        row = await self.update(row.id, **fields)
+        return row, spec
+
+    async def set_thinking(self, session_id: str, level: str) -> SessionRow:
+        row = await self.row(session_id)
+        parsed = thinking.parse_level(level, path="$.params.level")
+        if parsed == "default":
+            parsed = self.catalog.default_level(self.catalog.get(row.model_id))
+        return await self.update(row.id, thinking_level=parsed)
+
+    async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
+        source = await self.row(session_id)
+        new_row = SessionRow(
+            id=new_id("ses"),
+            cwd=source.cwd,
+            model_id=source.model_id,
+            thinking_level=source.thinking_level,
+            approval_policy=source.approval_policy,
+            title=source.title,
+            system_prompt=source.system_prompt,
+            parent_id=source.id,
+        )
+        if message_id is not None:
+            messages = await self.store.get_messages(session_id)
+            if not any(m.message_id == message_id for m in messages):
+                raise InvalidParams(f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id")
+        return await self.store.fork_session(source.id, new_row, message_id)
+
+    async def delete(self, session_id: str) -> None:
+        await self.row(session_id)
+        live = self._live.pop(session_id, None)
+        if live is not None:
+            live.unloaded = True
+            self._drop_queue(live)
+            turn = live.current
+            if turn is not None:
+                turn.cancel_scope.cancel()
+                with anyio.move_on_after(3):
+                    while live.current is not None:
+                        await anyio.sleep(0.01)
+            live.inbox_send.close()
+        await self.store.delete_session(session_id)
+
+    # --- prompts and turns ----------------------------------------------------------------
+
+    async def prompt(self, session_id: str, text: str) -> tuple[str, bool]:
+        live = await self.get(session_id)
+        if self.shutting_down:
+            raise ShuttingDown()
+        spec = self.catalog.get(live.row.model_id)
+        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is stored
+        if live.queued >= self.config.max_queued_prompts:
+            raise SessionBusy(session_id)
+        if not live.lease_held:
+            if not await self.store.acquire_lease(session_id, self._lease_owner, LEASE_TTL_S):
+                raise SessionBusy(session_id, "another ponder process is running a turn in it")
+            live.lease_held = True
+        queued = live.status == "running"
+        message = ChatMessage(
+            message_id=new_id("msg"),
+            session_id=session_id,
+            seq=live.next_seq(),
+            role="user",
+            parts=[Part(type="text", text=text)],
+            status="complete",
+            created_at=now_rfc3339(),
+        )
+        live.history.append(message)
+        await self.store.save_message(message)
+        turn_id = new_id("turn")
+        live.inbox_send.send_nowait(PendingTurn(turn_id, message))
+        return turn_id, queued
+
+    async def cancel(self, session_id: str) -> tuple[bool, int]:
+        live = self._live.get(session_id)
+        if live is None:
+            await self.row(session_id)  # unknown ids still get session_not_found
+            return False, 0
+        dropped = self._drop_queue(live)
+        turn = live.current
+        if turn is None:
+            return False, dropped
+        turn.cancel_scope.cancel()
+        return True, dropped
+
+    def _drop_queue(self, live: LiveSession) -> int:
+        dropped = 0
+        while True:
+            try:
+                pending = live.inbox_receive.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return dropped
+            dropped += 1
+            # The prompt stays in the history (it was said); its turn still gets its
+            # bracket so a client waiting on the turn id is never left hanging.
+            if self._tg is not None:
+                self._tg.start_soon(self._bracket_dropped, live, pending)
+
+    async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn) -> None:
+        try:
+            thinking_now = self.thinking_for(live.row)
+        except PonderError:
+            thinking_now = _no_thinking(live.row.thinking_level)
+        emit = self._emitter(live, pending.turn_id)
+        await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": thinking_now, "user_message_id": pending.user_message.message_id})
+        await emit(ev.TurnEnd, {"stop_reason": "cancelled", "usage": None, "error": None})
+
+    async def _actor(self, live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            with anyio.move_on_after(self.config.idle_unload_s) as idle:
+                try:
+                    pending = await live.inbox_receive.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    return
+            if idle.cancelled_caught:
+                if live.status == "idle" and not self.shutting_down:
+                    self._unload(live)
+                    return
+                continue
+            await self._run_turn(live, pending)
+            if not live.queued and live.lease_held:
+                live.lease_held = False
+                with anyio.move_on_after(2, shield=True):
+                    await self.store.release_lease(live.row.id, self._lease_owner)
+
+    def _unload(self, live: LiveSession) -> None:
+        if self._live.get(live.row.id) is live:
+            del self._live[live.row.id]
+        live.unloaded = True
+        live.inbox_send.close()
+
+    async def _run_turn(self, live: LiveSession, pending: PendingTurn) -> None:
+        # A prompt queued behind a running turn was stored before that turn's replies:
+        # move it to the end so the stored history reads as the conversation happened.
+        message = pending.user_message
+        if live.history and live.history[-1] is not message:
+            live.history.remove(message)
+            message.seq = live.next_seq()
+            live.history.append(message)
+            await self.store.save_message(message)
+        emit = self._emitter(live, pending.turn_id)
+        try:
+            turn = self._build_turn(live, pending, emit)
+        except PonderError as exc:
+            await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": _no_thinking(live.row.thinking_level), "user_message_id": message.message_id})
+            await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent._error_info(exc)})
+            return
+        live.current = turn
+        try:
+            await agent.run_turn(turn)
+        finally:
+            live.current = None
+            live.last_active = time.monotonic()
+        if not live.unloaded:
+            live.row.message_count = len(live.history)
+            with anyio.move_on_after(2, shield=True):
+                await self.connection.notify("session/updated", {"session": self.wire_session(live.row)})
+
+    def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
+        row = live.row
+        spec = self.catalog.get(row.model_id)
+        provider = self.providers.get(spec.provider, spec.api)
+        resolved = thinking.resolve_thinking(spec, row.thinking_level)
+        adjust = getattr(provider, "adjust_thinking", None)
+        if adjust is not None:
+            probe = ProviderRequest(provider=spec.provider, model=spec.model, thinking=resolved, messages=agent.repair_history(live.history))
+            resolved = adjust(probe) or resolved
+        cwd = Path(row.cwd)
+
+        async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
+            result = await execute_tool(self.tools, name, arguments, ToolContext(cwd=cwd, emit_output=output))
+            return result.text, result.is_error
+
+        async def approve(call: Part) -> tuple[bool, str]:
+            return await self._approve(live, pending.turn_id, call)
+
+        return agent.Turn(
+            session_id=row.id,
+            turn_id=pending.turn_id,
+            user_message=pending.user_message,
+            model_id=spec.id,
+            provider_name=spec.provider,
+            model_name=spec.model,
+            provider=provider,
+            thinking=resolved,
+            history=live.history,
+            emit=emit,
+            save=self.store.save_message,
+            next_seq=live.next_seq,
+            approve=approve,
+            run_tool=run_tool,
+            tools=self.tool_specs if spec.supports_tools else [],
+            system_prompt=row.system_prompt,
+            settings=agent.TurnSettings(
+                max_steps=self.config.max_tool_steps,
+                max_attempts=self.config.retry_max_attempts,
+                stall_timeout_s=self.config.stall_timeout_s,
+            ),
+        )
+
+    async def _approve(self, live: LiveSession, turn_id: str, call: Part) -> tuple[bool, str]:
+        name = call.name or ""
+        tool = self.tools.get(name)
+        if tool is None:
+            return True, ""  # unknown tools fail in execute_tool with a message the model can use
+        policy = live.row.approval_policy
+        verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.client_can_ask)
+        if verdict == "run":
+            return True, ""
+        if verdict == "deny":
+            reason = "the client cannot be asked" if policy == "ask" else f"the session's approval policy is {policy!r}"
+            return False, denial_message(policy, name, reason)
+        params = PermissionRequestParams(
+            session_id=live.row.id,
+            turn_id=turn_id,
+            call_id=call.call_id or "",
+            tool=name,
+            arguments=call.arguments or {},
+            title=_permission_title(name, call.arguments or {}),
+            options=["allow_once", "allow_session", "deny"],
+        )
+        try:
+            answer = await self.connection.request("permission/request", params, PermissionRequestResult)
+        except ClientRequestError as exc:
+            return False, denial_message(policy, name, exc.message)
+        if answer.decision == "allow_session":
+            live.allowed_tools.add(name)
+        if answer.decision == "deny":
+            return False, denial_message(policy, name, "the person denied it")
+        return True, ""
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _emitter(self, live: LiveSession, turn_id: str) -> agent.Emit:
+        session_id = live.row.id
+        notify = self.connection.notify
+        lock = live.emit_lock
+
+        async def emit(kind: type, fields: dict[str, Any]) -> None:
+            # The lock keeps seq order equal to wire order when tools emit concurrently.
+            async with lock:
+                seq = self._event_seq.get(session_id, 0) + 1
+                self._event_seq[session_id] = seq
+                await notify("agent/event", kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+
+        return emit
+
+    def is_live(self, session_id: str) -> bool:
+        return session_id in self._live
+
+
+def _check_cwd(cwd: str | None) -> Path:
+    path = Path(cwd).expanduser() if cwd else Path(os.getcwd())
+    if not path.is_absolute():
+        raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
+    if not path.is_dir():
+        raise InvalidParams(f"cwd {str(path)!r} is not an existing directory.", path="$.params.cwd")
+    return path.resolve()
+
+
+def _no_thinking(level: str) -> Thinking:
+    return Thinking(requested=level, effective="off", supported=[], reason=None, budget_tokens=None, request_params={})  # type: ignore[arg-type]
+
+
+def _permission_title(name: str, arguments: dict[str, Any]) -> str:
+    if name == "run_command":
+        return f"Run command: {arguments.get('command', '')}"[:200]
+    if "path" in arguments:
+        return f"{name.replace('_', ' ').capitalize()}: {arguments['path']}"[:200]
+    return f"Allow {name}?"
