@@ -277,13 +277,19 @@ class Store:
         self._lock = threading.RLock()
         in_memory = self.path == ":memory:"
         if not in_memory:
-            _prepare_file(self.path)
-        db = sqlite3.connect(
-            self.path,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-            check_same_thread=False,  # AsyncStore calls from pooled worker threads
-        )
+            try:
+                _prepare_file(self.path)
+            except OSError as error:
+                raise StoreError(f"Could not create the session database {self.path}: {error}") from error
+        try:
+            db = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # AsyncStore calls from pooled worker threads
+            )
+        except sqlite3.Error as error:
+            raise StoreError(f"Could not open the session database {self.path}: {error}") from error
         try:
             self._retry_locked(lambda: self._configure(db))
             self._retry_locked(lambda: migrate(db))

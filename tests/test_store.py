@@ -498,6 +498,43 @@ def test_two_processes_write_one_file_without_corruption(db_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_processes_opening_a_fresh_file_at_once_migrate_it_once(db_path: Path) -> None:
+    opener = textwrap.dedent(
+        """
+        import sys
+        from daemon.store import Store, SessionRow
+        sys.stdin.readline()
+        with Store(sys.argv[1]) as store:
+            store.create_session(SessionRow(id=sys.argv[2], cwd="/", model_id="m", thinking_level="off"))
+        """
+    )
+    children = [spawn(opener, str(db_path), f"s{i}") for i in range(4)]
+    try:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        assert [child.wait(timeout=60) for child in children] == [0] * 4
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    stream.close()
+    with Store(db_path) as store:
+        rows, _ = store.list_sessions()
+        assert sorted(r.id for r in rows) == ["s0", "s1", "s2", "s3"]
+
+
+def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match="Could not"):
+        Store(tmp_path / "file" / "sessions.db")
+
+
+@pytest.mark.slow
 def test_write_waits_for_another_process_holding_the_lock(store: Store, db_path: Path) -> None:
     store.create_session(session())
     holder = spawn(
