@@ -154,7 +154,7 @@ class Connection:
 
     async def serve(self, incoming: ObjectReceiveStream[bytes | _Overlong]) -> None:
         """Dispatch incoming lines until the stream ends; requests run concurrently."""
-        async with anyio.create_task_group() as tg:
+        async with incoming, anyio.create_task_group() as tg:
             async for line in incoming:
                 if isinstance(line, _Overlong):
                     await self.send_raw(encode_error(None, InvalidRequest("Line too long; it was discarded.", reason="line_too_long")))

@@ -7,6 +7,7 @@ adapters) are opened lazily so that ``initialize`` is answered fast.
 
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -95,7 +96,7 @@ class Daemon:
     # --- models and thinking ----------------------------------------------------------------
 
     async def models_list(self, params: m.ModelsListParams) -> m.ModelsListResult:
-        specs = await self.catalog.list_models_async(params.provider)
+        specs = self.catalog.list_models(params.provider)
         return m.ModelsListResult(models=[self.catalog.to_wire(spec) for spec in specs])
 
     async def model_set(self, params: m.ModelSetParams) -> m.ModelSetResult:
@@ -199,6 +200,7 @@ async def serve(
     outgoing: ObjectSendStream[bytes],
     *,
     handle_signals: bool = False,
+    on_ready: Callable[[Daemon], None] | None = None,
 ) -> None:
     """Serve one connection until end of input, ``shutdown`` or a signal; then shut down."""
     connection = Connection(outgoing)
@@ -206,6 +208,8 @@ async def serve(
     store = await AsyncStore.open(config.db_path)
     daemon = Daemon(config, connection, store)
     daemon.register()
+    if on_ready is not None:
+        on_ready(daemon)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(daemon.sessions.run)

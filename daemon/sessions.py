@@ -99,10 +99,15 @@ class SessionManager:
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the actors' task group until cancelled (call ``shutdown`` first)."""
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            await anyio.sleep_forever()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            for live in self._live.values():
+                live.inbox_send.close()
+                live.inbox_receive.close()
 
     async def shutdown(self, timeout_s: float = 1.5) -> None:
         """Cancel every running turn and wait (bounded) for them to persist and end."""
@@ -332,6 +337,10 @@ class SessionManager:
 
     async def _actor(self, live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        with live.inbox_receive:
+            await self._serve_inbox(live)
+
+    async def _serve_inbox(self, live: LiveSession) -> None:
         while True:
             with anyio.move_on_after(self.config.idle_unload_s) as idle:
                 try:

@@ -11,7 +11,7 @@ import msgspec
 from protocol.objects import ErrorInfo, Message, Session, StopReason, Thinking, Usage
 
 
-class _Event(msgspec.Struct, kw_only=True, tag_field="type"):
+class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
     session_id: str
     turn_id: str
     seq: int
@@ -142,13 +142,13 @@ AgentEvent = (
 )
 
 
-class AuthCompleted(msgspec.Struct, kw_only=True):
+class AuthCompleted(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     provider: str
     ok: bool
     error: str | None = None
 
 
-class SessionUpdated(msgspec.Struct, kw_only=True):
+class SessionUpdated(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session: Session
 
 

@@ -33,19 +33,19 @@ class InitializeParams(msgspec.Struct, kw_only=True):
     capabilities: ClientCapabilities | None = None
 
 
-class ServerInfo(msgspec.Struct, kw_only=True):
+class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
     version: str
 
 
-class ServerCapabilities(msgspec.Struct, kw_only=True):
+class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
 
 
-class InitializeResult(msgspec.Struct, kw_only=True):
+class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     protocol_version: int
     server_info: ServerInfo
     capabilities: ServerCapabilities
@@ -59,7 +59,7 @@ class ModelsListParams(msgspec.Struct, kw_only=True):
     provider: str | None = None
 
 
-class ModelsListResult(msgspec.Struct, kw_only=True):
+class ModelsListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     models: list[Model]
 
 
@@ -69,7 +69,7 @@ class ModelSetParams(msgspec.Struct, kw_only=True):
     thinking_level: str | None = None
 
 
-class ModelSetResult(msgspec.Struct, kw_only=True):
+class ModelSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     model: Model
     thinking: Thinking
@@ -80,7 +80,7 @@ class ThinkingSetParams(msgspec.Struct, kw_only=True):
     level: str
 
 
-class ThinkingSetResult(msgspec.Struct, kw_only=True):
+class ThinkingSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     thinking: Thinking
 
@@ -97,7 +97,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     approval_policy: ApprovalPolicy | None = None
 
 
-class SessionResult(msgspec.Struct, kw_only=True):
+class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Result of ``session/start`` and ``session/get``."""
 
     session: Session
@@ -110,7 +110,7 @@ class SessionIdParams(msgspec.Struct, kw_only=True):
     session_id: str
 
 
-class SessionResumeResult(msgspec.Struct, kw_only=True):
+class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session: Session
     thinking: Thinking
     messages: list[Message]
@@ -122,7 +122,7 @@ class SessionListParams(msgspec.Struct, kw_only=True):
     cursor: str | None = None
 
 
-class SessionListResult(msgspec.Struct, kw_only=True):
+class SessionListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sessions: list[Session]
     next_cursor: str | None
 
@@ -133,7 +133,7 @@ class SessionMessagesParams(msgspec.Struct, kw_only=True):
     limit: int | None = None
 
 
-class SessionMessagesResult(msgspec.Struct, kw_only=True):
+class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     messages: list[Message]
     next_seq: int | None
 
@@ -143,12 +143,12 @@ class SessionPromptParams(msgspec.Struct, kw_only=True):
     text: str
 
 
-class SessionPromptResult(msgspec.Struct, kw_only=True):
+class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn_id: str
     queued: bool
 
 
-class SessionCancelResult(msgspec.Struct, kw_only=True):
+class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cancelled: bool
     dropped_queued: int
 
@@ -158,7 +158,7 @@ class SessionForkParams(msgspec.Struct, kw_only=True):
     message_id: str | None = None
 
 
-class SessionOnlyResult(msgspec.Struct, kw_only=True):
+class SessionOnlyResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Result of ``session/fork`` and ``session/rename``."""
 
     session: Session
@@ -169,7 +169,7 @@ class SessionRenameParams(msgspec.Struct, kw_only=True):
     title: str
 
 
-class SessionDeleteResult(msgspec.Struct, kw_only=True):
+class SessionDeleteResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deleted: bool
 
 
@@ -180,29 +180,29 @@ class McpListParams(msgspec.Struct, kw_only=True):
     session_id: str | None = None
 
 
-class McpTool(msgspec.Struct, kw_only=True):
+class McpTool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
     description: str | None
 
 
-class McpServer(msgspec.Struct, kw_only=True):
+class McpServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
     status: Literal["starting", "ready", "failed", "stopped"]
     error: str | None
     tools: list[McpTool]
 
 
-class McpListResult(msgspec.Struct, kw_only=True):
+class McpListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     servers: list[McpServer]
 
 
-class AuthProvider(msgspec.Struct, kw_only=True):
+class AuthProvider(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     provider: str
     configured: bool
     source: Literal["env", "config", "login"] | None
 
 
-class AuthStatusResult(msgspec.Struct, kw_only=True):
+class AuthStatusResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     providers: list[AuthProvider]
 
 
@@ -210,7 +210,7 @@ class AuthLoginParams(msgspec.Struct, kw_only=True):
     provider: str
 
 
-class AuthLoginResult(msgspec.Struct, kw_only=True):
+class AuthLoginResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     user_code: str
     verification_uri: str
     expires_in: int
@@ -236,7 +236,7 @@ class PermissionRequestParams(msgspec.Struct, kw_only=True):
     options: list[Literal["allow_once", "allow_session", "deny"]]
 
 
-class PermissionRequestResult(msgspec.Struct, kw_only=True):
+class PermissionRequestResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     decision: Literal["allow_once", "allow_session", "deny"]
 
 

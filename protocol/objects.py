@@ -9,7 +9,7 @@ ApprovalPolicy = Literal["ask", "auto", "read_only"]
 StopReason = Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error"]
 
 
-class Model(msgspec.Struct, kw_only=True):
+class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     provider: str
     model: str
@@ -24,7 +24,7 @@ class Model(msgspec.Struct, kw_only=True):
     available: bool
 
 
-class Thinking(msgspec.Struct, kw_only=True):
+class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requested: ThinkingLevel
     effective: ThinkingLevel
     supported: list[ThinkingLevel]
@@ -33,7 +33,7 @@ class Thinking(msgspec.Struct, kw_only=True):
     request_params: dict[str, Any]
 
 
-class Session(msgspec.Struct, kw_only=True):
+class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
     cwd: str
@@ -47,7 +47,7 @@ class Session(msgspec.Struct, kw_only=True):
     status: Literal["idle", "running"]
 
 
-class Usage(msgspec.Struct, kw_only=True):
+class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -55,22 +55,22 @@ class Usage(msgspec.Struct, kw_only=True):
     cache_write_tokens: int | None = None
 
 
-class TextBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
+class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
     text: str
 
 
-class ThinkingBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="thinking"):
+class ThinkingBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="thinking"):
     text: str
     redacted: bool = False
 
 
-class ToolCallBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_call"):
+class ToolCallBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_call"):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
-class ToolResultBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_result"):
+class ToolResultBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_result"):
     call_id: str
     is_error: bool
     text: str
@@ -79,7 +79,7 @@ class ToolResultBlock(msgspec.Struct, kw_only=True, tag_field="type", tag="tool_
 Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock
 
 
-class Message(msgspec.Struct, kw_only=True):
+class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_id: str
     session_id: str
     seq: int
@@ -94,7 +94,7 @@ class Message(msgspec.Struct, kw_only=True):
     created_at: str
 
 
-class ErrorInfo(msgspec.Struct, kw_only=True):
+class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A failure reported inside an event (``turn_end.error``, ``retry.error``)."""
 
     code: int

@@ -14,3 +14,10 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def replay_server():
     with ReplayServer() as server:
         yield server
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path

@@ -1,0 +1,205 @@
+"""A small JSON-RPC client of the ponder protocol: the reference client for scripts.
+
+``spawn_daemon()`` starts ``ponder serve`` as a subprocess and yields a connected
+``RpcClient``; the same client also runs over in-memory streams in tests. It routes
+replies to their requests, queues notifications, and answers daemon → client requests
+(``permission/request``) through a handler.
+"""
+
+import itertools
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class RpcClient:
+    def __init__(self, send_line: Callable[[bytes], Awaitable[None]]) -> None:
+        self._send_line = send_line
+        self._ids = itertools.count(1)
+        self._waiting: dict[Any, tuple[anyio.Event, list[Any]]] = {}
+        self.notify_send, self.notifications = anyio.create_memory_object_stream[tuple[str, Any]](100_000)
+        self.on_request: RequestHandler | None = None
+        self.sent_methods: dict[Any, str] = {}  # request id -> method, to interpret replies
+        # Called with every decoded message from the daemon (tests validate the wire here).
+        self.on_message: Callable[[Any, dict[Any, str]], None] | None = None
+
+    async def request(self, method: str, params: Any = None, *, request_id: Any = None) -> Any:
+        request_id = next(self._ids) if request_id is None else request_id
+        done = anyio.Event()
+        slot: list[Any] = []
+        self._waiting[request_id] = (done, slot)
+        self.sent_methods[request_id] = method
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            await self._send_line(msgspec.json.encode(message))
+            await done.wait()
+        finally:
+            self._waiting.pop(request_id, None)
+        reply = slot[0]
+        if "error" in reply:
+            error = reply["error"]
+            raise RpcError(error.get("code", 0), error.get("message", ""), error.get("data"))
+        return reply.get("result")
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._send_line(msgspec.json.encode(message))
+
+    async def send_raw(self, line: bytes) -> None:
+        await self._send_line(line)
+
+    async def events(self, turn_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """``agent/event`` params in order; with ``turn_id``, that turn's events up to its turn_end."""
+        async for method, params in self.notifications:
+            if method != "agent/event":
+                continue
+            if turn_id is not None and params.get("turn_id") != turn_id:
+                continue
+            yield params
+            if turn_id is not None and params.get("type") == "turn_end":
+                return
+
+    async def collect_turn(self, turn_id: str) -> list[dict[str, Any]]:
+        return [event async for event in self.events(turn_id)]
+
+    async def dispatch(self, line: bytes) -> None:
+        """Handle one line from the daemon."""
+        message = msgspec.json.decode(line)
+        if self.on_message is not None:
+            self.on_message(message, self.sent_methods)
+        for item in message if isinstance(message, list) else [message]:
+            await self._dispatch_one(item)
+
+    async def _dispatch_one(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            await self._answer(message)
+        elif "method" in message:
+            await self.notify_send.send((message["method"], message.get("params")))
+        else:
+            waiting = self._waiting.get(message.get("id"))
+            if waiting is not None:
+                waiting[1].append(message)
+                waiting[0].set()
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if self.on_request is None:
+            reply["error"] = {"code": -32601, "message": "This client answers no requests."}
+        else:
+            try:
+                reply["result"] = await self.on_request(message["method"], message.get("params"))
+            except Exception as exc:  # noqa: BLE001 - report any handler failure to the daemon
+                reply["error"] = {"code": -32603, "message": str(exc)}
+        await self._send_line(msgspec.json.encode(reply))
+
+
+@asynccontextmanager
+async def spawn_daemon(
+    *,
+    home: str | os.PathLike[str] | None = None,
+    serve_args: tuple[str, ...] = (),
+    log_level: str = "info",
+    env: dict[str, str] | None = None,
+    on_request: RequestHandler | None = None,
+    stderr: int | None = None,
+) -> AsyncIterator[RpcClient]:
+    """Run ``python -m daemon [--home H] serve SERVE_ARGS`` and yield a client connected to it.
+
+    Leaving the block closes the daemon's stdin (a graceful shutdown) and waits for it.
+    """
+    command = [sys.executable, "-m", "daemon", "--log-level", log_level]
+    if home is not None:
+        command += ["--home", str(home)]
+    command += ["serve", *serve_args]
+    process = await anyio.open_process(
+        command,
+        env={**os.environ, **(env or {})},
+        cwd=str(Path.cwd()),
+        stderr=stderr,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    stdin = process.stdin
+
+    async def send_line(line: bytes) -> None:
+        await stdin.send(line + b"\n")
+
+    client = RpcClient(send_line)
+    client.on_request = on_request
+    client.process = process  # type: ignore[attr-defined]
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:
+            buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
+            try:
+                while True:
+                    line = await buffered.receive_until(b"\n", 1 << 30)
+                    await client.dispatch(line)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            finally:
+                client.notify_send.close()
+
+        tg.start_soon(read)
+        try:
+            yield client
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await stdin.aclose()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                with anyio.move_on_after(10) as waited:
+                    await process.wait()
+                if waited.cancelled_caught:
+                    process.kill()
+                    await process.wait()
+            client.notifications.close()
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def connect_memory(
+    daemon_incoming: ObjectSendStream[Any], daemon_outgoing: ObjectReceiveStream[bytes]
+) -> AsyncIterator[RpcClient]:
+    """A client over in-memory streams (tests run the daemon's ``serve`` in the same process)."""
+
+    async def send_line(line: bytes) -> None:
+        await daemon_incoming.send(line)
+
+    client = RpcClient(send_line)
+    async with anyio.create_task_group() as tg:
+
+        async def read() -> None:
+            async with daemon_outgoing:
+                async for line in daemon_outgoing:
+                    await client.dispatch(line)
+            client.notify_send.close()
+
+        tg.start_soon(read)
+        try:
+            yield client
+        finally:
+            client.notifications.close()
+            tg.cancel_scope.cancel()
