@@ -400,7 +400,8 @@ class Catalog:
                     what = entry.get("model") if isinstance(entry.get("model"), str) else f"#{n + 1}"
                     problem = f"config.toml: [[providers.{name}.models]] {what}: {exc}; skipping it."
                     self.problems.append(problem)
-                    config.problems.append(problem)
+                    if problem not in config.problems:  # a second Catalog of the same config
+                        config.problems.append(problem)
 
     # -- listing --------------------------------------------------------------------
 
