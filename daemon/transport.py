@@ -12,11 +12,14 @@ reorder anything; the writer drains whatever is queued into one ``write`` call.
 
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 
@@ -94,25 +97,40 @@ class LineSplitter:
             out.append(line)
 
 
-async def _pump_input(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
-    splitter = LineSplitter(max_line_bytes)
-    async with send:
-        while True:
-            # A blocked read cannot be interrupted; abandoning it lets shutdown proceed.
-            chunk = await anyio.to_thread.run_sync(_read, fd, abandon_on_cancel=True)
-            if not chunk:
-                for item in splitter.finish():
-                    await send.send(item)
-                return
-            for item in splitter.feed(chunk):
-                await send.send(item)
+def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
+    """Read stdin on a daemon thread, handing complete lines to the event loop.
 
+    A read blocked on stdin cannot be interrupted; a daemon thread (unlike a pooled worker
+    thread) never keeps the process alive at exit. Handing lines over blocks the thread
+    while the loop is busy, which is the back-pressure we want.
+    """
+    token = anyio.lowlevel.current_token()
 
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, READ_CHUNK)
-    except OSError:
-        return b""
+    def deliver(items: list[bytes | _Overlong]) -> None:
+        for item in items:
+            anyio.from_thread.run(send.send, item, token=token)
+
+    def read_forever() -> None:
+        splitter = LineSplitter(max_line_bytes)
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, READ_CHUNK)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    deliver(splitter.finish())
+                    return
+                deliver(splitter.feed(chunk))
+        except Exception:  # noqa: BLE001 - the loop is gone or the stream closed: stop reading
+            return
+        finally:
+            try:
+                anyio.from_thread.run_sync(send.close, token=token)
+            except Exception:  # noqa: BLE001 - the loop is already gone
+                pass
+
+    threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
 
 
 async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
@@ -155,15 +173,9 @@ async def open_stdio(
     out_send, out_receive = anyio.create_memory_object_stream[bytes](OUTGOING_BUFFER)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_pump_output, out_fd, out_receive)
-        reader_scope = anyio.CancelScope()
-
-        async def read_stdin() -> None:
-            with reader_scope:
-                await _pump_input(in_fd, in_send, max_line_bytes)
-
-        tg.start_soon(read_stdin)
+        _start_reader(in_fd, in_send, max_line_bytes)
         try:
             yield in_receive, out_send
         finally:
-            reader_scope.cancel()
+            in_receive.close()  # the reader thread stops at its next line
             await out_send.aclose()  # the writer drains what is queued, then ends
