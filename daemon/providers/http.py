@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
@@ -113,3 +114,38 @@ async def iter_lines(response: httpx.Response) -> AsyncIterator[str]:
             yield line.rstrip("\r")
     if decoder_buffer:
         yield decoder_buffer.rstrip("\r")
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, recursing into nested dicts; neither input is changed.
+
+    Adapters use it to lay ``thinking.request_params`` (a provider-side body fragment) over
+    the body they built, so that e.g. ``generationConfig.thinkingConfig`` joins an existing
+    ``generationConfig`` instead of replacing it.
+    """
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+async def close_response(response: httpx.Response, reader: AsyncIterator[Any] | None = None) -> None:
+    """Close a streamed response and unwind ``reader``, the iterator that was reading its body.
+
+    httpx reads bodies through nested async generators (httpx #3686). Closing only the
+    outermost one, as ``aclose()`` or an abandoned ``async for`` does, leaves the inner ones
+    suspended, and trio warns when the garbage collector finds them. Closing the connection
+    first makes the reader's next read fail inside the innermost generator, so that failure
+    unwinds (and finishes) every level. Bounded and shielded: it runs on cancel paths too.
+    """
+    with anyio.move_on_after(1.0, shield=True):
+        await response.aclose()
+        if reader is not None:
+            try:
+                while True:
+                    await reader.__anext__()
+            except Exception:  # StopAsyncIteration, or the read on the closed connection
+                pass

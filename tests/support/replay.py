@@ -2,8 +2,10 @@
 
 It runs in its own thread (stdlib ``http.server``), so it serves tests on either anyio
 backend alike. Queue responses with ``server.enqueue(...)`` (or ``enqueue_fixture``);
-each incoming request takes the next one. Bodies are written in chunks at the given
-byte offsets (offsets inside multi-byte characters included) with an optional delay.
+each incoming request takes the next one, unless ``server.route(method, path, answer)``
+claimed its path: a route answers by request, for clients that send several at once.
+Bodies are written in chunks at the given byte offsets (offsets inside multi-byte
+characters included) with an optional delay.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -69,6 +71,7 @@ class ReplayServer:
     def __init__(self) -> None:
         self.responses: deque[ScriptedResponse] = deque()
         self.requests: list[RecordedRequest] = []
+        self.routes: dict[tuple[str, str], Callable[[RecordedRequest], ScriptedResponse]] = {}
         self._lock = threading.Lock()
         server = self
 
@@ -81,11 +84,13 @@ class ReplayServer:
             def _handle(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
+                recorded = RecordedRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 with server._lock:
-                    server.requests.append(
-                        RecordedRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                    )
-                    scripted = server.responses.popleft() if server.responses else None
+                    server.requests.append(recorded)
+                    answer = server.routes.get((self.command, self.path))
+                    scripted = server.responses.popleft() if answer is None and server.responses else None
+                if answer is not None:
+                    scripted = answer(recorded)
                 if scripted is None:
                     scripted = ScriptedResponse(status=500, body=b'{"error":{"message":"replay server: no response queued"}}')
                 self.send_response(scripted.status)
@@ -115,7 +120,8 @@ class ReplayServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # A short poll interval keeps shutdown (once per test) from costing half a second.
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -126,8 +132,19 @@ class ReplayServer:
         with self._lock:
             self.responses.append(response)
 
-    def enqueue_fixture(self, provider: str, name: str, *, split_every: int | None = None) -> dict[str, Any]:
-        """Queue a fixture's response, cut at its UTF-8 split offsets (and every N bytes)."""
+    def route(self, method: str, path: str, answer: Callable[[RecordedRequest], ScriptedResponse]) -> None:
+        """Answer every ``method path`` request with ``answer(request)`` instead of the queue."""
+        with self._lock:
+            self.routes[(method.upper(), path)] = answer
+
+    def enqueue_fixture(
+        self, provider: str, name: str, *, split_every: int | None = None, chunk_delay_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Queue a fixture's response, cut at its UTF-8 split offsets (and every N bytes).
+
+        A ``chunk_delay_s`` pause after each chunk keeps the kernel from coalescing them,
+        so the client really receives the cuts as separate reads.
+        """
         meta, body = load_fixture(provider, name)
         cuts = list(meta.get("replay", {}).get("utf8_split_offsets", []))
         if split_every:
@@ -139,6 +156,7 @@ class ReplayServer:
                 headers=dict(response.get("headers", {})),
                 body=body,
                 split_at=cuts,
+                chunk_delay_s=chunk_delay_s,
             )
         )
         return meta

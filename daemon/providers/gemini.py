@@ -1,0 +1,486 @@
+"""The Google Gemini adapter: ``models/{model}:streamGenerateContent?alt=sse``.
+
+It owns three things: turning stored history into Gemini ``contents`` (with thought
+signatures put back on the very parts they arrived on), parsing the CRLF-framed SSE
+stream into normalized events, and mapping Gemini's gRPC-style errors (``RetryInfo``,
+``API_KEY_INVALID``) onto ``ProviderError``.
+
+Wire facts this module relies on (WIRE-FORMATS.md §4, fixtures in ``gemini/``):
+
+* Streamed parts are fragments: consecutive text (or thought) parts continue one block.
+  A ``thoughtSignature`` ends the part it rides on; an *empty* text part carrying one is
+  a part of its own and is sent back as such.
+* ``functionCall`` parts arrive whole and without an id on the Developer API, so the
+  adapter derives one from the response id and the call's position.
+* ``finishReason`` is ``STOP`` for tool-calling turns too; the presence of calls decides.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx_sse
+
+from daemon.config import ProviderConfig
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import ProviderAuthError, ProviderError
+from daemon.providers.base import (
+    BlockDelta,
+    BlockEnd,
+    BlockKind,
+    BlockStart,
+    ProviderEvent,
+    ProviderRequest,
+    Stop,
+    StopKind,
+    UsageUpdate,
+    replayable,
+)
+from daemon.providers.http import (
+    close_response,
+    connection_error,
+    deep_merge,
+    error_message_from_body,
+    make_client,
+    status_error,
+)
+from protocol.objects import Usage
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+KEY_HINT = "set GEMINI_API_KEY or GOOGLE_API_KEY"
+# Gemini 3 rejects a current-turn step whose first functionCall has no signature. For calls
+# it did not generate itself (history from another model) Google documents this stand-in.
+DUMMY_SIGNATURE = "skip_thought_signature_validator"
+
+_REFUSAL_REASONS = frozenset(
+    {"SAFETY", "RECITATION", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
+)
+# The model tried to call a tool and botched it; sampling again usually works.
+_RETRYABLE_FINISH = frozenset({"MALFORMED_FUNCTION_CALL"})
+_ERROR_FINISH = frozenset({"UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
+
+
+class GeminiProvider:
+    """Streams one Gemini response per ``stream()``; the HTTP client is made on first use."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = make_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def url(self, model: str) -> str:
+        return f"{self._base_url}/v1beta/models/{model.removeprefix('models/')}:streamGenerateContent?alt=sse"
+
+    @asynccontextmanager
+    async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:
+        if self.config.api_key is None:
+            raise ProviderAuthError(
+                f"{self.name} has no API key: {self.config.key_hint or KEY_HINT}.", provider=self.name
+            )
+        headers = {
+            **self.config.headers,
+            "x-goog-api-key": self.config.api_key.reveal(),
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
+        client = self._http()
+        http_request = client.build_request("POST", self.url(request.model), headers=headers, content=content)
+        try:
+            response = await client.send(http_request, stream=True)
+        except httpx.TransportError as exc:
+            raise connection_error(self.name, exc) from None
+        source: AsyncIterator[httpx_sse.ServerSentEvent] | None = None
+        try:
+            if response.status_code >= 400:
+                raise self._status_error(response, await _read_quietly(response))
+            source = httpx_sse.EventSource(response).aiter_sse()
+            events = self._events(source, request)
+            try:
+                yield events
+            finally:
+                await events.aclose()
+        finally:
+            await close_response(response, source)
+
+    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
+        return gemini_status_error(
+            self.name, response.status_code, response.headers, body, self.config.key_hint or KEY_HINT
+        )
+
+    async def _events(
+        self, source: AsyncIterator[httpx_sse.ServerSentEvent], request: ProviderRequest
+    ) -> AsyncIterator[ProviderEvent]:
+        parser = _StreamParser(request)
+        try:
+            async for sse in source:
+                if not sse.data:  # httpx-sse dispatches retry-only blocks with empty data
+                    continue
+                try:
+                    chunk = json.loads(sse.data)
+                except ValueError:
+                    raise ProviderError(
+                        f"{self.name} sent an unreadable stream frame.", provider=self.name, retryable=True,
+                        kind="bad_frame",
+                    ) from None
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    # Undocumented for this endpoint; if Google ever sends one, read it like an HTTP error body.
+                    error = chunk["error"] if isinstance(chunk["error"], dict) else {}
+                    status = _int(error.get("code")) or 500
+                    raise gemini_status_error(
+                        self.name, status, httpx.Headers(), json.dumps(chunk).encode(), self.config.key_hint or KEY_HINT
+                    )
+                for event in parser.feed(chunk):
+                    yield event
+        except httpx.TransportError as exc:
+            raise connection_error(self.name, exc) from None
+        except httpx_sse.SSEError as exc:
+            raise ProviderError(
+                f"{self.name} did not answer with an event stream: {exc}", provider=self.name, kind="bad_stream"
+            ) from None
+        for event in parser.finish(self.name):
+            yield event
+
+
+def gemini_status_error(
+    provider: str, status: int, headers: httpx.Headers, body: bytes, key_hint: str = KEY_HINT
+) -> ProviderError:
+    """A non-2xx answer (or an error frame) as a ``ProviderError``, with Gemini's own retry and auth signals."""
+    details = _error_details(body)
+    # A wrong key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID, not a 401.
+    if status == 400 and any(d.get("reason") == "API_KEY_INVALID" for d in details):
+        message, _ = error_message_from_body(body)
+        return ProviderAuthError(
+            f"{provider} rejected the API key ({message or 'API key not valid'}). Check the credentials ({key_hint}).",
+            provider=provider,
+            status=status,
+            kind="API_KEY_INVALID",
+        )
+    error = status_error(provider, status, headers, body, hint=key_hint)
+    if error.retryable and error.retry_after is None:
+        for detail in details:
+            if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+                error.retry_after = parse_duration(detail.get("retryDelay"))
+    return error
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a protobuf JSON duration such as ``"34s"`` or ``"0.5s"``."""
+    match = _DURATION.match(value) if isinstance(value, str) else None
+    return float(match.group(1)) if match else None
+
+
+def _error_details(body: bytes) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return []
+    if isinstance(data, list) and data:  # the non-SSE endpoint wraps errors in an array
+        data = data[0]
+    error = data.get("error") if isinstance(data, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+
+
+async def _read_quietly(response: httpx.Response) -> bytes:
+    try:
+        return await response.aread()
+    except httpx.TransportError:
+        return b""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# --------------------------------------------------------------------------- request body
+
+
+def build_body(request: ProviderRequest) -> dict[str, Any]:
+    """The JSON body for ``request``: contents, system instruction, tools, generation config."""
+    body: dict[str, Any] = {"contents": build_contents(request)}
+    if request.system_prompt:
+        body["systemInstruction"] = {"parts": [{"text": request.system_prompt}]}
+    if request.tools:
+        body["tools"] = [
+            {
+                "functionDeclarations": [
+                    {"name": t.name, "description": t.description, "parameters": _schema(t.input_schema)}
+                    for t in request.tools
+                ]
+            }
+        ]
+    if request.max_output_tokens is not None:
+        body["generationConfig"] = {"maxOutputTokens": request.max_output_tokens}
+    return deep_merge(body, request.thinking.request_params)
+
+
+def _schema(schema: dict[str, Any]) -> dict[str, Any]:
+    # Gemini's OpenAPI-subset ``parameters`` rejects the JSON Schema dialect marker.
+    return {k: v for k, v in schema.items() if k != "$schema"}
+
+
+def build_contents(request: ProviderRequest) -> list[dict[str, Any]]:
+    """History as Gemini contents; adjacent same-role contents are merged (FC1, FC2 then FR1, FR2)."""
+    call_names = {p.call_id: p.name for m in request.messages for p in m.parts if p.type == "tool_call" and p.name}
+    contents: list[dict[str, Any]] = []
+    for message in request.messages:
+        role = "model" if message.role == "assistant" else "user"
+        parts = _model_parts(message, request) if role == "model" else _user_parts(message, call_names)
+        if not parts:
+            continue
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
+        else:
+            contents.append({"role": role, "parts": parts})
+    _sign_current_turn_calls(contents)
+    return contents
+
+
+def _model_parts(message: ChatMessage, request: ProviderRequest) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for part in message.parts:
+        own = replayable(part, request)
+        signature = part.signature if own else None
+        out: dict[str, Any]
+        if part.type == "tool_call":
+            call: dict[str, Any] = {"name": part.name or "", "args": part.arguments or {}}
+            if own and part.provider_data and part.provider_data.get("id"):
+                call["id"] = part.provider_data["id"]
+            out = {"functionCall": call}
+        elif part.type == "thinking":
+            # Thought summaries are not needed back; only a signature that rode on one is.
+            if signature is None or part.redacted:
+                continue
+            out = {"text": part.text, "thought": True}
+        elif part.type == "text":
+            if not part.text and signature is None:
+                continue
+            out = {"text": part.text}
+        else:
+            continue
+        if signature is not None:
+            out["thoughtSignature"] = signature
+        parts.append(out)
+    return parts
+
+
+def _user_parts(message: ChatMessage, call_names: dict[str | None, str | None]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    for part in message.parts:
+        if part.type == "text" and part.text:
+            parts.append({"text": part.text})
+        elif part.type == "tool_result":
+            name = part.name or call_names.get(part.call_id) or "tool"
+            response: dict[str, Any] = {"name": name, "response": _function_response(part)}
+            parts.append({"functionResponse": response})
+    return parts
+
+
+def _function_response(part: Part) -> dict[str, Any]:
+    """A tool result as the ``response`` object Gemini wants (a JSON object, never a bare value)."""
+    try:
+        value: Any = json.loads(part.text)
+    except ValueError:
+        value = part.text
+    if part.is_error:
+        return {"error": value}
+    return value if isinstance(value, dict) else {"output": value}
+
+
+def _sign_current_turn_calls(contents: list[dict[str, Any]]) -> None:
+    """Give Google's stand-in signature to current-turn steps that carry none of their own.
+
+    Only steps without any signature are touched (history from another model, or from a
+    run that gave none); a step whose signature rode on another part (Gemini 2.5 signs the
+    first part, thought or not) is sent exactly as received. The current turn starts after
+    the last user content with ordinary content (not only function responses); earlier
+    turns are not validated, so they are left alone.
+    """
+    start = 0
+    for i, content in enumerate(contents):
+        if content["role"] == "user" and any("functionResponse" not in p for p in content["parts"]):
+            start = i + 1
+    for content in contents[start:]:
+        if content["role"] != "model" or any("thoughtSignature" in p for p in content["parts"]):
+            continue
+        first_call = next((p for p in content["parts"] if "functionCall" in p), None)
+        if first_call is not None:
+            first_call["thoughtSignature"] = DUMMY_SIGNATURE
+
+
+# --------------------------------------------------------------------------- stream parsing
+
+
+class _StreamParser:
+    """Turns decoded ``GenerateContentResponse`` chunks into normalized events."""
+
+    def __init__(self, request: ProviderRequest) -> None:
+        self.provider = request.provider
+        self.model = request.model
+        self.next_index = 0
+        self.open_index: int | None = None
+        self.open_kind: BlockKind | None = None
+        self.open_text: list[str] = []
+        self.calls = 0
+        self.response_id: str | None = None
+        self.finish_reason: str | None = None
+        self.block_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> list[ProviderEvent]:
+        events: list[ProviderEvent] = []
+        self.response_id = self.response_id or chunk.get("responseId")
+        candidates = chunk.get("candidates") or []
+        candidate = candidates[0] if candidates and isinstance(candidates[0], dict) else {}
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            events.extend(self._part(part))
+        if candidate.get("finishReason"):
+            self.finish_reason = candidate["finishReason"]
+        block_reason = (chunk.get("promptFeedback") or {}).get("blockReason")
+        if block_reason:
+            self.block_reason = block_reason
+        if isinstance(chunk.get("usageMetadata"), dict):
+            usage = _usage(chunk["usageMetadata"])
+            if usage != self.usage:
+                self.usage = usage
+                events.append(UsageUpdate(usage=usage))
+        return events
+
+    def finish(self, provider_name: str) -> list[ProviderEvent]:
+        events = self._close()
+        reason = self.finish_reason or self.block_reason
+        if reason is None:
+            raise ProviderError(
+                f"{provider_name} ended the stream before a finish reason.",
+                provider=provider_name,
+                retryable=True,
+                kind="incomplete_stream",
+            )
+        if reason in _RETRYABLE_FINISH or reason in _ERROR_FINISH:
+            raise ProviderError(
+                f"{provider_name} stopped with {reason}: the model produced a tool call it could not complete.",
+                provider=provider_name,
+                retryable=reason in _RETRYABLE_FINISH,
+                kind=reason,
+            )
+        events.append(Stop(reason=self._stop_kind(reason), raw=reason))
+        return events
+
+    def _stop_kind(self, reason: str) -> StopKind:
+        if self.block_reason and not self.finish_reason:
+            return "refusal"
+        if reason in _REFUSAL_REASONS:
+            return "refusal"
+        if self.calls:
+            return "tool_use"
+        if reason == "MAX_TOKENS":
+            return "max_tokens"
+        return "end_turn"
+
+    def _part(self, part: dict[str, Any]) -> list[ProviderEvent]:
+        signature = part.get("thoughtSignature") or None
+        if isinstance(part.get("functionCall"), dict):
+            return [*self._close(), *self._call(part["functionCall"], signature)]
+        text = part.get("text")
+        if not isinstance(text, str):
+            return []  # executable code, inline data, ...: not modelled
+        kind: BlockKind = "thinking" if part.get("thought") else "text"
+        events: list[ProviderEvent] = []
+        if not text:
+            if signature is None:
+                return []  # the empty closing part of a stream
+            # A signature on an empty part belongs to that part: keep it separate.
+            events += self._close()
+            events += self._open(kind)
+            return events + self._close(signature)
+        if self.open_kind != kind:
+            events += self._close()
+            events += self._open(kind)
+        assert self.open_index is not None
+        self.open_text.append(text)
+        events.append(BlockDelta(index=self.open_index, delta=text))
+        if signature is not None:
+            events += self._close(signature)
+        return events
+
+    def _open(self, kind: BlockKind) -> list[ProviderEvent]:
+        self.open_index, self.open_kind, self.open_text = self.next_index, kind, []
+        self.next_index += 1
+        return [BlockStart(index=self.open_index, kind=kind)]
+
+    def _close(self, signature: str | None = None) -> list[ProviderEvent]:
+        if self.open_index is None or self.open_kind is None:
+            return []
+        part = Part(
+            type=self.open_kind,
+            text="".join(self.open_text),
+            provider=self.provider,
+            model=self.model,
+            signature=signature,
+        )
+        event = BlockEnd(index=self.open_index, part=part)
+        self.open_index, self.open_kind, self.open_text = None, None, []
+        return [event]
+
+    def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
+        name = str(call.get("name") or "")
+        args = call.get("args") if isinstance(call.get("args"), dict) else {}
+        gemini_id = call.get("id") or None
+        call_id = gemini_id or self._call_id()
+        self.calls += 1
+        index = self.next_index
+        self.next_index += 1
+        part = Part(
+            type="tool_call",
+            call_id=call_id,
+            name=name,
+            arguments=args,
+            provider=self.provider,
+            model=self.model,
+            signature=signature,
+            provider_data={"id": gemini_id} if gemini_id else None,
+        )
+        return [
+            BlockStart(index=index, kind="tool_call", call_id=call_id, name=name),
+            BlockDelta(index=index, delta=json.dumps(args, ensure_ascii=False)),
+            BlockEnd(index=index, part=part),
+        ]
+
+    def _call_id(self) -> str:
+        # Deterministic for a given response, so a replayed stream yields the same ids.
+        if self.response_id:
+            return f"call_{self.response_id}_{self.calls}"
+        return f"call_{uuid.uuid4().hex[:16]}_{self.calls}"
+
+
+def _usage(meta: dict[str, Any]) -> Usage:
+    # Gemini's proto3 JSON omits zero counts, so a missing thoughts or candidates count is 0.
+    # Cached tokens are only reported when context caching applied; absent means unknown.
+    return Usage(
+        input_tokens=_int(meta.get("promptTokenCount")),
+        output_tokens=_int(meta.get("candidatesTokenCount")) or 0,
+        reasoning_tokens=_int(meta.get("thoughtsTokenCount")) or 0,
+        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
+        cache_write_tokens=None,
+    )
