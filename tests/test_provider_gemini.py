@@ -6,11 +6,13 @@ offsets and every few bytes (one at every byte), and compared with its ``meta.ex
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import time
 from typing import Any
 
+import anyio
 import pytest
 
 from daemon.config import ProviderConfig, Secret
@@ -569,6 +571,25 @@ async def test_error_frame_inside_the_stream(replay_server: ReplayServer) -> Non
         await adapter.aclose()
     assert caught.value.retryable and caught.value.status == 503 and caught.value.kind == "UNAVAILABLE"
     assert "overloaded" in caught.value.message
+
+
+async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServer) -> None:
+    _, body = load_fixture("gemini", "thoughts-text-signature")
+    slow = ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body, split_at=[700, 1400], chunk_delay_s=0.5)
+    replay_server.enqueue(slow)
+    replay_server.enqueue(slow)
+    adapter = make_adapter(replay_server.url)
+    try:
+        async with adapter.stream(request_from_fixture("thoughts-text-signature", FLASH)) as events:
+            async for event in events:
+                if isinstance(event, BlockDelta):
+                    break
+        with anyio.move_on_after(0.1):  # and once more, cancelled while waiting for bytes
+            await collect(adapter, request_from_fixture("thoughts-text-signature", FLASH))
+    finally:
+        await adapter.aclose()
+    gc.collect()  # an abandoned body reader would warn here (filterwarnings = error)
+    await anyio.sleep(0)
 
 
 # --------------------------------------------------------------------------- HTTP errors
