@@ -43,7 +43,7 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
-from daemon.providers.http import connection_error, make_client, status_error
+from daemon.providers.http import close_response, connection_error, make_client, status_error
 from protocol.objects import Thinking, Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -212,31 +212,34 @@ class AnthropicProvider:
         parser = StreamParser(provider=self.name, request=request)
         sse = EventSource(response).aiter_sse()
         try:
-            async for event in sse:
-                if not event.data:  # e.g. a bare ``retry:`` block; carries nothing
-                    continue
-                for normalized in parser.feed(event.event, event.data):
-                    yield normalized
-                if parser.finished:
-                    return
-        except httpx.RequestError as exc:
-            raise connection_error(self.name, exc, midstream=True) from exc
-        except SSEError as exc:
-            content_type = response.headers.get("content-type", "")
+            try:
+                async for event in sse:
+                    if not event.data:  # e.g. a bare ``retry:`` block; carries nothing
+                        continue
+                    for normalized in parser.feed(event.event, event.data):
+                        yield normalized
+                    if parser.finished:
+                        return
+            except SSEError as exc:  # (an httpx.TransportError subclass, so first)
+                content_type = response.headers.get("content-type", "")
+                raise ProviderError(
+                    f"{self.name} answered with content-type {content_type!r} instead of an event stream.",
+                    provider=self.name,
+                    status=response.status_code,
+                    kind="invalid_response",
+                ) from exc
+            except httpx.RequestError as exc:
+                raise connection_error(self.name, exc, midstream=True) from exc
             raise ProviderError(
-                f"{self.name} answered with content-type {content_type!r} instead of an event stream.",
+                f"The {self.name} stream ended early (no message_stop); the response is incomplete.",
                 provider=self.name,
-                status=response.status_code,
-                kind="invalid_response",
-            ) from exc
+                retryable=False,
+                kind="stream_ended_early",
+            )
         finally:
-            await sse.aclose()
-        raise ProviderError(
-            f"The {self.name} stream ended early (no message_stop); the response is incomplete.",
-            provider=self.name,
-            retryable=False,
-            kind="stream_ended_early",
-        )
+            # Unwinds httpx's nested body generators whether we finished, failed or were
+            # abandoned; trio warns about any left suspended (see close_response).
+            await close_response(response, sse)
 
 
 # -- history ---------------------------------------------------------------------------

@@ -39,6 +39,9 @@ class ScriptedResponse:
     split_at: list[int] = field(default_factory=list)  # byte offsets to cut chunks at
     chunk_delay_s: float = 0.0
     hang_after_s: float | None = None  # keep the connection open silently this long at the end
+    # Declared content-length when it should differ from the body (a larger value makes the
+    # client see the connection drop mid-body).
+    content_length: int | None = None
 
 
 @dataclass
@@ -98,7 +101,8 @@ class ReplayServer:
                     if key.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(key, value)
                 self.send_header("connection", "close")
-                self.send_header("content-length", str(len(scripted.body)))
+                length = len(scripted.body) if scripted.content_length is None else scripted.content_length
+                self.send_header("content-length", str(length))
                 self.end_headers()
                 cuts = sorted({c for c in scripted.split_at if 0 < c < len(scripted.body)})
                 start = 0
