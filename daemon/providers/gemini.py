@@ -48,6 +48,7 @@ from daemon.providers.http import (
     deep_merge,
     error_message_from_body,
     make_client,
+    read_error_body,
     status_error,
 )
 from protocol.objects import Usage
@@ -95,9 +96,10 @@ class GeminiProvider:
             raise ProviderAuthError(
                 f"{self.name} has no API key: {self.config.key_hint or KEY_HINT}.", provider=self.name
             )
+        key = self.config.api_key.reveal()
         headers = {
             **self.config.headers,
-            "x-goog-api-key": self.config.api_key.reveal(),
+            "x-goog-api-key": key,
             "content-type": "application/json",
             "accept": "text/event-stream",
         }
@@ -111,7 +113,7 @@ class GeminiProvider:
         source: AsyncIterator[httpx_sse.ServerSentEvent] | None = None
         try:
             if response.status_code >= 400:
-                raise self._status_error(response, await _read_quietly(response))
+                raise self._status_error(response, await read_error_body(response, (key,)))
             source = httpx_sse.EventSource(response).aiter_sse()
             events = self._events(source, request)
             try:
@@ -138,7 +140,9 @@ class GeminiProvider:
                     chunk = json.loads(sse.data)
                 except ValueError:
                     raise ProviderError(
-                        f"{self.name} sent an unreadable stream frame.", provider=self.name, retryable=True,
+                        f"{self.name} sent an unreadable stream frame.",
+                        provider=self.name,
+                        retryable=True,
                         kind="bad_frame",
                     ) from None
                 if not isinstance(chunk, dict):
@@ -153,7 +157,7 @@ class GeminiProvider:
                 for event in parser.feed(chunk):
                     yield event
         except httpx.TransportError as exc:
-            raise connection_error(self.name, exc) from None
+            raise connection_error(self.name, exc, midstream=True) from None
         except httpx_sse.SSEError as exc:
             raise ProviderError(
                 f"{self.name} did not answer with an event stream: {exc}", provider=self.name, kind="bad_stream"
@@ -200,13 +204,6 @@ def _error_details(body: bytes) -> list[dict[str, Any]]:
     error = data.get("error") if isinstance(data, dict) else None
     details = error.get("details") if isinstance(error, dict) else None
     return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
-
-
-async def _read_quietly(response: httpx.Response) -> bytes:
-    try:
-        return await response.aread()
-    except httpx.TransportError:
-        return b""
 
 
 def _int(value: Any) -> int | None:

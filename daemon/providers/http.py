@@ -92,6 +92,21 @@ def status_error(provider: str, status: int, headers: httpx.Headers, body: bytes
     )
 
 
+async def read_error_body(response: httpx.Response, secrets: tuple[str, ...] = ()) -> bytes:
+    """An error response's body with ``secrets`` masked, or ``b""`` if the connection drops.
+
+    The body becomes the error message, and a provider may echo what it was sent.
+    """
+    try:
+        body = await response.aread()
+    except httpx.TransportError:
+        return b""
+    for secret in secrets:
+        if len(secret) >= 8:  # shorter ones would mangle ordinary text
+            body = body.replace(secret.encode(), b"***")
+    return body
+
+
 def connection_error(provider: str, exc: Exception, *, midstream: bool = False) -> ProviderError:
     """A transport failure (refused, reset, timed out): always retryable, never with secrets.
 

@@ -44,6 +44,7 @@ from daemon.providers.http import (
     error_message_from_body,
     iter_lines,
     make_client,
+    read_error_body,
     status_error,
 )
 from protocol.objects import Usage
@@ -107,7 +108,8 @@ class OllamaProvider:
         lines: AsyncIterator[str] | None = None
         try:
             if response.status_code >= 400:
-                raise self._status_error(response, request.model, await _read_quietly(response))
+                secrets = (self.config.api_key.reveal(),) if self.config.api_key else ()
+                raise self._status_error(response, request.model, await read_error_body(response, secrets))
             lines = iter_lines(response)
             events = self._events(lines, request, response.status_code)
             try:
@@ -147,7 +149,7 @@ class OllamaProvider:
                 if parser.done:
                     return
         except httpx.TransportError as exc:
-            raise connection_error(self.name, exc) from None
+            raise connection_error(self.name, exc, midstream=True) from None
         raise ProviderError(
             f"{self.name} ended the stream before it was done.",
             provider=self.name,
@@ -156,17 +158,11 @@ class OllamaProvider:
         )
 
     def _stream_error(self, error: Any, model: str, status: int) -> ProviderError:
-        message = error if isinstance(error, str) else str((error or {}).get("message") or error)
+        detail = error.get("message") if isinstance(error, dict) else None
+        message = error if isinstance(error, str) else str(detail or error)
         if _is_model_not_found(message):
             return _not_found(self.name, model, message, status)
         return ProviderError(f"{self.name} failed mid-stream: {message}", provider=self.name, status=status, kind="ollama_error")
-
-
-async def _read_quietly(response: httpx.Response) -> bytes:
-    try:
-        return await response.aread()
-    except httpx.TransportError:
-        return b""
 
 
 # --------------------------------------------------------------------------- request body
