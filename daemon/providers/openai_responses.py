@@ -298,8 +298,10 @@ class ResponsesStreamParser:
         raise stream_error(self.provider, error if isinstance(error, dict) else {"message": str(error)}, status=self.status)
 
     def _on_error(self, payload: dict[str, Any]) -> list[ProviderEvent]:
-        # Recorded streams nest the fields under "error"; the SDK type has them top-level.
-        error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+        # Recorded streams nest the fields under "error"; the SDK type has them top-level,
+        # where "type" is the event's own ("error") and says nothing about the failure.
+        nested = payload.get("error")
+        error = nested if isinstance(nested, dict) else {k: payload.get(k) for k in ("code", "message")}
         raise stream_error(self.provider, {k: error.get(k) for k in ("type", "code", "message")}, status=self.status)
 
     def _finish(self, response: dict[str, Any], stop: StopKind, raw: str) -> list[ProviderEvent]:
