@@ -17,7 +17,7 @@ import pytest
 
 from daemon.config import ProviderConfig, Secret
 from daemon.conversation import Part
-from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
+from daemon.errors import ProviderAuthError, ProviderModelNotFound
 from daemon.providers.base import Stop, ToolSpec
 from daemon.providers.openai_chat import OpenAIChatProvider, chat_dialect
 from daemon.providers.openai_common import error_retryable, parse_duration
@@ -74,7 +74,11 @@ def request_for(folder: str, name: str, provider: str, messages: list | None = N
     """The ProviderRequest that should produce the fixture's recorded body."""
     body = fixture_request(folder, name)
     tools = [
-        ToolSpec(name=t["function"]["name"], description=t["function"]["description"], input_schema=t["function"]["parameters"])
+        ToolSpec(
+            name=t["function"]["name"],
+            description=t["function"]["description"],
+            input_schema=t["function"]["parameters"],
+        )
         for t in body.get("tools", [])
     ]
     return make_request(
@@ -139,7 +143,9 @@ def assert_expected(expected: dict[str, Any], got) -> None:
     assert got.starts("text") == (1 if expected["text"] else 0)
     assert got.starts("thinking") == (1 if expected["thinking"] else 0)
     assert [p.text for p in got.parts if p.type == "text"] == ([expected["text"]] if expected["text"] else [])
-    assert got.tool_calls == [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in expected["tool_calls"]]
+    assert got.tool_calls == [
+        {"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in expected["tool_calls"]
+    ]
     raws = [(p.provider_data or {}).get("arguments_raw") for p in got.parts if p.type == "tool_call"]
     assert raws == [c["arguments_raw"] for c in expected["tool_calls"]]
     assert got.stop == Stop(reason=RAW_STOPS[expected["stop_reason"]], raw=expected["stop_reason"])
@@ -189,7 +195,9 @@ ROUNDTRIP = [
 
 def test_roundtrip_list_matches_the_fixtures():
     with_roundtrip = {
-        (folder, name) for folder, name, _ in FIXTURES if "assistant_message_for_roundtrip" in load_fixture(folder, name)[0]["expected"]
+        (folder, name)
+        for folder, name, _ in FIXTURES
+        if "assistant_message_for_roundtrip" in load_fixture(folder, name)[0]["expected"]
     }
     assert with_roundtrip == {(folder, name) for folder, name, _ in ROUNDTRIP}
 
@@ -227,7 +235,11 @@ async def test_follow_up_request_replays_the_reply(replay_server, folder, name, 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("name", "provider"),
-    [("deepseek-tool-call", "deepseek"), ("copilot-gemini-reasoning-tools", "copilot"), ("openrouter-reasoning", "openrouter")],
+    [
+        ("deepseek-tool-call", "deepseek"),
+        ("copilot-gemini-reasoning-tools", "copilot"),
+        ("openrouter-reasoning", "openrouter"),
+    ],
 )
 async def test_round_trip_data_goes_only_to_its_own_model(replay_server, name, provider):
     """After a model switch the history keeps its text and tool calls, but no reasoning
@@ -286,7 +298,12 @@ async def test_body_per_dialect(replay_server, provider, limit_key, usage_keys):
     adapter = OpenAIChatProvider(config(provider, replay_server.url + "/v1/"))
     tool = ToolSpec(name="read_file", description="Read a file", input_schema={"type": "object", "properties": {}})
     request = make_request(
-        provider, "m1", [user("one", "two")], system="Be brief.", tools=[tool], max_output_tokens=1234,
+        provider,
+        "m1",
+        [user("one", "two")],
+        system="Be brief.",
+        tools=[tool],
+        max_output_tokens=1234,
         params={"stream_options": {"include_obfuscation": False}, "reasoning_effort": "low"},
     )
     await collect(adapter, request)
@@ -296,7 +313,12 @@ async def test_body_per_dialect(replay_server, provider, limit_key, usage_keys):
     expected: dict[str, Any] = {
         "model": "m1",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "one\n\ntwo"}],
-        "tools": [{"type": "function", "function": {"name": "read_file", "description": "Read a file", "parameters": tool.input_schema}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "read_file", "description": "Read a file", "parameters": tool.input_schema},
+            }
+        ],
         limit_key: 1234,
         "stream": True,
         **usage_keys,
@@ -377,7 +399,9 @@ async def test_missing_key_fails_before_any_request(replay_server):
 
 @pytest.mark.anyio
 async def test_model_not_found(replay_server):
-    body = _error_body("The model `gpt-9` does not exist or you do not have access to it.", "invalid_request_error", "model_not_found")
+    body = _error_body(
+        "The model `gpt-9` does not exist or you do not have access to it.", "invalid_request_error", "model_not_found"
+    )
     replay_server.enqueue(ScriptedResponse(status=404, headers={"content-type": "application/json"}, body=body))
     adapter = OpenAIChatProvider(config("openai", replay_server.url))
     got = await collect(adapter, make_request("openai", "gpt-9", [user("hi")]))
@@ -393,14 +417,30 @@ async def test_model_not_found(replay_server):
         (503, {"retry-after-ms": "1500"}, _error_body("busy", "server_error"), True, 1.5),
         (500, {}, b"upstream exploded", True, None),
         # insufficient_quota is a 429 that no wait will lift.
-        (429, {"retry-after": "5"}, _error_body("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"), False, None),
-        (429, {"x-should-retry": "false"}, _error_body("slow down", "requests", "rate_limit_exceeded"), False, None),
-        # No retry-after: the wait the message names, else the exhausted budget's reset.
-        (429, {}, _error_body("Limit 30000. Please try again in 6m0s. Visit ...", "tokens", "rate_limit_exceeded"), True, 360.0),
         (
             429,
-            {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "120ms",
-             "x-ratelimit-remaining-tokens": "900", "x-ratelimit-reset-tokens": "9s"},
+            {"retry-after": "5"},
+            _error_body("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"),
+            False,
+            None,
+        ),
+        (429, {"x-should-retry": "false"}, _error_body("slow down", "requests", "rate_limit_exceeded"), False, None),
+        # No retry-after: the wait the message names, else the exhausted budget's reset.
+        (
+            429,
+            {},
+            _error_body("Limit 30000. Please try again in 6m0s. Visit ...", "tokens", "rate_limit_exceeded"),
+            True,
+            360.0,
+        ),
+        (
+            429,
+            {
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "120ms",
+                "x-ratelimit-remaining-tokens": "900",
+                "x-ratelimit-reset-tokens": "9s",
+            },
             _error_body("Rate limit reached.", "requests", "rate_limit_exceeded"),
             True,
             0.12,
@@ -408,13 +448,19 @@ async def test_model_not_found(replay_server):
     ],
 )
 async def test_status_errors(replay_server, status, headers, body, retryable, retry_after):
-    replay_server.enqueue(ScriptedResponse(status=status, headers={"content-type": "application/json", **headers}, body=body))
+    replay_server.enqueue(
+        ScriptedResponse(status=status, headers={"content-type": "application/json", **headers}, body=body)
+    )
     adapter = OpenAIChatProvider(config("openai", replay_server.url))
     got = await collect(adapter, make_request("openai", "gpt-4.1", [user("hi")]))
     await adapter.aclose()
     assert got.error is not None and got.error.status == status
     assert got.error.retryable is retryable
-    assert got.error.retry_after == pytest.approx(retry_after) if retry_after is not None else got.error.retry_after is None
+    assert (
+        got.error.retry_after == pytest.approx(retry_after)
+        if retry_after is not None
+        else got.error.retry_after is None
+    )
 
 
 @pytest.mark.anyio
@@ -445,7 +491,7 @@ async def test_connection_dropped_mid_stream():
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        adapter = OpenAIChatProvider(config("openai", "http://127.0.0.1:%d" % listener.getsockname()[1]))
+        adapter = OpenAIChatProvider(config("openai", f"http://127.0.0.1:{listener.getsockname()[1]}"))
         got = await collect(adapter, make_request("openai", "gpt-4.1-mini", [user("hi")]))
         await adapter.aclose()
         thread.join(5)
@@ -486,13 +532,27 @@ async def test_sse_framing_edge_cases(replay_server):
     chunk = '{"choices":[{"index":0,"delta":{"role":"assistant","content":%s}%s}]}'
     body = (
         ": keep-alive\r\n\r\nretry: 1000\r\n\r\n"
-        + "data:" + chunk % ('""', "") + "\r\n\r\n"
-        + "data: " + chunk % ('"Hel"', "") + "\n\n: OPENROUTER PROCESSING\n\n"
-        + "data: " + chunk % ('""', "") + "\n\n"
-        + "data: " + chunk % ('"lo"', "") + "\n\n"
-        + "data: " + chunk % ("null", ',"finish_reason":"stop"') + "\n\n"
+        + "data:"
+        + chunk % ('""', "")
+        + "\r\n\r\n"
+        + "data: "
+        + chunk % ('"Hel"', "")
+        + "\n\n: OPENROUTER PROCESSING\n\n"
+        + "data: "
+        + chunk % ('""', "")
+        + "\n\n"
+        + "data: "
+        + chunk % ('"lo"', "")
+        + "\n\n"
+        + "data: "
+        + chunk % ("null", ',"finish_reason":"stop"')
+        + "\n\n"
     ).encode()
-    replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body, split_at=list(range(3, len(body), 3))))
+    replay_server.enqueue(
+        ScriptedResponse(
+            headers={"content-type": "text/event-stream"}, body=body, split_at=list(range(3, len(body), 3))
+        )
+    )
     adapter = OpenAIChatProvider(config("local", replay_server.url, api_key=None, needs_key=False))
     got = await collect(adapter, make_request("local", "m", [user("hi")]))
     await adapter.aclose()
@@ -536,10 +596,27 @@ def test_tool_call_without_name_or_id_still_ends():
     from daemon.providers.openai_chat import ChatStreamParser
 
     parser = ChatStreamParser(provider="local", request=make_request("local", "m", [user("x")]))
-    events = parser.feed("", json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 3, "function": {"arguments": '{"a":'}}]}}]}))
+    events = parser.feed(
+        "",
+        json.dumps(
+            {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 3, "function": {"arguments": '{"a":'}}]}}]}
+        ),
+    )
     assert events == []
-    events = parser.feed("", json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 3, "function": {"arguments": "1}"}}]}, "finish_reason": "tool_calls"}]}))
+    events = parser.feed(
+        "",
+        json.dumps(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 3, "function": {"arguments": "1}"}}]},
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            }
+        ),
+    )
     end = events[-1].part
     assert isinstance(end, Part) and end.arguments == {"a": 1} and end.call_id.startswith("call_") and end.name == ""
     assert parser.feed("", "[DONE]")[-1] == Stop(reason="tool_use", raw="tool_calls")
-

@@ -51,7 +51,10 @@ def user_item(text: str) -> dict[str, Any]:
 
 def request_for(name: str, messages: list | None = None, model: str | None = None):
     body = fixture_request(FOLDER, name)
-    tools = [ToolSpec(name=t["name"], description=t["description"], input_schema=t["parameters"]) for t in body.get("tools", [])]
+    tools = [
+        ToolSpec(name=t["name"], description=t["description"], input_schema=t["parameters"])
+        for t in body.get("tools", [])
+    ]
     return make_request(
         "openai",
         model or body["model"],
@@ -106,16 +109,22 @@ def assert_expected(expected: dict[str, Any], got) -> None:
     assert got.error is None, got.error
     # One thinking block per reasoning item, its summary parts joined by a blank line.
     thinking = [p for p in got.parts if p.type == "thinking"]
-    assert [p.text for p in thinking] == ["\n\n".join(s["text"] for s in item["summary"]) for item in expected["reasoning_items"]]
+    assert [p.text for p in thinking] == [
+        "\n\n".join(s["text"] for s in item["summary"]) for item in expected["reasoning_items"]
+    ]
     # Round-trip state is the .done copy of each reasoning item (the .added one differs).
     assert [p.provider_data for p in thinking] == expected["reasoning_items"]
     assert all((p.provider, p.model) == ("openai", got_model(got)) for p in thinking)
-    assert got.tool_calls == [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in expected["tool_calls"]]
+    assert got.tool_calls == [
+        {"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in expected["tool_calls"]
+    ]
     assert [p.provider_data for p in got.parts if p.type == "tool_call"] == [
         {"arguments_raw": c["arguments_raw"], "item_id": c["item_id"]} for c in expected["tool_calls"]
     ]
     raw = expected["stop_reason"]
-    reason = "max_tokens" if raw == "incomplete:max_output_tokens" else "tool_use" if expected["tool_calls"] else "end_turn"
+    reason = (
+        "max_tokens" if raw == "incomplete:max_output_tokens" else "tool_use" if expected["tool_calls"] else "end_turn"
+    )
     assert got.stop == Stop(reason=reason, raw=raw)
     assert got.usage == expected["usage"]
 
@@ -188,7 +197,11 @@ async def test_reasoning_goes_only_to_its_own_model(replay_server):
         return tool_results(*((p.call_id, TOOL_OUTPUT) for p in reply.parts if p.type == "tool_call"))
 
     _, body2 = await _two_turns(replay_server, "reasoning-function-call", results, model="gpt-5.1-mini")
-    assert [item.get("type", "message") for item in body2["input"]] == ["message", "function_call", "function_call_output"]
+    assert [item.get("type", "message") for item in body2["input"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
     assert json.loads(body2["input"][1]["arguments"]) == {"city": "Lyon", "unit": "celsius"}
 
 
@@ -199,19 +212,35 @@ async def test_reasoning_goes_only_to_its_own_model(replay_server):
 async def test_body_with_system_prompt_tools_and_limit(replay_server):
     replay_server.enqueue_fixture(FOLDER, "reasoning-summary-text")
     adapter = OpenAIResponsesProvider(config(replay_server.url + "/v1"))
-    loose = ToolSpec(name="grep", description="Search", input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    loose = ToolSpec(
+        name="grep", description="Search", input_schema={"type": "object", "properties": {"q": {"type": "string"}}}
+    )
     closed = ToolSpec(
         name="read",
         description="Read",
-        input_schema={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False},
+        input_schema={
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
     )
     history = [
         user("Find it."),
-        assistant([Part(type="thinking", text="from another provider", provider="anthropic", model="claude", signature="sig")]),
-        assistant([Part(type="text", text="Looking."), Part(type="tool_call", call_id="toolu_1", name="grep", arguments={"q": "x"})]),
+        assistant(
+            [Part(type="thinking", text="from another provider", provider="anthropic", model="claude", signature="sig")]
+        ),
+        assistant(
+            [
+                Part(type="text", text="Looking."),
+                Part(type="tool_call", call_id="toolu_1", name="grep", arguments={"q": "x"}),
+            ]
+        ),
         tool_results(("toolu_1", "no match")),
     ]
-    request = make_request("openai", "gpt-4.1", history, system="Be terse.", tools=[loose, closed], max_output_tokens=900)
+    request = make_request(
+        "openai", "gpt-4.1", history, system="Be terse.", tools=[loose, closed], max_output_tokens=900
+    )
     await collect(adapter, request)
     await adapter.aclose()
     sent = replay_server.requests[0]
@@ -227,8 +256,20 @@ async def test_body_with_system_prompt_tools_and_limit(replay_server):
             {"type": "function_call_output", "call_id": "toolu_1", "output": "no match"},
         ],
         "tools": [
-            {"type": "function", "name": "grep", "description": "Search", "parameters": loose.input_schema, "strict": False},
-            {"type": "function", "name": "read", "description": "Read", "parameters": closed.input_schema, "strict": True},
+            {
+                "type": "function",
+                "name": "grep",
+                "description": "Search",
+                "parameters": loose.input_schema,
+                "strict": False,
+            },
+            {
+                "type": "function",
+                "name": "read",
+                "description": "Read",
+                "parameters": closed.input_schema,
+                "strict": True,
+            },
         ],
         "max_output_tokens": 900,
         "store": False,
@@ -238,7 +279,13 @@ async def test_body_with_system_prompt_tools_and_limit(replay_server):
 
 def test_strict_compatible():
     def obj(properties: dict, required: list | None = None, **extra: Any) -> dict:
-        return {"type": "object", "properties": properties, "required": required if required is not None else list(properties), "additionalProperties": False, **extra}
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": required if required is not None else list(properties),
+            "additionalProperties": False,
+            **extra,
+        }
 
     assert strict_compatible(obj({"a": {"type": "string"}}))
     assert strict_compatible(obj({"a": {"type": "array", "items": obj({"b": {"type": "integer"}})}}))
@@ -261,9 +308,15 @@ def _response(status: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _run(replay_server, body: bytes, request=None):
-    replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body, split_at=list(range(7, len(body), 7))))
+    replay_server.enqueue(
+        ScriptedResponse(
+            headers={"content-type": "text/event-stream"}, body=body, split_at=list(range(7, len(body), 7))
+        )
+    )
     adapter = OpenAIResponsesProvider(config(replay_server.url))
-    got = await collect(adapter, request or make_request("openai", "gpt-5.1", [user("hi")], params={"reasoning": {"effort": "high"}}))
+    got = await collect(
+        adapter, request or make_request("openai", "gpt-5.1", [user("hi")], params={"reasoning": {"effort": "high"}})
+    )
     await adapter.aclose()
     return got
 
@@ -273,23 +326,53 @@ async def test_reasoning_without_summary_is_kept_for_the_round_trip(replay_serve
     """No summary requested: the reasoning item has no text, but its encrypted state must
     still be stored (as an empty thinking block) and sent back before the call."""
     reasoning = {"id": "rs_1", "type": "reasoning", "encrypted_content": "gAAAA-final", "summary": []}
-    call = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "ls", "arguments": "{}", "status": "completed"}
+    call = {
+        "id": "fc_1",
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "ls",
+        "arguments": "{}",
+        "status": "completed",
+    }
     body = sse(
         {"type": "response.created", "response": _response("in_progress")},
-        {"type": "response.output_item.added", "output_index": 0, "item": {**reasoning, "encrypted_content": "gAAAA-part"}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**reasoning, "encrypted_content": "gAAAA-part"},
+        },
         {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
-        {"type": "response.output_item.added", "output_index": 1, "item": {**call, "arguments": "", "status": "in_progress"}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**call, "arguments": "", "status": "in_progress"},
+        },
         # No argument deltas: the arguments only arrive with .done.
         {"type": "response.output_item.done", "output_index": 1, "item": call},
-        {"type": "response.completed", "response": _response("completed", usage={"input_tokens": 5, "output_tokens": 9})},
+        {
+            "type": "response.completed",
+            "response": _response("completed", usage={"input_tokens": 5, "output_tokens": 9}),
+        },
     )
     got = await _run(replay_server, body)
     assert got.error is None
     thinking, tool = got.parts
-    assert thinking == Part(type="thinking", text="", provider="openai", model="gpt-5.1", provider_data={"id": "rs_1", "encrypted_content": "gAAAA-final", "summary": []})
+    assert thinking == Part(
+        type="thinking",
+        text="",
+        provider="openai",
+        model="gpt-5.1",
+        provider_data={"id": "rs_1", "encrypted_content": "gAAAA-final", "summary": []},
+    )
     assert tool.arguments == {} and got.streamed("tool_call") == "{}"
     assert got.stop == Stop(reason="tool_use", raw="completed")
-    assert got.usage == {"input_tokens": 5, "output_tokens": 9, "reasoning_tokens": None, "cache_read_tokens": None, "cache_write_tokens": None}
+    assert got.usage == {
+        "input_tokens": 5,
+        "output_tokens": 9,
+        "reasoning_tokens": None,
+        "cache_read_tokens": None,
+        "cache_write_tokens": None,
+    }
 
     replay_server.enqueue_fixture(FOLDER, "reasoning-summary-text")
     adapter = OpenAIResponsesProvider(config(replay_server.url))
@@ -308,9 +391,27 @@ async def test_reasoning_without_summary_is_kept_for_the_round_trip(replay_serve
     ("event", "kind", "retryable"),
     [
         # The SDK's ResponseErrorEvent shape: fields at the top level.
-        ({"type": "error", "code": "rate_limit_exceeded", "message": "Slow down.", "param": None}, "rate_limit_exceeded", True),
-        ({"type": "response.failed", "response": _response("failed", error={"code": "insufficient_quota", "message": "Quota."})}, "insufficient_quota", False),
-        ({"type": "response.failed", "response": _response("failed", error={"code": "server_error", "message": "Oops."})}, "server_error", True),
+        (
+            {"type": "error", "code": "rate_limit_exceeded", "message": "Slow down.", "param": None},
+            "rate_limit_exceeded",
+            True,
+        ),
+        (
+            {
+                "type": "response.failed",
+                "response": _response("failed", error={"code": "insufficient_quota", "message": "Quota."}),
+            },
+            "insufficient_quota",
+            False,
+        ),
+        (
+            {
+                "type": "response.failed",
+                "response": _response("failed", error={"code": "server_error", "message": "Oops."}),
+            },
+            "server_error",
+            True,
+        ),
     ],
 )
 async def test_in_stream_errors(replay_server, event, kind, retryable):
@@ -328,9 +429,24 @@ async def test_content_filter_and_unknown_events(replay_server):
         {"type": "response.web_search_call.in_progress", "output_index": 0, "item_id": "ws_1"},
         {"type": "response.output_item.added", "output_index": 0, "item": {"id": "ws_1", "type": "web_search_call"}},
         {"type": "response.output_item.added", "output_index": 1, "item": message},
-        {"type": "response.output_text.delta", "output_index": 1, "item_id": "msg_1", "content_index": 0, "delta": "Par"},
-        {"type": "response.output_text.delta", "output_index": 1, "item_id": "msg_1", "content_index": 0, "delta": "tial"},
-        {"type": "response.incomplete", "response": _response("incomplete", incomplete_details={"reason": "content_filter"})},
+        {
+            "type": "response.output_text.delta",
+            "output_index": 1,
+            "item_id": "msg_1",
+            "content_index": 0,
+            "delta": "Par",
+        },
+        {
+            "type": "response.output_text.delta",
+            "output_index": 1,
+            "item_id": "msg_1",
+            "content_index": 0,
+            "delta": "tial",
+        },
+        {
+            "type": "response.incomplete",
+            "response": _response("incomplete", incomplete_details={"reason": "content_filter"}),
+        },
     )
     got = await _run(replay_server, body)
     assert got.error is None

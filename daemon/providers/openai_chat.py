@@ -182,7 +182,8 @@ def _assistant_message(message: ChatMessage, request: ProviderRequest, dialect: 
         # otherwise), even when empty; not wanted on plain turns.
         out["reasoning_content"] = "".join(p.text for p in thinking)
     elif dialect == "copilot":
-        opaque = [d["reasoning_opaque"] for p in thinking if isinstance(d := p.provider_data or {}, dict) and d.get("reasoning_opaque")]
+        opaque = [(p.provider_data or {}).get("reasoning_opaque") for p in thinking]
+        opaque = [o for o in opaque if isinstance(o, str) and o]
         if opaque:  # clients send the text only together with its opaque state
             out["reasoning_text"] = "".join(p.text for p in thinking)
             out["reasoning_opaque"] = opaque[-1]
@@ -241,7 +242,9 @@ class ChatStreamParser:
             return []
         if payload.get("error"):
             error = payload["error"]
-            raise stream_error(self.provider, error if isinstance(error, dict) else {"message": str(error)}, status=self.status)
+            raise stream_error(
+                self.provider, error if isinstance(error, dict) else {"message": str(error)}, status=self.status
+            )
         usage = _usage(payload.get("usage"))
         if usage is not None:  # the last non-zero one wins (Copilot sends zeros on every chunk)
             self._usage = usage
@@ -272,7 +275,9 @@ class ChatStreamParser:
         text = next((v for k in _THINKING_FIELDS if isinstance(v := delta.get(k), str) and v), "")
         details = [d for d in delta.get("reasoning_details") or [] if isinstance(d, dict)]
         if not text and details:  # structured only: show its readable parts
-            text = "".join(str(d.get("text") or d.get("summary") or "") for d in details if d.get("type") != "reasoning.encrypted")
+            text = "".join(
+                str(d.get("text") or d.get("summary") or "") for d in details if d.get("type") != "reasoning.encrypted"
+            )
         opaque = delta.get("reasoning_opaque")
         opaque = opaque if isinstance(opaque, str) and opaque else None
         if not (text or details or opaque):

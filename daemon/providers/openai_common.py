@@ -237,9 +237,7 @@ def stream_error(provider: str, error: dict[str, Any], *, status: int | None = N
     )
 
 
-def http_error(
-    provider: str, response: httpx.Response, raw: bytes, *, hint: str, secrets: list[str]
-) -> ProviderError:
+def http_error(provider: str, response: httpx.Response, raw: bytes, *, hint: str, secrets: list[str]) -> ProviderError:
     """``status_error`` plus OpenAI's own retry signals; the body is scrubbed of credentials."""
     raw = scrub(raw, secrets)
     error = status_error(provider, response.status_code, response.headers, raw, hint=hint)

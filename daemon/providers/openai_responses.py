@@ -58,7 +58,9 @@ from protocol.objects import Usage
 SUMMARY_SEPARATOR = "\n\n"
 _INCOMPLETE_REASONS: dict[str, StopKind] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
 # JSON Schema keywords outside OpenAI's strict-mode subset.
-_NOT_STRICT = frozenset({"allOf", "oneOf", "not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas"})
+_NOT_STRICT = frozenset(
+    {"allOf", "oneOf", "not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas"}
+)
 
 
 class OpenAIResponsesProvider(OpenAIStyleProvider):
@@ -295,7 +297,9 @@ class ResponsesStreamParser:
 
     def _on_failed(self, payload: dict[str, Any]) -> list[ProviderEvent]:
         error = (payload.get("response") or {}).get("error") or {}
-        raise stream_error(self.provider, error if isinstance(error, dict) else {"message": str(error)}, status=self.status)
+        raise stream_error(
+            self.provider, error if isinstance(error, dict) else {"message": str(error)}, status=self.status
+        )
 
     def _on_error(self, payload: dict[str, Any]) -> list[ProviderEvent]:
         # Recorded streams nest the fields under "error"; the SDK type has them top-level,

@@ -47,7 +47,11 @@ _seq = iter(range(1, 1_000_000))
 
 def user(*texts: str) -> ChatMessage:
     return ChatMessage(
-        message_id=f"u{next(_seq)}", session_id="s1", seq=0, role="user", parts=[Part(type="text", text=t) for t in texts]
+        message_id=f"u{next(_seq)}",
+        session_id="s1",
+        seq=0,
+        role="user",
+        parts=[Part(type="text", text=t) for t in texts],
     )
 
 
@@ -107,7 +111,9 @@ class Collected:
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
-        return [{"id": p.call_id, "name": p.name, "arguments": p.arguments} for p in self.parts if p.type == "tool_call"]
+        return [
+            {"id": p.call_id, "name": p.name, "arguments": p.arguments} for p in self.parts if p.type == "tool_call"
+        ]
 
     @property
     def stop(self) -> Stop | None:
