@@ -150,7 +150,7 @@ class OpenAIStyleProvider:
                 if not response.is_success:
                     raw = await response.aread()
                     raise http_error(self.name, response, raw, hint=self.key_hint, secrets=_secrets(headers))
-                if response.headers.get("content-type", "").partition(";")[0].strip() != "text/event-stream":
+                if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
                     raise await self._not_an_event_stream(response, _secrets(headers))
             except httpx.RequestError as exc:
                 raise connection_error(self.name, exc) from exc
