@@ -212,7 +212,10 @@ def stored_turn1_parts() -> list[Part]:
 # it the kernel coalesces most of them). Every fixture is cut at its UTF-8 offsets plus
 # every 5 bytes; one is cut at every byte.
 PACE_S = 0.0002
-SPLITS = {"utf8+every5": {"split_every": 5, "chunk_delay_s": PACE_S}, "every-byte": {"split_every": 1, "chunk_delay_s": PACE_S}}
+SPLITS = {
+    "utf8+every5": {"split_every": 5, "chunk_delay_s": PACE_S},
+    "every-byte": {"split_every": 1, "chunk_delay_s": PACE_S},
+}
 FIXTURES = ("thoughts-text-signature", "function-call-signature", "function-call-signature-turn2")
 CASES = [(name, "utf8+every5") for name in FIXTURES] + [("thoughts-text-signature", "every-byte")]
 
@@ -415,7 +418,12 @@ async def test_signature_on_a_thought_part_goes_back_on_that_part(replay_server:
     # Gemini 2.5 puts the signature on the first part, which may be a thought summary.
     body = sse(
         chunk([{"text": "Thinking about it.", "thought": True, "thoughtSignature": "SIG-THOUGHT"}], thoughtsTokenCount=4),
-        chunk([{"functionCall": {"name": "lookup", "args": {}, "id": "fc-42"}}], "STOP", candidatesTokenCount=3, thoughtsTokenCount=4),
+        chunk(
+            [{"functionCall": {"name": "lookup", "args": {}, "id": "fc-42"}}],
+            "STOP",
+            candidatesTokenCount=3,
+            thoughtsTokenCount=4,
+        ),
     )
     replay_server.enqueue(sse_response(body))
     replay_server.enqueue(sse_response(sse(chunk([{"text": "done"}], "STOP"))))
@@ -561,7 +569,8 @@ async def test_stream_cut_before_finish_reason_is_retryable(replay_server: Repla
 
 
 async def test_error_frame_inside_the_stream(replay_server: ReplayServer) -> None:
-    body = sse(chunk([{"text": "Hel"}])) + sse({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})
+    overloaded = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    body = sse(chunk([{"text": "Hel"}])) + sse(overloaded)
     replay_server.enqueue(sse_response(body))
     adapter = make_adapter(replay_server.url)
     try:
@@ -575,7 +584,9 @@ async def test_error_frame_inside_the_stream(replay_server: ReplayServer) -> Non
 
 async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServer) -> None:
     _, body = load_fixture("gemini", "thoughts-text-signature")
-    slow = ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body, split_at=[700, 1400], chunk_delay_s=0.5)
+    slow = ScriptedResponse(
+        headers={"content-type": "text/event-stream"}, body=body, split_at=[700, 1400], chunk_delay_s=0.5
+    )
     replay_server.enqueue(slow)
     replay_server.enqueue(slow)
     adapter = make_adapter(replay_server.url)
@@ -633,7 +644,7 @@ def gemini_error(code: int, status: str, message: str, **extra: Any) -> bytes:
 @pytest.mark.parametrize(
     ("status", "body", "error_type", "retryable"),
     [
-        (401, gemini_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials."), ProviderAuthError, False),
+        (401, gemini_error(401, "UNAUTHENTICATED", "Invalid authentication credentials."), ProviderAuthError, False),
         (403, gemini_error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."), ProviderAuthError, False),
         (
             400,
@@ -646,7 +657,7 @@ def gemini_error(code: int, status: str, message: str, **extra: Any) -> bytes:
             ProviderAuthError,
             False,
         ),
-        (404, gemini_error(404, "NOT_FOUND", "models/gemini-9 is not found for API version v1beta."), ProviderModelNotFound, False),
+        (404, gemini_error(404, "NOT_FOUND", "models/gemini-9 is not found."), ProviderModelNotFound, False),
         (400, gemini_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received."), ProviderError, False),
         (500, gemini_error(500, "INTERNAL", "An internal error has occurred."), ProviderError, True),
         (503, gemini_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."), ProviderError, True),
@@ -668,6 +679,38 @@ async def test_http_errors(
     assert FAKE_KEY not in error.message
     if error_type is ProviderAuthError:
         assert "GEMINI_API_KEY or GOOGLE_API_KEY" in error.message
+
+
+async def test_error_body_echoing_the_key_is_masked(replay_server: ReplayServer) -> None:
+    body = gemini_error(400, "INVALID_ARGUMENT", f"Bad request for key {FAKE_KEY}.")
+    replay_server.enqueue(ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=body))
+    adapter = make_adapter(replay_server.url)
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await collect(adapter, request_from_fixture("rate-limit-429", FLASH))
+    finally:
+        await adapter.aclose()
+    assert FAKE_KEY not in caught.value.message and "***" in caught.value.message
+
+
+async def test_connection_dropped_mid_body_is_retryable(replay_server: ReplayServer) -> None:
+    _, body = load_fixture("gemini", "thoughts-text-signature")
+    cut = body[:1200]  # two whole events, then the server hangs up early
+    replay_server.enqueue(
+        ScriptedResponse(headers={"content-type": "text/event-stream"}, body=cut, content_length=len(body))
+    )
+    adapter = make_adapter(replay_server.url)
+    seen: list[ProviderEvent] = []
+    try:
+        with pytest.raises(ProviderError) as caught:
+            async with adapter.stream(request_from_fixture("thoughts-text-signature", FLASH)) as events:
+                async for event in events:
+                    seen.append(event)
+    finally:
+        await adapter.aclose()
+    assert caught.value.retryable and caught.value.kind == "connection_error"
+    assert "mid-stream" in caught.value.message
+    assert any(isinstance(e, BlockDelta) for e in seen)
 
 
 async def test_missing_key_fails_before_any_request(replay_server: ReplayServer) -> None:

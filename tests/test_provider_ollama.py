@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import json
-import socket
 import time
 from typing import Any
 
@@ -22,9 +21,9 @@ from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers import ollama
 from daemon.providers.base import BlockDelta, ProviderEvent, ProviderRequest, Stop, ToolSpec
 from daemon.providers.ollama import OllamaProvider, discover_models
-from protocol.objects import Thinking, Usage
+from protocol.objects import Usage
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse, fixture_request
-from tests.test_provider_gemini import summarize
+from tests.test_provider_gemini import closed_port_url, message, summarize, thinking, user
 
 pytestmark = pytest.mark.anyio
 
@@ -47,30 +46,12 @@ def make_adapter(url: str) -> OllamaProvider:
     return OllamaProvider(ProviderConfig(name=PROVIDER, api="ollama", base_url=url, needs_key=False))
 
 
-def thinking(params: dict[str, Any]) -> Thinking:
-    return Thinking(
-        requested="medium", effective="medium", supported=[], reason=None, budget_tokens=None, request_params=params
-    )
-
-
-_seq = iter(range(1, 1_000_000))
-
-
-def message(role: str, *parts: Part) -> ChatMessage:
-    n = next(_seq)
-    return ChatMessage(message_id=f"msg-{n}", session_id="sess-1", seq=n, role=role, parts=list(parts))  # type: ignore[arg-type]
-
-
-def user(text: str) -> ChatMessage:
-    return message("user", Part(type="text", text=text))
-
-
 def request_from_fixture(name: str, history: list[ChatMessage] | None = None) -> ProviderRequest:
     """The ProviderRequest that should produce ``<name>.request.json``."""
     body = fixture_request("ollama", name)
     tools = [
-        ToolSpec(name=t["function"]["name"], description=t["function"]["description"], input_schema=t["function"]["parameters"])
-        for t in body.get("tools", [])
+        ToolSpec(name=f["name"], description=f["description"], input_schema=f["parameters"])
+        for f in (t["function"] for t in body.get("tools", []))
     ]
     params = {"think": body["think"]} if "think" in body else {}
     return ProviderRequest(
@@ -82,7 +63,9 @@ def request_from_fixture(name: str, history: list[ChatMessage] | None = None) ->
     )
 
 
-async def collect(adapter: OllamaProvider, request: ProviderRequest, sink: list[ProviderEvent] | None = None) -> list[ProviderEvent]:
+async def collect(
+    adapter: OllamaProvider, request: ProviderRequest, sink: list[ProviderEvent] | None = None
+) -> list[ProviderEvent]:
     events_seen = [] if sink is None else sink
     async with adapter.stream(request) as events:
         async for event in events:
@@ -109,16 +92,12 @@ def done(reason: str = "stop", prompt: int = 3, output: int = 4) -> dict[str, An
             "prompt_eval_count": prompt, "eval_count": output}
 
 
-def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
 # --------------------------------------------------------------------------- every fixture
 
-SPLITS = {"utf8+every5": {"split_every": 5, "chunk_delay_s": PACE_S}, "every-byte": {"split_every": 1, "chunk_delay_s": PACE_S}}
+SPLITS = {
+    "utf8+every5": {"split_every": 5, "chunk_delay_s": PACE_S},
+    "every-byte": {"split_every": 1, "chunk_delay_s": PACE_S},
+}
 CASES = [("thinking-content", "utf8+every5"), ("thinking-content", "every-byte"), ("tool-calls", "utf8+every5")]
 
 
@@ -250,7 +229,8 @@ async def test_thinking_of_another_model_is_not_sent(replay_server: ReplayServer
     adapter = make_adapter(replay_server.url)
     try:
         await collect(
-            adapter, ProviderRequest(provider=PROVIDER, model="gpt-oss:20b", thinking=thinking({"think": "low"}), messages=history)
+            adapter,
+            ProviderRequest(provider=PROVIDER, model="gpt-oss:20b", thinking=thinking({"think": "low"}), messages=history),
         )
     finally:
         await adapter.aclose()
@@ -336,7 +316,8 @@ async def test_stream_without_done_is_retryable(replay_server: ReplayServer) -> 
 
 async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServer) -> None:
     body = ndjson(*[line(f"w{i} ") for i in range(40)], done())
-    replay_server.enqueue(ScriptedResponse(headers=NDJSON, body=body, split_at=list(range(50, len(body), 50)), chunk_delay_s=0.01))
+    cuts = list(range(50, len(body), 50))
+    replay_server.enqueue(ScriptedResponse(headers=NDJSON, body=body, split_at=cuts, chunk_delay_s=0.01))
     adapter = make_adapter(replay_server.url)
     try:
         async with adapter.stream(request_from_fixture("thinking-content")) as events:
@@ -357,7 +338,11 @@ async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServ
 
 async def test_http_404_is_model_not_found_with_pull_hint(replay_server: ReplayServer) -> None:
     replay_server.enqueue(
-        ScriptedResponse(status=404, headers={"content-type": "application/json"}, body=b'{"error":"model \\"qwen3:8b\\" not found, try pulling it first"}')
+        ScriptedResponse(
+            status=404,
+            headers={"content-type": "application/json"},
+            body=b'{"error":"model \\"qwen3:8b\\" not found, try pulling it first"}',
+        )
     )
     adapter = make_adapter(replay_server.url)
     try:
@@ -393,6 +378,19 @@ async def test_http_errors(replay_server: ReplayServer, status: int, retryable: 
     assert caught.value.status == status and caught.value.retryable is retryable
 
 
+async def test_connection_dropped_mid_body_is_retryable(replay_server: ReplayServer) -> None:
+    body = ndjson(line("Sure"), line(" thing"))
+    replay_server.enqueue(ScriptedResponse(headers=NDJSON, body=body, content_length=len(body) + 500))
+    adapter = make_adapter(replay_server.url)
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await collect(adapter, request_from_fixture("thinking-content"))
+    finally:
+        await adapter.aclose()
+    assert caught.value.retryable and caught.value.kind == "connection_error"
+    assert "mid-stream" in caught.value.message
+
+
 async def test_absent_server_is_a_retryable_connection_error() -> None:
     adapter = make_adapter(closed_port_url())
     started = time.monotonic()
@@ -415,7 +413,13 @@ TAGS = {
             "modified_at": "2026-08-01T10:00:00.123456789Z",
             "size": 5_225_388_164,
             "digest": "500a1f067a9f782620b40bee6f7b0c89e17ae61f686b92c24933e4ca4b2b8b41",
-            "details": {"format": "gguf", "family": family, "families": [family], "parameter_size": "8B", "quantization_level": "Q4_K_M"},
+            "details": {
+                "format": "gguf",
+                "family": family,
+                "families": [family],
+                "parameter_size": "8B",
+                "quantization_level": "Q4_K_M",
+            },
         }
         for name, family in [
             ("qwen3:8b", "qwen3"),
@@ -432,12 +436,22 @@ SHOW = {
     "llama3.2:3b": (["completion", "tools"], {"general.architecture": "llama", "llama.context_length": 131072}),
     "nomic-embed-text:latest": (["embedding"], {"general.architecture": "nomic-bert", "nomic-bert.context_length": 2048}),
 }
+def found(model: str, thinking: bool, tools: bool, context: int | None, levels: list[str] | None = None) -> dict:
+    return {
+        "model": model,
+        "name": model,
+        "supports_thinking": thinking,
+        "think_levels": levels,
+        "supports_tools": tools,
+        "context_window": context,
+    }
+
+
 DISCOVERED = [
-    {"model": "qwen3:8b", "name": "qwen3:8b", "supports_thinking": True, "think_levels": None, "supports_tools": True, "context_window": 40960},
-    {"model": "gpt-oss:20b", "name": "gpt-oss:20b", "supports_thinking": True, "think_levels": ["low", "medium", "high"], "supports_tools": True, "context_window": 131072},
-    {"model": "llama3.2:3b", "name": "llama3.2:3b", "supports_thinking": False, "think_levels": None, "supports_tools": True, "context_window": 131072},
-    # /api/show failed: listed, with nothing claimed
-    {"model": "broken:1b", "name": "broken:1b", "supports_thinking": False, "think_levels": None, "supports_tools": False, "context_window": None},
+    found("qwen3:8b", True, True, 40960),
+    found("gpt-oss:20b", True, True, 131072, ["low", "medium", "high"]),
+    found("llama3.2:3b", False, True, 131072),
+    found("broken:1b", False, False, None),  # /api/show failed: listed, with nothing claimed
 ]
 
 

@@ -60,7 +60,9 @@ def _base(base_url: str | None) -> str:
     return (base_url or DEFAULT_BASE_URL).rstrip("/")
 
 
-def _not_found(provider: str, model: str, detail: str | None = None, status: int | None = None) -> ProviderModelNotFound:
+def _not_found(
+    provider: str, model: str, detail: str | None = None, status: int | None = None
+) -> ProviderModelNotFound:
     return ProviderModelNotFound(
         f"{provider} does not have model {model!r}{f' ({detail})' if detail else ''}: run `ollama pull {model}`.",
         provider=provider,
@@ -125,7 +127,9 @@ class OllamaProvider:
             return _not_found(self.name, model, message, response.status_code)
         return status_error(self.name, response.status_code, response.headers, body)
 
-    async def _events(self, lines: AsyncIterator[str], request: ProviderRequest, status: int) -> AsyncIterator[ProviderEvent]:
+    async def _events(
+        self, lines: AsyncIterator[str], request: ProviderRequest, status: int
+    ) -> AsyncIterator[ProviderEvent]:
         parser = _StreamParser(request)
         try:
             async for line in lines:
@@ -162,7 +166,9 @@ class OllamaProvider:
         message = error if isinstance(error, str) else str(detail or error)
         if _is_model_not_found(message):
             return _not_found(self.name, model, message, status)
-        return ProviderError(f"{self.name} failed mid-stream: {message}", provider=self.name, status=status, kind="ollama_error")
+        return ProviderError(
+            f"{self.name} failed mid-stream: {message}", provider=self.name, status=status, kind="ollama_error"
+        )
 
 
 # --------------------------------------------------------------------------- request body
@@ -179,7 +185,10 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.tools:
         body["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+            }
             for t in request.tools
         ]
     body = deep_merge(body, request.thinking.request_params)
@@ -255,9 +264,10 @@ class _StreamParser:
         if chunk.get("done"):
             self.done = True
             events += self._close()
-            events.append(
-                UsageUpdate(usage=Usage(input_tokens=chunk.get("prompt_eval_count"), output_tokens=chunk.get("eval_count")))
-            )
+            # Thinking is inside eval_count; Ollama reports no separate reasoning count.
+            prompt, output = _int(chunk.get("prompt_eval_count")), _int(chunk.get("eval_count"))
+            usage = Usage(input_tokens=prompt, output_tokens=output)
+            events.append(UsageUpdate(usage=usage))
             raw = chunk.get("done_reason")
             if self.calls:
                 events.append(Stop(reason="tool_use", raw=raw))
@@ -390,11 +400,12 @@ async def _describe(client: httpx.AsyncClient, base: str, tag: dict[str, Any]) -
     model_info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
     details = show.get("details") or tag.get("details") or {}
     supports_thinking = "thinking" in capabilities
+    levels = list(GPT_OSS_THINK_LEVELS) if supports_thinking and _is_gpt_oss(model, model_info, details) else None
     return {
         "model": model,
         "name": str(tag.get("name") or model),
         "supports_thinking": supports_thinking,
-        "think_levels": list(GPT_OSS_THINK_LEVELS) if supports_thinking and _is_gpt_oss(model, model_info, details) else None,
+        "think_levels": levels,
         "supports_tools": "tools" in capabilities,
         "context_window": _context_length(model_info),
     }
@@ -407,6 +418,10 @@ def _is_gpt_oss(model: str, model_info: dict[str, Any], details: dict[str, Any])
 
 def _context_length(model_info: dict[str, Any]) -> int | None:
     for key, value in model_info.items():
-        if key.endswith(".context_length") and isinstance(value, int) and not isinstance(value, bool):
+        if key.endswith(".context_length") and _int(value) is not None:
             return value
     return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
