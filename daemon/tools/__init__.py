@@ -68,8 +68,8 @@ async def execute_tool(tools: dict[str, Tool[Any]], name: str, arguments: Any, c
         return await tool.run(args, ctx)
     except ToolError as exc:
         return ToolResult(str(exc), is_error=True)
-    except Exception as exc:  # noqa: BLE001 - a tool bug must not end the turn
-        # Cancellation is a BaseException (asyncio.CancelledError, trio.Cancelled) and
+    except Exception as exc:
+        # A tool bug must not end the turn. Cancellation is a BaseException (asyncio.CancelledError, trio.Cancelled) and
         # passes through untouched.
         log.exception("tool %s failed", name)
         return ToolResult(f"internal error in tool {name}: {type(exc).__name__}: {exc}", is_error=True)

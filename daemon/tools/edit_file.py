@@ -18,7 +18,7 @@ from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import display_path, resolve_in_cwd
 from daemon.tools.text import decode_text
 
-__all__ = ["EditFile", "EditFileArgs", "MAX_DIFF_CHARS"]
+__all__ = ["MAX_DIFF_CHARS", "EditFile", "EditFileArgs"]
 
 MAX_DIFF_CHARS = 64 * 1024
 
@@ -55,6 +55,8 @@ def _edit(path: Path, shown: str, old: str, new: str) -> ToolResult:
         raise ToolError(f"file '{shown}' does not exist; use write_file to create it.")
     if path.is_dir():
         raise ToolError(f"'{shown}' is a directory, not a file.")
+    if not path.is_file():
+        raise ToolError(f"'{shown}' is not a regular file.")  # a FIFO would block forever
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -87,9 +89,7 @@ def _edit(path: Path, shown: str, old: str, new: str) -> ToolResult:
 
 
 def unified_diff(before: str, after: str, shown: str) -> str:
-    lines = difflib.unified_diff(
-        _lines(before), _lines(after), f"a/{shown}", f"b/{shown}"
-    )
+    lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{shown}", f"b/{shown}")
     # A last line without a newline would run into the next diff line; mark it as git does.
     diff = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
     if len(diff) > MAX_DIFF_CHARS:

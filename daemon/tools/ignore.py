@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GitIgnore", "glob_to_regex", "compile_glob"]
+__all__ = ["GitIgnore", "compile_glob", "glob_to_regex"]
 
 
 def glob_to_regex(pattern: str) -> str:
@@ -105,9 +105,7 @@ def parse_gitignore(text: str) -> list[_Rule]:
         if not line or line.startswith("#"):
             continue
         negated = line.startswith("!")
-        if negated:
-            line = line[1:]
-        elif line.startswith(("\\!", "\\#")):
+        if negated or line.startswith(("\\!", "\\#")):
             line = line[1:]
         dir_only = line.endswith("/")
         line = line.rstrip("/")

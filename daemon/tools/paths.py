@@ -31,8 +31,7 @@ def resolve_in_cwd(cwd: Path, path: str) -> Path:
     resolved = Path(os.path.realpath(candidate))
     if not is_inside(resolved, root):
         raise ToolError(
-            f"path {path!r} is outside the session's working directory {root}; "
-            "file tools only reach files inside it."
+            f"path {path!r} is outside the session's working directory {root}; file tools only reach files inside it."
         )
     return resolved
 

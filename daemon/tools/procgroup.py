@@ -17,6 +17,7 @@ from anyio.abc import Process
 __all__ = ["group_alive", "signal_group", "terminate_group"]
 
 _POLL_S = 0.05
+_AFTER_KILL_S = 1.0
 _PROC = Path("/proc")
 
 
@@ -42,17 +43,18 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:
             return True
         return True
-    for entry in os.scandir(_PROC):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_bytes()
-        except OSError:
-            continue
-        # Fields after the ')' that ends the command name: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
+    with os.scandir(_PROC) as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_bytes()
+            except OSError:
+                continue
+            # Fields after the ')' that ends the command name: state, ppid, pgrp, ...
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
     return False
 
 
@@ -71,3 +73,8 @@ async def terminate_group(process: Process, grace_s: float) -> None:
         return
     signal_group(pgid, signal.SIGKILL)
     await process.wait()
+    # SIGKILL lands when each process is next scheduled, not at once; wait for it (but
+    # not forever: a process stuck in uninterruptible I/O dies when the I/O ends).
+    with anyio.move_on_after(_AFTER_KILL_S):
+        while group_alive(pgid):
+            await anyio.sleep(_POLL_S / 5)

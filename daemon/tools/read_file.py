@@ -46,6 +46,9 @@ class ReadFile(Tool[ReadFileArgs]):
             raise ToolError(f"file '{shown}' does not exist; use list_files to see what is there.")
         if path.is_dir():
             raise ToolError(f"'{shown}' is a directory; use list_files to see its contents.")
+        if not path.is_file():
+            # A FIFO or device would block the reading thread, uncancellably.
+            raise ToolError(f"'{shown}' is not a regular file.")
         return await anyio.to_thread.run_sync(_read, path, shown, args.offset or 1, args.limit)
 
 

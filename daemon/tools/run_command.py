@@ -5,8 +5,9 @@ stdin closed and stderr merged into stdout. Output is streamed to ``ctx.emit_out
 as it arrives and kept for the result up to ``KEPT_HEAD_BYTES + KEPT_TAIL_BYTES``
 (the middle is dropped with a note: a build's last lines matter most). On timeout or
 cancellation the whole process group is terminated (see ``procgroup``); cancellation
-then propagates. When the shell exits while a background child still holds the output
-open, that child is stopped too, so the tool returns and nothing leaks.
+then propagates. When the shell exits while a background child silently keeps the
+output open, the rest of the group is stopped too, so the tool returns and nothing
+leaks; a child that redirected its output (``cmd > log &``) is left running.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class RunCommandArgs(ToolArgs):
     command: Annotated[str, msgspec.Meta(description="Shell command, run with /bin/sh -c in the working directory.")]
     timeout_s: Annotated[
         float,
-        msgspec.Meta(gt=0, le=MAX_TIMEOUT_S, description=f"Seconds before it is killed; default 120, max 600."),
+        msgspec.Meta(gt=0, le=MAX_TIMEOUT_S, description="Seconds before it is killed; default 120, max 600."),
     ] = DEFAULT_TIMEOUT_S
 
 
@@ -86,39 +87,63 @@ class RunCommand(Tool[RunCommandArgs]):
         outcome = "running"
         try:
             with anyio.move_on_after(args.timeout_s) as deadline:
-                reached_eof = await _collect(process, output, streamer)
-                outcome = "exited" if reached_eof else "left_behind"
+                outcome = "exited" if await _collect(process, output, streamer) else "left_behind"
             if deadline.cancelled_caught:
                 outcome = "timed_out"
         finally:
             # Shielded: on cancellation the group must still die before we re-raise.
             with anyio.CancelScope(shield=True):
-                if outcome != "exited":
+                if outcome not in ("exited", "left_behind"):
                     await terminate_group(process, KILL_GRACE_S)
                 await process.aclose()
         return _result(outcome, process.returncode, output, args.timeout_s)
 
 
 async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -> bool:
-    """Read output until the shell exits; True when the pipe then reached EOF too."""
+    """Read output until the shell exits and the pipe is drained.
+
+    Returns False when, after the shell exited, something else held the pipe open in
+    silence (a backgrounded child): that is stopped (its group killed) so we can return.
+    """
     assert process.stdout is not None
     stdout = process.stdout
     eof = anyio.Event()
+    waiting_for_pipe = False  # False while a chunk is being handed to a (slow) listener
 
     async def pump() -> None:
-        async for chunk in stdout:
+        nonlocal waiting_for_pipe
+        while True:
+            waiting_for_pipe = True
+            try:
+                chunk = await stdout.receive()
+            except anyio.EndOfStream:
+                break
+            finally:
+                waiting_for_pipe = False
             output.add(chunk)
             await streamer.send(chunk)
         await streamer.flush()
         eof.set()
 
+    left_behind = False
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
         await process.wait()
-        with anyio.move_on_after(DRAIN_GRACE_S):
-            await eof.wait()
+        while not eof.is_set():
+            received = output.total
+            with anyio.move_on_after(DRAIN_GRACE_S):
+                await eof.wait()
+            if eof.is_set() or output.total != received or not waiting_for_pipe:
+                continue  # output still flowing, or the listener is slow: keep draining
+            left_behind = True
+            await terminate_group(process, KILL_GRACE_S)
+            # Whatever it wrote before dying is still in the pipe. A holder that left
+            # the group (setsid) never closes it: then give up on the rest.
+            with anyio.move_on_after(DRAIN_GRACE_S):
+                await eof.wait()
+            break
         tg.cancel_scope.cancel()
-    return eof.is_set()
+    return not left_behind
 
 
 def _result(outcome: str, returncode: int | None, output: _KeptOutput, timeout_s: float) -> ToolResult:
@@ -135,8 +160,8 @@ def _result(outcome: str, returncode: int | None, output: _KeptOutput, timeout_s
         status = f"[exit code {returncode}]"
     if outcome == "left_behind":
         status += (
-            "\n[background processes still holding the output were stopped; "
-            "redirect their output (e.g. `cmd > log 2>&1 &`) to keep them running]"
+            "\n[the shell exited but background processes kept its output open; those in its process group "
+            "were stopped. Redirect their output (e.g. `cmd > log 2>&1 &`) to keep them running]"
         )
     return ToolResult(text + status, is_error=returncode != 0)
 

@@ -33,15 +33,17 @@ class SearchArgs(ToolArgs):
         Annotated[str, msgspec.Meta(description="Only search files matching this glob, e.g. '*.py' or 'src/**/*.ts'.")]
         | None
     ) = None
-    path: Annotated[str, msgspec.Meta(description="File or directory to search, relative to the working directory.")] = (
-        "."
-    )
+    path: Annotated[
+        str, msgspec.Meta(description="File or directory to search, relative to the working directory.")
+    ] = "."
     ignore_case: Annotated[bool, msgspec.Meta(description="Match case-insensitively.")] = False
 
 
 class Search(Tool[SearchArgs]):
     name = "search"
-    description = "Search text files for a regular expression; returns file:line:text matches (skips .gitignore'd files)."
+    description = (
+        "Search text files for a regular expression; returns file:line:text matches (skips .gitignore'd files)."
+    )
     mutating = False
     Args = SearchArgs
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["SNIFF_BYTES", "looks_binary", "decode_text"]
+__all__ = ["SNIFF_BYTES", "decode_text", "looks_binary"]
 
 SNIFF_BYTES = 8192
 

@@ -43,6 +43,8 @@ def _write(path: Path, shown: str, content: str) -> ToolResult:
     if path.is_dir():
         raise ToolError(f"'{shown}' is a directory; give a file path.")
     existed = path.exists()
+    if existed and not path.is_file():
+        raise ToolError(f"'{shown}' is not a regular file.")  # a FIFO would block forever
     data = content.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
