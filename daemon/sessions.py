@@ -285,6 +285,7 @@ class SessionManager:
             if not await self.store.acquire_lease(session_id, self._lease_owner, LEASE_TTL_S):
                 raise SessionBusy(session_id, "another ponder process is running a turn in it")
             live.lease_held = True
+            await self._refresh(live)
         queued = live.status == "running"
         message = ChatMessage(
             message_id=new_id("msg"),
@@ -300,6 +301,15 @@ class SessionManager:
         turn_id = new_id("turn")
         live.inbox_send.send_nowait(PendingTurn(turn_id, message))
         return turn_id, queued
+
+    async def _refresh(self, live: LiveSession) -> None:
+        """Catch up with turns another daemon sharing this home ran while we held no lease."""
+        row = await self.store.get_session(live.row.id)
+        if row is None:
+            raise SessionNotFound(live.row.id)
+        if row.message_count != len(live.history):
+            live.history[:] = await self.store.get_messages(live.row.id)
+        live.row = row
 
     async def cancel(self, session_id: str) -> tuple[bool, int]:
         live = self._live.get(session_id)
