@@ -305,6 +305,8 @@ async def test_list_files_pattern_and_path(tmp_path: Path) -> None:
     assert by_name.text.splitlines() == ["a.py", "docs/e.py", "src/c.py", "src/deep/d.py"]
     by_path = await call(tmp_path, "list_files", pattern="src/**/*.py")
     assert by_path.text.splitlines() == ["src/c.py", "src/deep/d.py"]
+    top = await call(tmp_path, "list_files", pattern="/*.py")
+    assert top.text.splitlines() == ["a.py"]
     under = await call(tmp_path, "list_files", path="src", pattern="deep/*.py")
     assert under.text.splitlines() == ["src/deep/d.py"]
     nothing = await call(tmp_path, "list_files", pattern="*.rs")

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import anyio
 import jsonschema
+import msgspec
 import pytest
 
 from daemon.tools import ToolContext, ToolError, ToolResult, builtin_tools, execute_tool, parse_arguments, tool_specs
 from daemon.tools.approval import decide, denial_message
-from daemon.tools.base import Tool, ToolArgs
+from daemon.tools.base import Tool, ToolArgs, inline_schema
 
 
 class Boom(Tool[ToolArgs]):
@@ -60,6 +61,20 @@ def test_schemas_are_self_contained_and_validate_what_msgspec_accepts() -> None:
     assert validator.is_valid({"path": "a", "offset": 2})
     assert not validator.is_valid({"path": "a", "extra": 1})
     assert not validator.is_valid({"offset": 2})
+
+
+def test_inline_schema_keeps_fields_named_like_keywords() -> None:
+    class Args(ToolArgs):
+        title: str
+        required: int | None = None
+
+    schema = inline_schema(msgspec.json.schema(Args))
+    assert schema == {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "required": {"type": "integer"}},
+        "required": ["title"],
+        "additionalProperties": False,
+    }
 
 
 def test_input_schema_is_a_copy() -> None:

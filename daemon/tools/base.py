@@ -91,7 +91,15 @@ def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
             target = defs[node["$ref"].rsplit("/", 1)[-1]]
             merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
             return resolve(merged)
-        out = {key: resolve(value) for key, value in node.items() if key not in ("$defs", "title")}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("$defs", "title"):
+                continue
+            if key in ("properties", "patternProperties") and isinstance(value, dict):
+                # A name -> schema mapping: its keys are field names, kept as they are.
+                out[key] = {name: resolve(sub) for name, sub in value.items()}
+            else:
+                out[key] = resolve(value)
         variants = out.get("anyOf")
         if isinstance(variants, list) and {"type": "null"} in variants:
             rest = [v for v in variants if v != {"type": "null"}]

@@ -64,7 +64,7 @@ def glob_matcher(pattern: str | None):
     if not pattern:
         return lambda rel: True
     regex = compile_glob(pattern.removeprefix("./").lstrip("/"))
-    if "/" in pattern.strip("/"):
+    if "/" in pattern.rstrip("/"):  # '/*.py' and './*.py' mean the top level only
         return lambda rel: regex.fullmatch(rel) is not None
     return lambda rel: regex.fullmatch(rel.rsplit("/", 1)[-1]) is not None
 
