@@ -19,7 +19,7 @@ from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
 from daemon.providers.registry import ProviderRegistry
 from daemon.rpc import Connection
-from daemon.sessions import SessionManager
+from daemon.sessions import RpcBridge, SessionManager
 from daemon.store import AsyncStore
 from protocol import PROTOCOL_VERSION, THINKING_LEVELS
 from protocol import methods as m
@@ -36,7 +36,8 @@ class Daemon:
         self.store = store
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
-        self.sessions = SessionManager(config, store, self.catalog, self.providers, connection)
+        self.bridge = RpcBridge(connection)
+        self.sessions = SessionManager(config, store, self.catalog, self.providers, self.bridge)
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
             log.warning("%s", problem)
@@ -76,7 +77,7 @@ class Daemon:
                 allowed=[str(PROTOCOL_VERSION)],
             )
         if params.capabilities is not None:
-            self.sessions.client_can_ask = params.capabilities.permission_requests
+            self.bridge.can_ask = params.capabilities.permission_requests
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),

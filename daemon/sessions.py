@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -23,12 +23,12 @@ from daemon.catalog import Catalog, ModelSpec
 from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, PonderError, SessionBusy, SessionNotFound, ShuttingDown
-from daemon.providers.base import ProviderRequest, ToolSpec
+from daemon.providers.base import ProviderRequest
 from daemon.providers.registry import ProviderRegistry
 from daemon.rpc import ClientRequestError, Connection
 from daemon.store import AsyncStore, SessionRow, new_lease_owner
 from daemon.timeutil import new_id, now_rfc3339
-from daemon.tools import builtin_tools, execute_tool
+from daemon.tools import Tool, ToolError, builtin_tools, execute_tool, parse_arguments, tool_specs
 from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
 from protocol import events as ev
@@ -38,6 +38,45 @@ from protocol.objects import Session, Thinking
 log = logging.getLogger("ponder.sessions")
 
 LEASE_TTL_S = 3600.0  # a crashed owner is detected by its pid long before this
+
+
+class ClientBridge(Protocol):
+    """How sessions reach the client: the ponder protocol here, ACP in ``daemon.acp``."""
+
+    can_ask: bool  # whether the client answers permission requests
+
+    async def emit(self, event: Any) -> None:
+        """Deliver one ``agent/event`` (a ``protocol.events`` Struct with its seq)."""
+
+    async def session_updated(self, session: Session) -> None: ...
+
+    async def ask_permission(self, params: PermissionRequestParams) -> str:
+        """The person's decision; raises ``ClientRequestError`` when they cannot be asked."""
+        ...
+
+
+class ToolSource(Protocol):
+    """Tools beyond the built-in ones (MCP servers), asked for afresh at every turn."""
+
+    async def tools_for(self, row: SessionRow) -> dict[str, Tool[Any]]: ...
+
+
+class RpcBridge:
+    """The ``ClientBridge`` of the ponder protocol over a JSON-RPC ``Connection``."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.can_ask = False  # set by initialize
+
+    async def emit(self, event: Any) -> None:
+        await self.connection.notify("agent/event", event)
+
+    async def session_updated(self, session: Session) -> None:
+        await self.connection.notify("session/updated", {"session": session})
+
+    async def ask_permission(self, params: PermissionRequestParams) -> str:
+        answer = await self.connection.request("permission/request", params, PermissionRequestResult)
+        return answer.decision
 
 
 @dataclass
@@ -78,16 +117,15 @@ class SessionManager:
         store: AsyncStore,
         catalog: Catalog,
         providers: ProviderRegistry,
-        connection: Connection,
+        bridge: ClientBridge,
     ) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
         self.providers = providers
-        self.connection = connection
-        self.client_can_ask = False  # set by initialize
+        self.bridge = bridge
         self.tools = builtin_tools()
-        self.tool_specs = [ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema) for t in self.tools.values()]
+        self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
         self._live: dict[str, LiveSession] = {}
         self._loading: dict[str, anyio.Event] = {}
         self._event_seq: dict[str, int] = {}
@@ -218,7 +256,7 @@ class SessionManager:
         for kind in ("model_id", "thinking_level"):
             if kind in fields:
                 await self.store.record_change(session_id, kind.removesuffix("_id").removesuffix("_level"), fields[kind])
-        await self.connection.notify("session/updated", {"session": self.wire_session(row)})
+        await self.bridge.session_updated(self.wire_session(row))
         return row
 
     async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
@@ -385,7 +423,7 @@ class SessionManager:
             await self.store.save_message(message)
         emit = self._emitter(live, pending.turn_id)
         try:
-            turn = self._build_turn(live, pending, emit)
+            turn = await self._build_turn(live, pending, emit)
         except PonderError as exc:
             await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": _no_thinking(live.row.thinking_level), "user_message_id": message.message_id})
             await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent._error_info(exc)})
@@ -399,9 +437,9 @@ class SessionManager:
         if not live.unloaded:
             live.row.message_count = len(live.history)
             with anyio.move_on_after(2, shield=True):
-                await self.connection.notify("session/updated", {"session": self.wire_session(live.row)})
+                await self.bridge.session_updated(self.wire_session(live.row))
 
-    def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
+    async def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
         row = live.row
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
@@ -411,13 +449,16 @@ class SessionManager:
             probe = ProviderRequest(provider=spec.provider, model=spec.model, thinking=resolved, messages=agent.repair_history(live.history))
             resolved = adjust(probe) or resolved
         cwd = Path(row.cwd)
+        tools = dict(self.tools)
+        for source in self.tool_sources:
+            tools.update(await source.tools_for(row))
 
         async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
-            result = await execute_tool(self.tools, name, arguments, ToolContext(cwd=cwd, emit_output=output))
+            result = await execute_tool(tools, name, arguments, ToolContext(cwd=cwd, emit_output=output))
             return result.text, result.is_error
 
         async def approve(call: Part) -> tuple[bool, str]:
-            return await self._approve(live, pending.turn_id, call)
+            return await self._approve(live, pending.turn_id, call, tools)
 
         return agent.Turn(
             session_id=row.id,
@@ -434,7 +475,7 @@ class SessionManager:
             next_seq=live.next_seq,
             approve=approve,
             run_tool=run_tool,
-            tools=self.tool_specs if spec.supports_tools else [],
+            tools=tool_specs(tools) if spec.supports_tools else [],
             system_prompt=row.system_prompt,
             settings=agent.TurnSettings(
                 max_steps=self.config.max_tool_steps,
@@ -443,42 +484,45 @@ class SessionManager:
             ),
         )
 
-    async def _approve(self, live: LiveSession, turn_id: str, call: Part) -> tuple[bool, str]:
+    async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
         name = call.name or ""
-        tool = self.tools.get(name)
+        tool = tools.get(name)
         if tool is None:
             return True, ""  # unknown tools fail in execute_tool with a message the model can use
         policy = live.row.approval_policy
-        verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.client_can_ask)
+        verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.bridge.can_ask)
         if verdict == "run":
             return True, ""
         if verdict == "deny":
-            reason = "the client cannot be asked" if policy == "ask" else f"the session's approval policy is {policy!r}"
-            return False, denial_message(policy, name, reason)
+            return False, denial_message(policy, name)
+        try:
+            title = tool.summary(parse_arguments(tool, call.arguments or {}))
+        except ToolError:
+            return True, ""  # invalid arguments: execute_tool reports them without running anything
         params = PermissionRequestParams(
             session_id=live.row.id,
             turn_id=turn_id,
             call_id=call.call_id or "",
             tool=name,
             arguments=call.arguments or {},
-            title=_permission_title(name, call.arguments or {}),
+            title=title,
             options=["allow_once", "allow_session", "deny"],
         )
         try:
-            answer = await self.connection.request("permission/request", params, PermissionRequestResult)
-        except ClientRequestError as exc:
-            return False, denial_message(policy, name, exc.message)
-        if answer.decision == "allow_session":
+            decision = await self.bridge.ask_permission(params)
+        except ClientRequestError:
+            return False, denial_message(policy, name, "cannot_ask")
+        if decision == "allow_session":
             live.allowed_tools.add(name)
-        if answer.decision == "deny":
-            return False, denial_message(policy, name, "the person denied it")
+        if decision == "deny":
+            return False, denial_message(policy, name, "user_denied")
         return True, ""
 
     # --- events ---------------------------------------------------------------------------
 
     def _emitter(self, live: LiveSession, turn_id: str) -> agent.Emit:
         session_id = live.row.id
-        notify = self.connection.notify
+        deliver = self.bridge.emit
         lock = live.emit_lock
 
         async def emit(kind: type, fields: dict[str, Any]) -> None:
@@ -486,7 +530,7 @@ class SessionManager:
             async with lock:
                 seq = self._event_seq.get(session_id, 0) + 1
                 self._event_seq[session_id] = seq
-                await notify("agent/event", kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+                await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
 
         return emit
 
@@ -505,11 +549,3 @@ def _check_cwd(cwd: str | None) -> Path:
 
 def _no_thinking(level: str) -> Thinking:
     return Thinking(requested=level, effective="off", supported=[], reason=None, budget_tokens=None, request_params={})  # type: ignore[arg-type]
-
-
-def _permission_title(name: str, arguments: dict[str, Any]) -> str:
-    if name == "run_command":
-        return f"Run command: {arguments.get('command', '')}"[:200]
-    if "path" in arguments:
-        return f"{name.replace('_', ' ').capitalize()}: {arguments['path']}"[:200]
-    return f"Allow {name}?"
