@@ -143,21 +143,27 @@ def turn1_history() -> list[ChatMessage]:
     ]
 
 
+def first_user_text(name: str) -> str:
+    return fixture_request("anthropic", name)["messages"][0]["content"]
+
+
 def fixture_case(name: str) -> ProviderRequest:
     """The ProviderRequest that should produce ``<name>.request.json``."""
     if name == "thinking-text":
-        return request(SONNET_45, budget("medium", 10000, 16000), [user(fixture_request("anthropic", name)["messages"][0]["content"])])
+        return request(SONNET_45, budget("medium", 10000, 16000), [user(first_user_text(name))])
     if name == "redacted-thinking":
-        return request(SONNET_45, budget("low", 4000, 8000), [user(fixture_request("anthropic", name)["messages"][0]["content"])])
+        return request(SONNET_45, budget("low", 4000, 8000), [user(first_user_text(name))])
     if name in ("rate-limit-429", "overloaded-529"):
         return request(SONNET_45, budget("medium", 10000, 16000), [user("Summarise the attached 40-page report.")])
     if name == "overloaded-midstream":
         text = "Give me a quick overview of the branches of the French government."
         return request(SONNET_45, thinking_off(), [user(text)], max_output_tokens=2048)
     if name == "adaptive-thinking-tool-use":
-        return request(OPUS_46, adaptive("medium", "medium"), [user(UMBRELLA)], tools=[weather_tool()], max_output_tokens=16000)
+        history = [user(UMBRELLA)]
+        return request(OPUS_46, adaptive("medium", "medium"), history, tools=[weather_tool()], max_output_tokens=16000)
     if name == "adaptive-thinking-tool-use-turn2":
-        return request(OPUS_46, adaptive("medium", "medium"), turn1_history(), tools=[weather_tool()], max_output_tokens=16000)
+        history = turn1_history()
+        return request(OPUS_46, adaptive("medium", "medium"), history, tools=[weather_tool()], max_output_tokens=16000)
     if name == "adaptive-display-omitted":
         return request(OPUS_47, adaptive("high", "high"), [user("What is 27 * 453?")])
     raise AssertionError(f"no request built for fixture {name}")
@@ -269,7 +275,11 @@ SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
 def message_start(input_tokens: int = 5, output_tokens: int = 1, **usage: int) -> dict[str, Any]:
     return {
         "type": "message_start",
-        "message": {"id": "msg_x", "model": "m", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **usage}},
+        "message": {
+            "id": "msg_x",
+            "model": "m",
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **usage},
+        },
     }
 
 
@@ -281,7 +291,20 @@ MESSAGE_STOP = {"type": "message_stop"}
 
 
 def minimal_stream() -> ScriptedResponse:
-    return ScriptedResponse(headers=SSE_HEADERS, body=sse(message_start(), message_delta("end_turn", output_tokens=2), MESSAGE_STOP))
+    body = sse(message_start(), message_delta("end_turn", output_tokens=2), MESSAGE_STOP)
+    return ScriptedResponse(headers=SSE_HEADERS, body=body)
+
+
+def json_error(status: int, body: bytes, **headers: str) -> ScriptedResponse:
+    return ScriptedResponse(status=status, headers={"content-type": "application/json", **headers}, body=body)
+
+
+def block_start(index: int, **block: Any) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def block_delta(index: int, **delta: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
 
 
 # -- checking outcomes against meta.expected ---------------------------------------------
@@ -484,7 +507,8 @@ async def test_thinking_from_other_models_is_dropped_not_pasted(replay_server: R
         {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}]},
         {"role": "user", "content": "and?"},
     ]
-    assert "thoughts" not in replay_server.requests[0].body.decode() and "reasoning" not in replay_server.requests[0].body.decode()
+    raw = replay_server.requests[0].body.decode()
+    assert "thoughts" not in raw and "reasoning" not in raw and "no owner" not in raw
 
 
 @pytest.mark.anyio
@@ -566,7 +590,9 @@ LEVEL_CASES = [
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("with_tools", [False, True], ids=["no-tools", "tools"])
-@pytest.mark.parametrize(("thinking", "max_tokens", "fragment"), [c[1:] for c in LEVEL_CASES], ids=[c[0] for c in LEVEL_CASES])
+@pytest.mark.parametrize(
+    ("thinking", "max_tokens", "fragment"), [c[1:] for c in LEVEL_CASES], ids=[c[0] for c in LEVEL_CASES]
+)
 async def test_request_body_per_level(
     replay_server: ReplayServer, thinking: Thinking, max_tokens: int | None, fragment: dict[str, Any], with_tools: bool
 ) -> None:
@@ -587,7 +613,8 @@ async def test_request_body_per_level(
         **fragment,
     }
     if with_tools:
-        expected["tools"] = [{"name": "get_weather", "description": tools[0].description, "input_schema": tools[0].input_schema}]
+        spec = tools[0]
+        expected["tools"] = [{"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}]
     assert sent.json() == expected
     budget_mode = fragment.get("thinking", {}).get("type") == "enabled"
     assert sent.headers.get("anthropic-beta") == (INTERLEAVED_THINKING_BETA if budget_mode and with_tools else None)
@@ -661,7 +688,8 @@ def test_adjust_thinking_leaves_off_and_adaptive_alone(thinking: Thinking) -> No
 @pytest.mark.anyio
 async def test_stream_applies_adjust_thinking_itself(replay_server: ReplayServer) -> None:
     replay_server.enqueue(minimal_stream())
-    req = request(OPUS_46, budget("high", 32000, 48000), loop(OTHER_MODEL_SIGNED, SAID, CALL), tools=[weather_tool()], max_output_tokens=12000)
+    history = loop(OTHER_MODEL_SIGNED, SAID, CALL)
+    req = request(OPUS_46, budget("high", 32000, 48000), history, tools=[weather_tool()], max_output_tokens=12000)
     async with anthropic(replay_server.url) as provider:
         assert provider.adjust_thinking(req) is not None
         outcome = await run(provider, req)
@@ -718,13 +746,14 @@ async def test_529_is_retryable_without_retry_after(replay_server: ReplayServer)
 
 
 def error_body(kind: str, message: str, **extra: Any) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": kind, "message": message, **extra}, "request_id": "req_1"}).encode()
+    error = {"type": kind, "message": message, **extra}
+    return json.dumps({"type": "error", "error": error, "request_id": "req_1"}).encode()
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("status", [401, 403])
 async def test_auth_errors_say_how_to_fix_them(replay_server: ReplayServer, status: int) -> None:
-    replay_server.enqueue(ScriptedResponse(status=status, headers={"content-type": "application/json"}, body=error_body("authentication_error", "invalid x-api-key")))
+    replay_server.enqueue(json_error(status, error_body("authentication_error", "invalid x-api-key")))
     async with anthropic(replay_server.url) as provider:
         outcome = await run(provider, request(SONNET_45, thinking_off(), [user("hi")]))
     error = outcome.error
@@ -744,8 +773,11 @@ async def test_missing_key_fails_before_any_request(replay_server: ReplayServer)
 
 @pytest.mark.anyio
 async def test_400_shows_the_api_message(replay_server: ReplayServer) -> None:
-    text = "messages.1.content.0: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified."
-    replay_server.enqueue(ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=error_body("invalid_request_error", text)))
+    text = (
+        "messages.1.content.0: `thinking` or `redacted_thinking` blocks in the latest assistant message"
+        " cannot be modified."
+    )
+    replay_server.enqueue(json_error(400, error_body("invalid_request_error", text)))
     async with anthropic(replay_server.url) as provider:
         outcome = await run(provider, request(SONNET_45, thinking_off(), [user("hi")]))
     error = outcome.error
@@ -757,15 +789,22 @@ async def test_400_shows_the_api_message(replay_server: ReplayServer) -> None:
 @pytest.mark.parametrize(
     ("status", "headers", "body", "retryable"),
     [
-        (429, {"retry-after": "5"}, error_body("rate_limit_error", "spend cap", details={"error_code": "enforced_spend_limit_reached"}), False),
+        (
+            429,
+            {"retry-after": "5"},
+            error_body("rate_limit_error", "cap", details={"error_code": "enforced_spend_limit_reached"}),
+            False,
+        ),
         (500, {"x-should-retry": "false"}, error_body("api_error", "boom"), False),
         (409, {"x-should-retry": "true"}, error_body("conflict_error", "busy"), True),
         (500, {}, error_body("api_error", "Internal server error"), True),
     ],
     ids=["spend-limit", "should-retry-false", "should-retry-true", "plain-500"],
 )
-async def test_retry_signals(replay_server: ReplayServer, status: int, headers: dict[str, str], body: bytes, retryable: bool) -> None:
-    replay_server.enqueue(ScriptedResponse(status=status, headers={"content-type": "application/json", **headers}, body=body))
+async def test_retry_signals(
+    replay_server: ReplayServer, status: int, headers: dict[str, str], body: bytes, retryable: bool
+) -> None:
+    replay_server.enqueue(json_error(status, body, **headers))
     async with anthropic(replay_server.url) as provider:
         outcome = await run(provider, request(SONNET_45, thinking_off(), [user("hi")]))
     assert outcome.error is not None and outcome.error.retryable is retryable
@@ -825,13 +864,13 @@ async def test_non_sse_200_is_an_error(replay_server: ReplayServer) -> None:
 async def test_comments_retry_blocks_unknown_events_and_server_blocks_are_skipped(replay_server: ReplayServer) -> None:
     body = b": keep-alive\n\nretry: 3000\n\n" + sse(
         message_start(input_tokens=40, cache_read_input_tokens=7, cache_creation_input_tokens=3),
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"q":1}'}},
+        block_start(0, type="server_tool_use", id="srvtoolu_1", name="web_search", input={}),
+        block_delta(0, type="input_json_delta", partial_json='{"q":1}'),
         {"type": "content_block_stop", "index": 0},
         {"type": "brand_new_event", "whatever": True},
-        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 1, "delta": {"type": "citations_delta", "citation": {}}},
-        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "hi"}},
+        block_start(1, type="text", text=""),
+        block_delta(1, type="citations_delta", citation={}),
+        block_delta(1, type="text_delta", text="hi"),
         {"type": "ping"},
         {"type": "content_block_stop", "index": 1},
         message_delta("pause_turn", output_tokens=9),  # older streams: only output_tokens here
@@ -845,7 +884,9 @@ async def test_comments_retry_blocks_unknown_events_and_server_blocks_are_skippe
         BlockStart(index=1, kind="text"),
         BlockDelta(index=1, delta="hi"),
         BlockEnd(index=1, part=Part(type="text", text="hi")),
-        UsageUpdate(usage=Usage(input_tokens=40, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3)),
+        UsageUpdate(
+            usage=Usage(input_tokens=40, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3)
+        ),
         Stop(reason="end_turn", raw="pause_turn"),
     ]
 
@@ -877,14 +918,14 @@ def test_stop_reason_mapping(raw: str, kind: str) -> None:
 
 
 def test_tool_calls_mean_tool_use_and_truncated_arguments_do_not_run() -> None:
-    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_9", "name": "ls", "input": {}}}
+    start = block_start(0, type="tool_use", id="toolu_9", name="ls", input={})
     stop = {"type": "content_block_stop", "index": 0}
     whole = parse(message_start(), start, stop, message_delta("end_turn"), MESSAGE_STOP)
     assert [e for e in whole if isinstance(e, BlockEnd)] == [
         BlockEnd(index=0, part=Part(type="tool_call", call_id="toolu_9", name="ls", arguments={}))
     ]
     assert whole[-1] == Stop(reason="tool_use", raw="end_turn")
-    fragment = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "/tm'}}
+    fragment = block_delta(0, type="input_json_delta", partial_json='{"path": "/tm')
     cut = parse(message_start(), start, fragment, stop, message_delta("max_tokens"), MESSAGE_STOP)
     end = next(e for e in cut if isinstance(e, BlockEnd))
     assert end.part.arguments == {} and end.part.provider_data == {"invalid_arguments": '{"path": "/tm'}
@@ -892,14 +933,16 @@ def test_tool_calls_mean_tool_use_and_truncated_arguments_do_not_run() -> None:
 
 
 def test_thinking_without_signature_delta_has_none_not_empty() -> None:
-    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
-    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm"}}
+    start = block_start(0, type="thinking", thinking="", signature="")
+    delta = block_delta(0, type="thinking_delta", thinking="hmm")
     events = parse(start, delta, {"type": "content_block_stop", "index": 0})
     assert events[-1] == BlockEnd(index=0, part=Part(type="thinking", text="hmm", provider="anthropic", model=OPUS_46))
     assert events[-1].part.signature is None  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("kind", "retryable"), [("overloaded_error", True), ("api_error", True), ("invalid_request_error", False)])
+@pytest.mark.parametrize(
+    ("kind", "retryable"), [("overloaded_error", True), ("api_error", True), ("invalid_request_error", False)]
+)
 def test_error_event_raises(kind: str, retryable: bool) -> None:
     with pytest.raises(ProviderError) as caught:
         parse(message_start(), {"type": "error", "error": {"type": kind, "message": "nope"}})
