@@ -19,7 +19,7 @@ from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
 from daemon.providers.registry import ProviderRegistry
 from daemon.rpc import Connection
-from daemon.sessions import RpcBridge, SessionManager
+from daemon.sessions import ClientBridge, RpcBridge, SessionManager
 from daemon.store import AsyncStore
 from protocol import PROTOCOL_VERSION, THINKING_LEVELS
 from protocol import methods as m
@@ -30,14 +30,17 @@ log = logging.getLogger("ponder.server")
 class Daemon:
     """Holds the daemon's parts and implements every method of the protocol."""
 
-    def __init__(self, config: Config, connection: Connection, store: AsyncStore) -> None:
+    def __init__(
+        self, config: Config, connection: Connection, store: AsyncStore, bridge: ClientBridge | None = None
+    ) -> None:
         self.config = config
         self.connection = connection
         self.store = store
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
-        self.bridge = RpcBridge(connection)
+        self.bridge = bridge if bridge is not None else RpcBridge(connection)
         self.sessions = SessionManager(config, store, self.catalog, self.providers, self.bridge)
+        self.mcp: Any = None  # the MCP server manager, when MCP servers are in use
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
             log.warning("%s", problem)
