@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -37,6 +38,9 @@ class RpcClient:
         self._waiting: dict[Any, tuple[anyio.Event, list[Any]]] = {}
         self.notify_send, self.notifications = anyio.create_memory_object_stream[tuple[str, Any]](100_000)
         self.on_request: RequestHandler | None = None
+        # Daemon → client requests are answered in their own tasks, so a person taking
+        # their time over a permission prompt never stalls the reading of events.
+        self.task_group: anyio.abc.TaskGroup | None = None
         self.sent_methods: dict[Any, str] = {}  # request id -> method, to interpret replies
         # Called with every decoded message from the daemon (tests validate the wire here).
         self.on_message: Callable[[Any, dict[Any, str]], None] | None = None
@@ -94,9 +98,15 @@ class RpcClient:
 
     async def _dispatch_one(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
-            await self._answer(message)
+            if self.task_group is not None:
+                self.task_group.start_soon(self._answer, message)
+            else:
+                await self._answer(message)
         elif "method" in message:
-            await self.notify_send.send((message["method"], message.get("params")))
+            try:
+                await self.notify_send.send((message["method"], message.get("params")))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass  # nobody is listening for notifications any more
         else:
             waiting = self._waiting.get(message.get("id"))
             if waiting is not None:
@@ -149,6 +159,7 @@ async def spawn_daemon(
     client.on_request = on_request
     client.process = process  # type: ignore[attr-defined]
     async with anyio.create_task_group() as tg:
+        client.task_group = tg
 
         async def read() -> None:
             buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
@@ -190,6 +201,7 @@ async def connect_memory(
 
     client = RpcClient(send_line)
     async with anyio.create_task_group() as tg:
+        client.task_group = tg
 
         async def read() -> None:
             async with daemon_outgoing:
