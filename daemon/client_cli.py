@@ -28,11 +28,24 @@ def run(args: argparse.Namespace) -> int:
     backend = os.environ.get("PONDER_ASYNC_BACKEND", "asyncio")
     try:
         return anyio.run(_run, args, backend=backend)
-    except RpcError as exc:
-        print(f"ponder: {exc.message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    except BaseException as exc:  # noqa: BLE001 - task groups wrap errors; unwrap for a clean message
+        error = _find(exc, RpcError)
+        if error is not None:
+            print(f"ponder: {error.message}", file=sys.stderr)
+            return 1
+        if _find(exc, KeyboardInterrupt) is not None:
+            return 130
+        raise
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> Any:
+    if isinstance(exc, kind):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _find(inner, kind)
+        if found is not None:
+            return found
+    return None
 
 
 async def _run(args: argparse.Namespace) -> int:
