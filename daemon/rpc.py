@@ -99,8 +99,14 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> 
 class Connection:
     """One client connection over a pair of streams (stdio in production, memory in tests)."""
 
-    def __init__(self, outgoing: ObjectSendStream[bytes]) -> None:
+    def __init__(
+        self, outgoing: ObjectSendStream[bytes], *, cancel_method: str = "$/cancelRequest", cancel_id_field: str = "id"
+    ) -> None:
         self._outgoing = outgoing
+        # The request-cancellation notification: ``$/cancelRequest {id}`` in the ponder
+        # protocol, ``$/cancel_request {requestId}`` in ACP.
+        self.cancel_method = cancel_method
+        self.cancel_id_field = cancel_id_field
         self._methods: dict[str, tuple[type, Handler]] = {}
         self._in_flight: dict[Any, anyio.CancelScope] = {}
         self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
@@ -137,7 +143,7 @@ class Connection:
             await done.wait()
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(1, shield=True):
-                await self.notify("$/cancelRequest", {"id": request_id})
+                await self.notify(self.cancel_method, {self.cancel_id_field: request_id})
             raise
         finally:
             self._pending.pop(request_id, None)
@@ -249,7 +255,7 @@ class Connection:
             return encode_error(None if request_id is _UNSET else request_id, exc)
 
         is_notification = request_id is _UNSET
-        if method == "$/cancelRequest":
+        if method == self.cancel_method:
             self._cancel_request(message.get("params"))
             return None
         if is_notification:
@@ -299,7 +305,7 @@ class Connection:
         return await handler(params)
 
     def _cancel_request(self, params: Any) -> None:
-        request_id = params.get("id") if isinstance(params, dict) else None
+        request_id = params.get(self.cancel_id_field) if isinstance(params, dict) else None
         scope = self._in_flight.get(request_id)
         if scope is not None:
             scope.cancel()
