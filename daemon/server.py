@@ -14,6 +14,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from daemon import __version__
+from daemon.auth import DeviceLogins, apply_stored_login
 from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
@@ -41,6 +42,7 @@ class Daemon:
         self.bridge = bridge if bridge is not None else RpcBridge(connection)
         self.sessions = SessionManager(config, store, self.catalog, self.providers, self.bridge)
         self.mcp: Any = None  # the MCP server manager, when MCP servers are in use
+        self.sessions.discover_models = self._discover_for
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
             log.warning("%s", problem)
@@ -99,7 +101,35 @@ class Daemon:
 
     # --- models and thinking ----------------------------------------------------------------
 
+    async def _discover_for(self, model_id: str) -> None:
+        if model_id.startswith("ollama/") or "/" not in model_id:
+            await self.discover_ollama()
+
+    async def discover_ollama(self) -> None:
+        """Ask the local Ollama which models it serves (cached briefly; fast when absent)."""
+        settings = self.config.providers.get("ollama")
+        if settings is None or not settings.configured:
+            return
+        from daemon.catalog import ollama_spec
+        from daemon.providers.ollama import discover_models
+
+        found = await discover_models(settings.base_url)
+        self.catalog.clear_runtime_models("ollama")
+        self.catalog.add_runtime_models(
+            "ollama",
+            [
+                ollama_spec(
+                    m["model"],
+                    [c for c, on in (("thinking", m["supports_thinking"]), ("tools", m["supports_tools"])) if on],
+                    context_window=m["context_window"],
+                )
+                for m in found
+            ],
+        )
+
     async def models_list(self, params: m.ModelsListParams) -> m.ModelsListResult:
+        if params.provider in (None, "ollama"):
+            await self.discover_ollama()
         specs = self.catalog.list_models(params.provider)
         return m.ModelsListResult(models=[self.catalog.to_wire(spec) for spec in specs])
 
@@ -182,6 +212,8 @@ class Daemon:
         return m.McpListResult(servers=[])
 
     async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
+        # Re-read the Copilot token file: another daemon on this home may have signed in.
+        await anyio.to_thread.run_sync(apply_stored_login, self.config)
         return m.AuthStatusResult(
             providers=[
                 m.AuthProvider(provider=p.name, configured=p.configured, source=p.key_source)  # type: ignore[arg-type]
@@ -191,11 +223,14 @@ class Daemon:
         )
 
     async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
-        raise InvalidParams(
-            f"Provider {params.provider!r} has no device login; configure it with its API key environment variable.",
-            path="$.params.provider",
-            allowed=[],
-        )
+        # Created on first use; its background polls run in the sessions' task group, which
+        # lives as long as the daemon serves. The code is answered at once (see daemon.auth).
+        logins: DeviceLogins | None = getattr(self, "_device_logins", None)
+        if logins is None:
+            logins = self._device_logins = DeviceLogins(
+                self.config, self.connection.notify, lambda: None if self.sessions.shutting_down else self.sessions._tg
+            )
+        return await logins.start(params.provider)
 
 
 async def serve(

@@ -11,6 +11,7 @@ from running turns in the same session at once.
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -126,6 +127,8 @@ class SessionManager:
         self.bridge = bridge
         self.tools = builtin_tools()
         self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
+        # Models found at run time (Ollama): looked up before a model id is resolved.
+        self.discover_models: Callable[[str], Awaitable[None]] | None = None
         self._live: dict[str, LiveSession] = {}
         self._loading: dict[str, anyio.Event] = {}
         self._event_seq: dict[str, int] = {}
@@ -185,9 +188,14 @@ class SessionManager:
             del self._loading[session_id]
             done.set()
 
+    async def discover(self, model_id: str | None) -> None:
+        if model_id and self.discover_models is not None:
+            await self.discover_models(model_id)
+
     async def _activate(self, row: SessionRow, history: list[ChatMessage]) -> LiveSession:
         if self.shutting_down or self._tg is None:
             raise ShuttingDown()
+        await self.discover(row.model_id)
         send, receive = anyio.create_memory_object_stream[PendingTurn](self.config.max_queued_prompts)
         live = LiveSession(row=row, history=history, inbox_send=send, inbox_receive=receive)
         self._live[row.id] = live
@@ -227,6 +235,7 @@ class SessionManager:
         system_prompt: str | None,
         approval_policy: str | None,
     ) -> LiveSession:
+        await self.discover(model_id)
         spec = self.catalog.get(model_id or self.catalog.default_model_id())
         level = self._initial_level(spec, thinking_level)
         row = SessionRow(
@@ -261,6 +270,7 @@ class SessionManager:
 
     async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
         row = await self.row(session_id)
+        await self.discover(model_id)
         spec = self.catalog.get(model_id)
         fields: dict[str, Any] = {"model_id": spec.id}
         if level is not None:
