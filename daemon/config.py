@@ -51,7 +51,9 @@ class BuiltinProvider:
 BUILTIN_PROVIDERS: dict[str, BuiltinProvider] = {
     "anthropic": BuiltinProvider("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",), "ANTHROPIC_BASE_URL"),
     "openai": BuiltinProvider("openai-responses", "https://api.openai.com/v1", ("OPENAI_API_KEY",), "OPENAI_BASE_URL"),
-    "copilot": BuiltinProvider("openai-chat", "https://api.githubcopilot.com", (), None),
+    # Copilot's key is a GitHub sign-in (auth/login); PONDER_COPILOT_API_URL overrides the
+    # API base that the Copilot token names (for tests and proxies).
+    "copilot": BuiltinProvider("openai-chat", "https://api.githubcopilot.com", (), "PONDER_COPILOT_API_URL"),
     "gemini": BuiltinProvider(
         "gemini", "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "GEMINI_BASE_URL"
     ),
@@ -83,6 +85,9 @@ class ProviderConfig:
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
+    # Provider-specific URLs besides base_url, e.g. Copilot's "github" (device sign-in)
+    # and "github_api" (Copilot token exchange); see daemon.auth.
+    endpoints: dict[str, str] = field(default_factory=dict)
 
     @property
     def configured(self) -> bool:
@@ -160,6 +165,9 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
     config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
+    from daemon.auth import apply_stored_login  # imported here: daemon.auth imports this module
+
+    apply_stored_login(config)  # a stored Copilot sign-in: configured, source "login"
     return config
 
 
@@ -204,6 +212,11 @@ def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[
         ) or f"set api_key_env in [providers.{name}] of config.toml"
         if name == "copilot":
             provider.key_hint = "sign in with auth/login (ponder login copilot)"
+            provider.endpoints = {
+                "github": env.get("PONDER_COPILOT_GITHUB_URL") or str(section.get("github_url") or "https://github.com"),
+                "github_api": env.get("PONDER_COPILOT_GITHUB_API_URL")
+                or str(section.get("github_api_url") or "https://api.github.com"),
+            }
         providers[name] = provider
     return providers
 
