@@ -280,11 +280,12 @@ class DeviceLogins:
         """Start a sign-in: the code to show at once; the outcome comes as ``auth/completed``."""
         settings = self.config.providers.get(provider)
         if provider not in DEVICE_LOGIN_PROVIDERS or settings is None:
-            how = (
-                f"configure it instead: {settings.key_hint}"
-                if settings is not None and settings.key_hint
-                else "see auth/status for the configured providers"
-            )
+            if settings is None:
+                how = "see auth/status for the providers there are"
+            elif not settings.needs_key:
+                how = "it needs no sign-in"
+            else:
+                how = f"configure it instead: {settings.key_hint}"
             raise InvalidParams(
                 f"Provider {provider!r} has no device login; {how}.",
                 path="$.params.provider",

@@ -341,7 +341,11 @@ async def test_shutdown_during_a_pending_login_is_prompt(github, home):
 
 async def test_login_for_a_provider_without_device_flow_is_invalid_params(github, home):
     async with in_memory_daemon(home, env=github.env()) as (client, _):
-        for provider, hint in (("anthropic", "ANTHROPIC_API_KEY"), ("nonesuch", "auth/status")):
+        for provider, hint in (
+            ("anthropic", "ANTHROPIC_API_KEY"),
+            ("ollama", "needs no sign-in"),
+            ("nonesuch", "auth/status"),
+        ):
             with pytest.raises(RpcError) as caught:
                 await client.request("auth/login", {"provider": provider})
             assert caught.value.code == ErrorCode.INVALID_PARAMS
