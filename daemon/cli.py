@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
     sessions.add_argument("--limit", type=int, default=20)
 
+    login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
+    login.add_argument("provider", choices=["copilot"])
+
     models = sub.add_parser("models", help="list the models ponder knows")
     models.add_argument("--provider")
     return parser

@@ -58,6 +58,8 @@ async def _run(args: argparse.Namespace) -> int:
         )
         if args.command == "ask":
             code = await _ask(client, args)
+        elif args.command == "login":
+            code = await _login(client, args)
         elif args.command == "sessions":
             code = await _sessions(client, args)
         else:
@@ -214,6 +216,20 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
             f"{session['model_id']}  {session['title'] or ''}  {session['cwd']}"
         )
     return 0
+
+
+async def _login(client: RpcClient, args: argparse.Namespace) -> int:
+    started = await client.request("auth/login", {"provider": args.provider})
+    print(f"Open {started['verification_uri']} and enter the code {started['user_code']}.", file=sys.stderr)
+    print(f"Waiting up to {started['expires_in'] // 60} minutes…", file=sys.stderr)
+    async for method, params in client.notifications:
+        if method == "auth/completed" and params["provider"] == args.provider:
+            if params["ok"]:
+                print(f"Signed in to {args.provider}.", file=sys.stderr)
+                return 0
+            print(f"ponder: {params.get('error') or 'sign-in failed'}", file=sys.stderr)
+            return 1
+    return 1
 
 
 async def _models(client: RpcClient, args: argparse.Namespace) -> int:
