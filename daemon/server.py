@@ -18,6 +18,7 @@ from daemon.auth import DeviceLogins, apply_stored_login
 from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
+from daemon.mcp import McpManager
 from daemon.providers.registry import ProviderRegistry
 from daemon.rpc import Connection
 from daemon.sessions import ClientBridge, RpcBridge, SessionManager
@@ -41,7 +42,8 @@ class Daemon:
         self.providers = ProviderRegistry(config)
         self.bridge = bridge if bridge is not None else RpcBridge(connection)
         self.sessions = SessionManager(config, store, self.catalog, self.providers, self.bridge)
-        self.mcp: Any = None  # the MCP server manager, when MCP servers are in use
+        self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
+        self.sessions.tool_sources.append(self.mcp)
         self.sessions.discover_models = self._discover_for
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
@@ -209,7 +211,9 @@ class Daemon:
     # --- mcp and auth -----------------------------------------------------------------------
 
     async def mcp_list(self, params: m.McpListParams) -> m.McpListResult:
-        return m.McpListResult(servers=[])
+        if params.session_id is not None:
+            await self.sessions.row(params.session_id)  # session_not_found for unknown ids
+        return m.McpListResult(servers=await self.mcp.list_servers(params.session_id))
 
     async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
         # Re-read the Copilot token file: another daemon on this home may have signed in.
@@ -252,6 +256,7 @@ async def serve(
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(daemon.sessions.run)
+            await tg.start(daemon.mcp.run)
             with anyio.CancelScope() as serving:
 
                 async def stop_serving_on_request() -> None:
@@ -267,9 +272,11 @@ async def serve(
             connection.shutting_down = True
             log.info("shutting down")
             await daemon.sessions.shutdown()
+            await daemon.mcp.aclose()  # after the turns: no call is left waiting on a server
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            await daemon.mcp.aclose()
             await daemon.providers.aclose()
             await store.aclose()
 

@@ -1,0 +1,219 @@
+"""MCP tools as ponder ``Tool``s: names, schemas, approval, and results the model can read.
+
+A server's tool ``search`` on server ``docs`` reaches the model as ``mcp__docs__search``
+(characters providers reject become ``_``; over-long names are shortened with a hash
+so they stay unique). Its input schema is the server's, made self-contained (``$ref``
+inlined) like the built-in tools' schemas; the server validates the arguments, so any
+JSON object is accepted here. A tool is mutating, and so asks for approval, unless the
+server annotates it ``readOnlyHint: true`` (annotations are hints from a third party,
+so the safe reading is the default).
+
+Results: text content as is, other content as a short placeholder, structured content
+as JSON text unless the text already carries it (servers are asked to send both);
+``isError`` makes a tool error. Progress notifications stream as tool output.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from daemon.mcp.client import McpConnectionClosed, McpError, McpRemoteError, McpTimeout
+from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult, inline_schema
+
+if TYPE_CHECKING:
+    from daemon.mcp.manager import ServerHandle
+
+__all__ = ["McpTool", "qualified_name", "render_result"]
+
+log = logging.getLogger("ponder.mcp")
+
+MAX_NAME = 64  # the tightest provider limit (OpenAI, Anthropic)
+MAX_RESULT_CHARS = 200_000
+PROGRESS_BUFFER = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def qualified_name(server: str, tool: str) -> str:
+    name = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - 9]}_{digest}"
+
+
+class McpTool(Tool[Any]):
+    """One tool of one server, as the agent's tool loop sees it."""
+
+    # Any JSON object: the server's own schema is the contract, and the server checks it.
+    Args = dict  # type: ignore[assignment]
+
+    def __init__(self, handle: ServerHandle, tool: dict[str, Any]) -> None:
+        self.handle = handle
+        self.server = handle.spec.name
+        self.tool_name: str = tool["name"]
+        self.name = qualified_name(self.server, self.tool_name)  # type: ignore[misc]
+        description = tool.get("description")
+        self.description = (  # type: ignore[misc]
+            description.strip() if isinstance(description, str) and description.strip()
+            else f"The {self.tool_name} tool of the MCP server {self.server}."
+        )
+        annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+        self.mutating = annotations.get("readOnlyHint") is not True  # type: ignore[misc,union-attr]
+        self._schema = provider_schema(tool.get("inputSchema"))
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return copy.deepcopy(self._schema)
+
+    def summary(self, args: Any) -> str:
+        shown = json.dumps(args, ensure_ascii=False)
+        if len(shown) > 200:
+            shown = shown[:199] + "…"
+        return f"MCP {self.server}: {self.tool_name} {shown}"
+
+    async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
+        client = self.handle.client
+        if client is None or self.handle.status != "ready":
+            raise ToolError(
+                f"the MCP server {self.server!r} is not running ({self.handle.describe()}); "
+                "its tools are unavailable until it is restarted on a later turn."
+            )
+        timeout = self.handle.spec.timeout_s
+        outcome: dict[str, Any] | McpError | None = None
+        send, receive = anyio.create_memory_object_stream[str](PROGRESS_BUFFER)
+
+        def on_progress(params: dict[str, Any]) -> None:
+            try:
+                send.send_nowait(_progress_line(params))
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # a flood of progress, or progress after the result: not worth blocking the reader
+
+        async with anyio.create_task_group() as tg:
+            if ctx.emit_output is not None:
+                tg.start_soon(_forward_progress, receive, ctx.emit_output)
+            else:
+                receive.close()
+            try:
+                outcome = await client.call_tool(
+                    self.tool_name, args, timeout=timeout, on_progress=on_progress if ctx.emit_output else None
+                )
+            except McpError as exc:
+                outcome = exc
+            finally:
+                send.close()  # the forwarder emits what is queued, then ends
+        if isinstance(outcome, McpTimeout):
+            self.handle.check_alive()
+            raise ToolError(
+                f"{self.tool_name} on MCP server {self.server!r} did not answer within {timeout:g} s and was "
+                "cancelled; try again with a smaller request, or ask the user to raise its timeout_s."
+            )
+        if isinstance(outcome, McpConnectionClosed):
+            tail = client.stderr.text()
+            raise ToolError(
+                f"the MCP server {self.server!r} stopped while running {self.tool_name}: {outcome}."
+                + (f" Its last stderr output:\n{tail}" if tail else "")
+            )
+        if isinstance(outcome, McpRemoteError):
+            raise ToolError(f"MCP server {self.server!r} rejected the call to {self.tool_name}: {outcome} (code {outcome.code}).")
+        if isinstance(outcome, McpError):
+            raise ToolError(f"MCP server {self.server!r} failed on {self.tool_name}: {outcome}")
+        assert outcome is not None
+        return render_result(outcome)
+
+
+async def _forward_progress(receive: Any, emit: Callable[[str], Awaitable[None]]) -> None:
+    async with receive:
+        async for line in receive:
+            try:
+                await emit(line)
+            except Exception:  # noqa: BLE001 - a broken listener must not lose the result
+                log.exception("emit_output failed; no more MCP progress will be streamed")
+                return
+
+
+def _progress_line(params: dict[str, Any]) -> str:
+    message = params.get("message")
+    if isinstance(message, str) and message:
+        return message + "\n"
+    progress, total = params.get("progress"), params.get("total")
+    return f"progress {progress:g}/{total:g}\n" if _is_number(total) and _is_number(progress) else f"progress {progress}\n"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def render_result(result: dict[str, Any]) -> ToolResult:
+    parts: list[str] = []
+    texts: list[str] = []
+    for block in result.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+            parts.append(block["text"])
+        elif kind in ("image", "audio"):
+            size = len(block.get("data") or "") * 3 // 4
+            parts.append(f"[{kind}: {block.get('mimeType', 'unknown type')}, about {size} bytes, not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {block.get('name') or ''} {block.get('uri', '')}]".replace("  ", " "))
+        elif kind == "resource":
+            resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
+            if isinstance(resource.get("text"), str):  # type: ignore[union-attr]
+                texts.append(resource["text"])  # type: ignore[index]
+                parts.append(resource["text"])  # type: ignore[index]
+            else:
+                parts.append(f"[resource: {resource.get('uri', '')} ({resource.get('mimeType', 'binary')}), not shown]")  # type: ignore[union-attr]
+        else:
+            parts.append(f"[{kind} content, not shown]")
+    structured = result.get("structuredContent")
+    if structured is not None and not _carried_by(structured, texts):
+        parts.append(json.dumps(structured, ensure_ascii=False, indent=2))
+    text = "\n".join(parts) if parts else "(no output)"
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters omitted ...]"
+    return ToolResult(text, is_error=result.get("isError") is True)
+
+
+def _carried_by(structured: Any, texts: list[str]) -> bool:
+    """Whether the text content already says what the structured content does.
+
+    The spec asks servers to send structured results as JSON text too; the Python SDK
+    also wraps a plain return value as ``{"result": value}`` next to its text.
+    """
+    wrapped = structured["result"] if isinstance(structured, dict) and set(structured) == {"result"} else _ABSENT
+    for text in texts:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = _ABSENT
+        if parsed == structured:
+            return True
+        if wrapped is not _ABSENT and (wrapped == text or (parsed is not _ABSENT and wrapped == parsed)):
+            return True
+    return False
+
+
+_ABSENT = object()
+
+
+def provider_schema(raw: Any) -> dict[str, Any]:
+    """The server's input schema in the self-contained form every provider accepts."""
+    if not isinstance(raw, dict):
+        return {"type": "object", "properties": {}}
+    schema = {k: v for k, v in raw.items() if k != "$schema"}
+    schema.setdefault("type", "object")
+    try:
+        return inline_schema(schema)
+    except (RecursionError, KeyError, TypeError, AttributeError):
+        # A recursive or broken $ref: send it as the server wrote it; most providers cope.
+        return schema
