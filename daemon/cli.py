@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="list the models ponder knows")
     models.add_argument("--provider")
+
+    mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
+    mcp.add_argument("--json", action="store_true", help="print the mcp/list result as JSON")
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``ponder ask``, ``ponder sessions`` and ``ponder models``: clients of a spawned daemon.
+"""``ponder ask``, ``ponder sessions``, ``ponder models`` and ``ponder mcp``: clients of a spawned daemon.
 
 On a terminal, ``ask`` shows thinking dimmed and the answer normally, and asks before a
 tool changes anything; piped, it prints only the answer; ``--json`` prints every event
@@ -62,6 +62,8 @@ async def _run(args: argparse.Namespace) -> int:
             code = await _login(client, args)
         elif args.command == "sessions":
             code = await _sessions(client, args)
+        elif args.command == "mcp":
+            code = await _mcp(client, args)
         else:
             code = await _models(client, args)
         await client.request("shutdown")
@@ -242,4 +244,20 @@ async def _models(client: RpcClient, args: argparse.Namespace) -> int:
     return 0
 
 
-
+async def _mcp(client: RpcClient, args: argparse.Namespace) -> int:
+    """What ``mcp/list`` says, for a person; exit status 1 when a server failed."""
+    listed = await client.request("mcp/list")
+    servers = listed["servers"]
+    if args.json:
+        print(json.dumps(listed, ensure_ascii=False, indent=2))
+    elif not servers:
+        print("No MCP servers are configured; add [mcp_servers.NAME] (command, args, env) to config.toml in ponder's home.")
+    for server in [] if args.json else servers:
+        count = f"{len(server['tools'])} tool{'s' if len(server['tools']) != 1 else ''}" if server["status"] == "ready" else ""
+        print(f"{server['name']:<20} {server['status']:<8} {count}".rstrip())
+        for tool in server["tools"]:
+            description = (tool["description"] or "").splitlines()[0] if tool["description"] else ""
+            print(f"    {tool['name']:<24} {description}".rstrip())
+        for line in (server["error"] or "").splitlines():
+            print(f"    {line}")
+    return 1 if any(s["status"] == "failed" for s in servers) else 0
