@@ -1,4 +1,4 @@
-"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``ask``, ``sessions``, ``models``.
+"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``, ``models``.
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.client``), so scripts see exactly what editors see.
@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
     serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+
+    acp = sub.add_parser("acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)")
+    acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
 
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
@@ -51,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
+    if args.command in ("serve", "acp"):
         return run_serve(args)
     from daemon import client_cli
 
@@ -77,16 +80,21 @@ def run_serve(args: argparse.Namespace) -> int:
     config = load_config(home)
     setup_logging(config.log_dir, args.log_level)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
-    anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, backend=backend)
+    anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
     return 0
 
 
-async def _serve_stdio(config, max_line_bytes: int, in_fd: int, out_fd: int) -> None:  # type: ignore[no-untyped-def]
+async def _serve_stdio(config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:  # type: ignore[no-untyped-def]
     from daemon.server import serve
     from daemon.transport import open_stdio
 
+    run = serve
+    if dialect == "acp":
+        from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
+
+        run = serve_acp
     async with open_stdio(max_line_bytes, stdin_fd=in_fd, stdout_fd=out_fd) as (incoming, outgoing):
-        await serve(config, incoming, outgoing, handle_signals=True)
+        await run(config, incoming, outgoing, handle_signals=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,351 @@
+"""The ``ClientBridge`` of ACP: ponder's turn events as ``session/update`` notifications,
+approvals as ``session/request_permission``, and the bookkeeping a blocking
+``session/prompt`` needs.
+
+Translation, event by event:
+
+- thinking and text deltas become ``agent_thought_chunk`` / ``agent_message_chunk``,
+  one stable ``messageId`` per block (derived from the stored message id and the block's
+  position, so ``session/load`` replays them under the same ids). If a block's final
+  text holds more than its deltas carried, the rest is sent at its end, so the chunks
+  of a block always add up to exactly the stored text.
+- a model's tool call becomes ``tool_call`` (``pending``, with kind, title, rawInput and
+  locations) once its arguments are complete; running it sends ``tool_call_update``
+  ``in_progress``, then ``completed``/``failed`` with the result (edits as a diff). Calls
+  a cancelled turn never finished are closed as ``failed``.
+- an assistant message's usage becomes ``usage_update`` (tokens in context / window).
+- ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
+  other event of the turn, so the prompt's answer follows all of its updates.
+- ``session_updated`` sends ``session_info_update`` when the title changed and
+  ``config_option_update`` when the config options changed other than through the
+  client's own ``session/set_config_option`` (whose answer carries them).
+"""
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from daemon.acp import toolcalls
+from daemon.acp import types as t
+from daemon.acp.config_options import config_options
+from daemon.agent import CANCELLED_RESULT
+from daemon.errors import PonderError
+from daemon.rpc import Connection
+from daemon.sessions import SessionManager
+from daemon.store import SessionRow
+from protocol import events as ev
+from protocol.methods import PermissionRequestParams
+from protocol.objects import ErrorInfo, Session, Usage
+
+log = logging.getLogger("ponder.acp")
+
+ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS = "allow_once", "allow_always", "reject_once", "reject_always"
+
+
+@dataclass
+class TurnOutcome:
+    stop_reason: str
+    error: ErrorInfo | None
+    model_id: str
+
+
+@dataclass
+class PromptWaiter:
+    """A ``session/prompt`` waiting for its turn to end."""
+
+    session_id: str
+    turn_id: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: TurnOutcome | None = None
+    cancel_requested: bool = False  # session/cancel arrived before the turn ended
+
+
+@dataclass
+class _Block:
+    acp_message_id: str
+    sent: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Call:
+    name: str
+    arguments: dict[str, Any]
+    before: toolcalls.Snapshot | None = None
+    finished: bool = False
+
+
+@dataclass
+class _Turn:
+    """What the translation of one running turn needs to remember."""
+
+    session_id: str
+    model_id: str
+    cwd: str
+    context_window: int | None
+    api: str
+    blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
+    calls: dict[str, _Call] = field(default_factory=dict)
+
+
+class AcpBridge:
+    can_ask = True  # every ACP client answers session/request_permission
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.sessions: SessionManager | None = None  # attached once the daemon exists
+        self._turns: dict[str, _Turn] = {}
+        self._waiters: dict[str, PromptWaiter] = {}
+        self._doomed: set[str] = set()  # turns to cancel the moment they start
+        self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
+        self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
+        self._quiet: dict[str, int] = {}
+
+    def attach(self, sessions: SessionManager) -> None:
+        self.sessions = sessions
+
+    @property
+    def _manager(self) -> SessionManager:
+        assert self.sessions is not None, "AcpBridge.attach was not called"
+        return self.sessions
+
+    async def update(self, session_id: str, update: t.SessionUpdate) -> None:
+        await self.connection.notify("session/update", t.SessionNotification(session_id=session_id, update=update))
+
+    # --- sessions the client has open ------------------------------------------------------
+
+    def open_session(self, row: SessionRow, options: list[t.ConfigOption]) -> None:
+        self._open[row.id] = (row.title, msgspec.json.encode(options))
+
+    def is_open(self, session_id: str) -> bool:
+        return session_id in self._open
+
+    def close_session(self, session_id: str) -> None:
+        self._open.pop(session_id, None)
+        self._rejected.pop(session_id, None)
+
+    @contextmanager
+    def quiet(self, session_id: str) -> Iterator[None]:
+        """Changes made inside are answered by the caller, not announced as updates."""
+        self._quiet[session_id] = self._quiet.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._quiet[session_id] -= 1
+            if not self._quiet[session_id]:
+                del self._quiet[session_id]
+
+    async def session_updated(self, session: Session) -> None:
+        known = self._open.get(session.session_id)
+        if known is None:
+            return
+        title, sent_options = known
+        if session.title != title:
+            await self.update(session.session_id, t.SessionInfoUpdate(title=session.title, updated_at=session.updated_at))
+        options = config_options(self._manager, await self._manager.row(session.session_id))
+        encoded = msgspec.json.encode(options)
+        self._open[session.session_id] = (session.title, encoded)
+        if encoded != sent_options and session.session_id not in self._quiet:
+            await self.update(session.session_id, t.ConfigOptionUpdate(config_options=options))
+
+    async def refresh_options(self) -> None:
+        """Announce changed options of every open session (e.g. newly available models)."""
+        for session_id in list(self._open):
+            try:
+                row = await self._manager.row(session_id)
+            except PonderError:
+                continue
+            await self.session_updated(self._manager.wire_session(row))
+
+    # --- prompts waiting for their turn -------------------------------------------------
+
+    def expect_turn(self, session_id: str, turn_id: str) -> PromptWaiter:
+        waiter = self._waiters[turn_id] = PromptWaiter(session_id, turn_id)
+        return waiter
+
+    def forget_turn(self, turn_id: str) -> None:
+        self._waiters.pop(turn_id, None)
+
+    def sessions_waiting(self) -> list[str]:
+        return list(dict.fromkeys(w.session_id for w in self._waiters.values() if w.outcome is None))
+
+    def waiting(self, session_id: str) -> list[PromptWaiter]:
+        return [w for w in self._waiters.values() if w.session_id == session_id and w.outcome is None]
+
+    async def cancel_turns(self, session_id: str, turn_ids: list[str] | None = None) -> None:
+        """Cancel the running turn and doom the waiting ones (of ``turn_ids``, else all).
+
+        A turn the actor has taken from its inbox but not started yet cannot be reached
+        by ``SessionManager.cancel``; dooming it cancels it as soon as it starts.
+        """
+        for waiter in self.waiting(session_id):
+            if turn_ids is None or waiter.turn_id in turn_ids:
+                waiter.cancel_requested = True
+                self._doomed.add(waiter.turn_id)
+                await self._cancel_running(session_id, waiter.turn_id)
+
+    async def _cancel_running(self, session_id: str, turn_id: str) -> None:
+        if not self._manager.is_live(session_id):
+            return
+        live = await self._manager.get(session_id)
+        if live.current is not None and live.current.turn_id == turn_id:
+            live.current.cancel_scope.cancel()
+
+    # --- events -------------------------------------------------------------------------
+
+    async def emit(self, event: Any) -> None:
+        try:
+            await self._translate(event)
+        except PonderError as exc:  # e.g. the session vanished mid-turn; never break the turn
+            log.warning("could not translate %s: %s", type(event).__name__, exc.message)
+
+    async def _translate(self, event: Any) -> None:
+        if isinstance(event, ev.TurnStart):
+            await self._turn_start(event)
+            return
+        turn = self._turns.get(event.turn_id)
+        if turn is None:
+            return  # a turn that started before this bridge saw it (cannot happen in one process)
+        sid = event.session_id
+        if isinstance(event, (ev.ThinkingStart, ev.TextStart)):
+            turn.blocks[(event.message_id, event.index)] = _Block(toolcalls.block_message_id(event.message_id, event.index))
+        elif isinstance(event, (ev.ThinkingDelta, ev.TextDelta)):
+            await self._chunk(turn, sid, event, event.delta)
+        elif isinstance(event, (ev.ThinkingEnd, ev.TextEnd)):
+            await self._block_end(turn, sid, event)
+        elif isinstance(event, ev.ToolCallEnd):
+            turn.calls[event.call_id] = _Call(event.name, event.arguments)
+            tools = self._manager.tools
+            start = toolcalls.tool_call(tools, event.call_id, event.name, event.arguments, turn.cwd, "pending")
+            await self.update(sid, start)
+        elif isinstance(event, ev.ToolExecutionStart):
+            await self._execution_start(turn, sid, event)
+        elif isinstance(event, ev.ToolExecutionEnd):
+            await self._execution_end(turn, sid, event)
+        elif isinstance(event, ev.MessageEnd):
+            message = event.message
+            if message.role == "assistant" and message.usage is not None and turn.context_window:
+                used = context_used(message.usage, turn.api)
+                if used is not None:
+                    await self.update(sid, t.UsageUpdate(used=used, size=turn.context_window))
+        elif isinstance(event, ev.TurnEnd):
+            await self._turn_end(turn, sid, event)
+
+    async def _turn_start(self, event: ev.TurnStart) -> None:
+        manager = self._manager
+        row = await manager.row(event.session_id)
+        try:
+            spec = manager.catalog.get(event.model_id)
+            window, api = spec.context_window, spec.api
+        except PonderError:
+            window, api = None, ""
+        self._turns[event.turn_id] = _Turn(event.session_id, event.model_id, row.cwd, window, api)
+        if event.turn_id in self._doomed:
+            await self._cancel_running(event.session_id, event.turn_id)
+
+    async def _chunk(self, turn: _Turn, sid: str, event: Any, text: str) -> None:
+        block = turn.blocks.get((event.message_id, event.index))
+        if block is None or not text:
+            return
+        block.sent.append(text)
+        content = t.TextContent(text=text)
+        thought = isinstance(event, (ev.ThinkingDelta, ev.ThinkingEnd))
+        kind = t.AgentThoughtChunk if thought else t.AgentMessageChunk
+        await self.update(sid, kind(content=content, message_id=block.acp_message_id))
+
+    async def _block_end(self, turn: _Turn, sid: str, event: Any) -> None:
+        key = (event.message_id, event.index)
+        if key not in turn.blocks:
+            turn.blocks[key] = _Block(toolcalls.block_message_id(event.message_id, event.index))
+        sent = "".join(turn.blocks[key].sent)
+        if event.text != sent:
+            if event.text.startswith(sent):
+                await self._chunk(turn, sid, event, event.text[len(sent) :])
+            else:
+                log.warning("block %s/%d ended with text that differs from its deltas", *key)
+        del turn.blocks[key]
+
+    async def _execution_start(self, turn: _Turn, sid: str, event: ev.ToolExecutionStart) -> None:
+        call = turn.calls.setdefault(event.call_id, _Call(event.name, event.arguments))
+        call.before = await toolcalls.snapshot(event.name, event.arguments, turn.cwd)
+        await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status="in_progress"))
+
+    async def _execution_end(self, turn: _Turn, sid: str, event: ev.ToolExecutionEnd) -> None:
+        call = turn.calls.setdefault(event.call_id, _Call(event.name, {}))
+        call.finished = True
+        content: list[t.ToolContent] = toolcalls.text_content(event.result)
+        if not event.is_error and call.before is not None:
+            diff = await toolcalls.diff_after(call.before)
+            if diff is not None:
+                content = [diff]
+        status = "failed" if event.is_error else "completed"
+        await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
+
+    async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
+        for call_id, call in turn.calls.items():
+            if not call.finished:  # announced, then the turn ended (cancelled) before it ran
+                await self.update(
+                    sid,
+                    t.ToolCallProgress(tool_call_id=call_id, status="failed", content=toolcalls.text_content(CANCELLED_RESULT)),
+                )
+        del self._turns[event.turn_id]
+        self._doomed.discard(event.turn_id)
+        waiter = self._waiters.get(event.turn_id)
+        if waiter is not None:
+            waiter.outcome = TurnOutcome(event.stop_reason, event.error, turn.model_id)
+            waiter.done.set()
+
+    # --- approval -------------------------------------------------------------------------
+
+    async def ask_permission(self, params: PermissionRequestParams) -> str:
+        if params.tool in self._rejected.get(params.session_id, set()):
+            return "deny"
+        turn = self._turns.get(params.turn_id)
+        cwd = turn.cwd if turn is not None else (await self._manager.row(params.session_id)).cwd
+        request = t.RequestPermissionRequest(
+            session_id=params.session_id,
+            tool_call=t.ToolCallFields(
+                tool_call_id=params.call_id,
+                title=params.title,
+                kind=toolcalls.tool_kind(params.tool),
+                status="pending",
+                raw_input=params.arguments,
+                locations=toolcalls.locations(params.tool, params.arguments, cwd),
+                content=await toolcalls.preview(params.tool, params.arguments, cwd),
+            ),
+            options=[
+                t.PermissionOption(option_id=ALLOW_ONCE, name="Allow", kind=ALLOW_ONCE),
+                t.PermissionOption(option_id=ALLOW_ALWAYS, name=f"Always allow {params.tool} in this session", kind=ALLOW_ALWAYS),
+                t.PermissionOption(option_id=REJECT_ONCE, name="Reject", kind=REJECT_ONCE),
+                t.PermissionOption(option_id=REJECT_ALWAYS, name=f"Always reject {params.tool} in this session", kind=REJECT_ALWAYS),
+            ],
+        )
+        answer = await self.connection.request("session/request_permission", request, t.RequestPermissionResponse)
+        if answer.outcome.outcome != "selected":
+            return "deny"  # cancelled: the client withdrew the question
+        choice = answer.outcome.option_id
+        if choice == ALLOW_ONCE:
+            return "allow_once"
+        if choice == ALLOW_ALWAYS:
+            return "allow_session"
+        if choice == REJECT_ALWAYS:
+            self._rejected.setdefault(params.session_id, set()).add(params.tool)
+        return "deny"
+
+
+def context_used(usage: Usage, api: str) -> int | None:
+    """Tokens in the context window after a response: its input plus its output.
+
+    Anthropic counts cache reads and writes apart from ``input_tokens``; the other APIs
+    include cached tokens in their input count.
+    """
+    if usage.input_tokens is None and usage.output_tokens is None:
+        return None
+    used = (usage.input_tokens or 0) + (usage.output_tokens or 0)
+    if api == "anthropic":
+        used += (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+    return used

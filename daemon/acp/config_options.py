@@ -1,0 +1,97 @@
+"""A session's ACP config options: the ``model`` and ``thought_level`` selectors.
+
+``model`` lists the models ``models/list`` reports as available, grouped by provider
+(plus the session's own model when its provider is not configured, so the selector always
+shows the current value). ``thought_level`` lists the current model's thinking levels
+and shows the *effective* level; the level the person asked for stays sticky across
+model changes exactly as with ``model/set``, and when the two differ the option's
+description says why.
+"""
+
+from daemon import thinking
+from daemon.acp import types as t
+from daemon.catalog import Catalog
+from daemon.errors import InvalidParams, PonderError
+from daemon.sessions import SessionManager
+from daemon.store import SessionRow
+
+MODEL = "model"
+THOUGHT_LEVEL = "thought_level"
+CONFIG_IDS = [MODEL, THOUGHT_LEVEL]
+
+PROVIDER_NAMES = {
+    "anthropic": "Anthropic",
+    "openai": "OpenAI",
+    "copilot": "GitHub Copilot",
+    "gemini": "Google Gemini",
+    "ollama": "Ollama",
+    "deepseek": "DeepSeek",
+    "dashscope": "Alibaba DashScope",
+    "openrouter": "OpenRouter",
+    "mock": "Mock (offline)",
+}
+LEVEL_NAMES = {"off": "Off", "minimal": "Minimal", "low": "Low", "medium": "Medium", "high": "High", "max": "Max"}
+
+
+def config_options(sessions: SessionManager, row: SessionRow) -> list[t.ConfigOption]:
+    return [model_option(sessions.catalog, row.model_id), thought_level_option(sessions, row)]
+
+
+def model_option(catalog: Catalog, current: str) -> t.ConfigOption:
+    groups: dict[str, list[t.SelectOption]] = {}
+    for spec in catalog.list_models():
+        available = catalog.is_available(spec.provider)
+        if not available and spec.id != current:
+            continue
+        description = spec.id if available else f"{spec.id} (its provider has no credentials)"
+        groups.setdefault(spec.provider, []).append(t.SelectOption(value=spec.id, name=spec.name, description=description))
+    if not any(option.value == current for options in groups.values() for option in options):
+        provider = current.split("/", 1)[0]
+        groups.setdefault(provider, []).append(t.SelectOption(value=current, name=current, description="not a known model"))
+    return t.ConfigOption(
+        id=MODEL,
+        name="Model",
+        category="model",
+        current_value=current,
+        options=[t.SelectGroup(group=p, name=PROVIDER_NAMES.get(p, p), options=o) for p, o in groups.items()],
+    )
+
+
+def thought_level_option(sessions: SessionManager, row: SessionRow) -> t.ConfigOption:
+    try:
+        resolved = sessions.thinking_for(row)
+        levels = list(sessions.catalog.get(row.model_id).thinking_levels)
+        effective, reason = resolved.effective, resolved.reason
+    except PonderError:  # the session's model is no longer in the catalogue
+        levels, effective, reason = ["off"], "off", "The session's model is not a known model."
+    return t.ConfigOption(
+        id=THOUGHT_LEVEL,
+        name="Thinking",
+        category="thought_level",
+        current_value=effective,
+        options=[t.SelectOption(value=level, name=LEVEL_NAMES.get(level, level)) for level in levels],
+        description=reason,
+    )
+
+
+async def set_config_option(sessions: SessionManager, request: t.SetConfigOptionRequest) -> SessionRow:
+    """Apply one ``session/set_config_option``; returns the session's row afterwards."""
+    if request.config_id not in CONFIG_IDS:
+        raise InvalidParams(
+            f"Unknown config option {request.config_id!r}.", path="$.params.configId", allowed=list(CONFIG_IDS)
+        )
+    if not isinstance(request.value, str) or request.type not in (None, "select", "value_id"):
+        raise InvalidParams(f"{request.config_id} is a select option: its value is a string.", path="$.params.value")
+    if request.config_id == MODEL:
+        row, _spec = await sessions.set_model(request.session_id, request.value, None)
+        return row
+    row = await sessions.row(request.session_id)
+    levels = list(sessions.catalog.get(row.model_id).thinking_levels)
+    level = thinking.parse_level(request.value, path="$.params.value")
+    if level != "default" and level not in levels:
+        raise InvalidParams(
+            f"{row.model_id} has no thinking level {request.value!r}; it supports {', '.join(levels)}.",
+            path="$.params.value",
+            allowed=levels,
+        )
+    return await sessions.set_thinking(request.session_id, request.value)

@@ -1,0 +1,385 @@
+"""``ponder acp``: the daemon core served in the Agent Client Protocol (v1) dialect.
+
+The same ``Daemon`` (catalogue, providers, store, ``SessionManager``) runs behind ACP's
+methods; only the edges differ: ``AcpBridge`` turns events into ``session/update``,
+``session/prompt`` stays open until its turn ended and answers with the stop reason,
+and errors use ACP's codes where ACP has one (``-32000`` auth required for a provider
+without credentials, ``-32002`` resource not found for an unknown session).
+
+ponder's own extras are ``_ponder/...`` methods, advertised in
+``agentCapabilities._meta.ponder.methods``; any other ``_`` method is ``-32601``.
+"""
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from daemon import __version__
+from daemon.acp import types as t
+from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
+from daemon.acp.bridge import AcpBridge, PromptWaiter
+from daemon.acp.config_options import config_options, set_config_option
+from daemon.acp.content import prompt_text, title_for
+from daemon.acp.replay import replay_updates
+from daemon.config import Config
+from daemon.errors import InvalidParams, PonderError
+from daemon.rpc import Connection
+from daemon.server import Daemon, _watch_signals
+from daemon.store import AsyncStore, SessionRow
+from protocol import methods as m
+from protocol.errors import ErrorCode
+from protocol.objects import ErrorInfo
+
+log = logging.getLogger("ponder.acp")
+
+AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
+# ponder error code -> ACP error code, where ACP defines one for the same situation.
+ACP_CODES = {
+    int(ErrorCode.SESSION_NOT_FOUND): RESOURCE_NOT_FOUND,
+    int(ErrorCode.PROVIDER_NOT_CONFIGURED): AUTH_REQUIRED,
+}
+STOP_REASONS = {
+    "end_turn": "end_turn",
+    "max_tokens": "max_tokens",
+    "tool_limit": "max_turn_requests",
+    "refusal": "refusal",
+    "cancelled": "cancelled",
+}
+EXTENSION_METHODS = ["_ponder/models/list", "_ponder/auth/status", "_ponder/session/rename", "_ponder/session/fork"]
+LIST_PAGE = 50
+
+
+class AcpError(PonderError):
+    """An error already in ACP's terms (code and camelCase ``data``)."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message, **data)
+        self.code = code  # type: ignore[assignment]
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda match: match.group(1).upper(), name)
+
+
+def acp_error(exc: PonderError) -> AcpError:
+    if isinstance(exc, AcpError):
+        return exc
+    code = int(exc.code)
+    return AcpError(ACP_CODES.get(code, code), exc.message, {_camel(key): value for key, value in exc.data.items()})
+
+
+def _acp_errors(handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    async def call(params: Any) -> Any:
+        try:
+            return await handler(params)
+        except PonderError as exc:
+            raise acp_error(exc) from None
+
+    return call
+
+
+def turn_failure(outcome_error: ErrorInfo | None, model_id: str) -> AcpError:
+    """A failed turn as the prompt's JSON-RPC error, the provider's message in ``data``."""
+    info = outcome_error or ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message="The turn failed.")
+    data = {
+        "message": info.message,
+        "provider": model_id.split("/", 1)[0],
+        "modelId": model_id,
+        "providerStatus": info.provider_status,
+        "ponderCode": info.code,
+    }
+    return AcpError(ACP_CODES.get(info.code, info.code), info.message, data)
+
+
+class AcpServer:
+    """ACP's methods over one ``Daemon``."""
+
+    def __init__(self, daemon: Daemon, bridge: AcpBridge) -> None:
+        self.daemon = daemon
+        self.config = daemon.config
+        self.sessions = daemon.sessions
+        self.bridge = bridge
+        self.mcp_servers: dict[str, list[t.McpServer]] = {}  # what each session was given, as given
+        bridge.attach(daemon.sessions)
+
+    def register(self) -> None:
+        methods: dict[str, tuple[type, Callable[[Any], Awaitable[Any]]]] = {
+            "initialize": (t.InitializeRequest, self.initialize),
+            "authenticate": (t.AuthenticateRequest, self.authenticate),
+            "session/new": (t.NewSessionRequest, self.session_new),
+            "session/load": (t.LoadSessionRequest, self.session_load),
+            "session/resume": (t.ResumeSessionRequest, self.session_resume),
+            "session/list": (t.ListSessionsRequest, self.session_list),
+            "session/close": (t.SessionIdRequest, self.session_close),
+            "session/delete": (t.SessionIdRequest, self.session_delete),
+            "session/set_config_option": (t.SetConfigOptionRequest, self.session_set_config_option),
+            "session/prompt": (t.PromptRequest, self.session_prompt),
+            "session/cancel": (t.SessionIdRequest, self.session_cancel),
+            "_ponder/models/list": (t.ModelsListRequest, self.models_list),
+            "_ponder/auth/status": (m.Empty, self.daemon.auth_status),
+            "_ponder/session/rename": (t.RenameRequest, self.session_rename),
+            "_ponder/session/fork": (t.ForkRequest, self.session_fork),
+        }
+        for method, (params_type, handler) in methods.items():
+            self.daemon.connection.register(method, params_type, _acp_errors(handler))
+
+    # --- initialize and authenticate ----------------------------------------------------
+
+    async def initialize(self, params: t.InitializeRequest) -> t.InitializeResponse:
+        client = params.client_info
+        log.info("ACP client %s %s (protocol %r)", client.name if client else "?", client.version if client else "", params.protocol_version)
+        # Version negotiation: ponder speaks ACP 1 only; a client asking for anything else
+        # hears 1 and decides whether it can go on.
+        return t.InitializeResponse(
+            protocol_version=t.PROTOCOL_VERSION,
+            agent_capabilities=t.AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=t.PromptCapabilities(image=False, audio=False, embedded_context=True),
+                mcp_capabilities=t.McpCapabilities(http=False, sse=False),
+                session_capabilities=t.SessionCapabilities(list={}, resume={}, close={}, delete={}),
+                meta={"ponder": {"version": __version__, "home": str(self.config.home), "methods": EXTENSION_METHODS}},
+            ),
+            auth_methods=auth_methods(self.config),
+            agent_info=t.Implementation(name="ponder", title="ponder", version=__version__),
+        )
+
+    async def authenticate(self, params: t.AuthenticateRequest) -> t.Empty:
+        if params.method_id != CREDENTIALS_METHOD:
+            raise InvalidParams(
+                f"Unknown auth method {params.method_id!r}.", path="$.params.methodId", allowed=[CREDENTIALS_METHOD]
+            )
+        loaded = await anyio.to_thread.run_sync(reload_credentials, self.config)
+        if loaded:
+            await self.bridge.refresh_options()  # their models are now selectable
+        return t.Empty()
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def _open(self, row: SessionRow) -> list[t.ConfigOption]:
+        options = config_options(self.sessions, row)
+        self.bridge.open_session(row, options)
+        return options
+
+    async def _attach_mcp(self, session_id: str, servers: list[t.McpServer]) -> None:
+        self.mcp_servers[session_id] = servers
+        if servers:
+            log.info("session %s: MCP servers %s", session_id, ", ".join(s.name for s in servers))
+        stdio = [t.McpServerStdio(name=s.name, command=s.command or "", args=s.args, env=s.env) for s in servers if s.is_stdio]
+        skipped = [s.name for s in servers if not s.is_stdio]
+        if skipped:
+            log.warning("session %s: ignoring non-stdio MCP servers %s (not advertised)", session_id, ", ".join(skipped))
+        if self.daemon.mcp is not None and stdio:
+            await self.daemon.mcp.add_session_servers(session_id, stdio)
+
+    def _note_cwd(self, requested: str, row: SessionRow) -> None:
+        if Path(requested).expanduser().resolve() != Path(row.cwd):
+            log.info("session %s keeps its directory %s (the client asked for %s)", row.id, row.cwd, requested)
+
+    async def session_new(self, params: t.NewSessionRequest) -> t.NewSessionResponse:
+        live = await self.sessions.start(
+            model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
+        )
+        await self._attach_mcp(live.row.id, params.mcp_servers)
+        return t.NewSessionResponse(session_id=live.row.id, config_options=self._open(live.row))
+
+    async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
+        live = await self.sessions.get(params.session_id)
+        self._note_cwd(params.cwd, live.row)
+        await self._attach_mcp(live.row.id, params.mcp_servers)
+        for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
+            await self.bridge.update(live.row.id, update)
+        return t.LoadSessionResponse(config_options=self._open(live.row))
+
+    async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
+        live = await self.sessions.get(params.session_id)
+        self._note_cwd(params.cwd, live.row)
+        await self._attach_mcp(live.row.id, params.mcp_servers)
+        return t.ResumeSessionResponse(config_options=self._open(live.row))
+
+    async def session_list(self, params: t.ListSessionsRequest) -> t.ListSessionsResponse:
+        cwd = params.cwd
+        if cwd is not None:
+            if not Path(cwd).is_absolute():
+                raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
+            cwd = str(Path(cwd).resolve())  # sessions record their directory resolved
+        try:
+            rows, cursor = await self.daemon.store.list_sessions(cwd, LIST_PAGE, params.cursor)
+        except ValueError as exc:
+            raise InvalidParams(f"Invalid cursor: {exc}", path="$.params.cursor") from None
+        return t.ListSessionsResponse(
+            sessions=[t.SessionInfo(session_id=r.id, cwd=r.cwd, title=r.title, updated_at=r.updated_at) for r in rows],
+            next_cursor=cursor,
+        )
+
+    async def session_close(self, params: t.SessionIdRequest) -> t.Empty:
+        await self.sessions.row(params.session_id)  # unknown ids are an error
+        await self.cancel(params.session_id)
+        self.bridge.close_session(params.session_id)
+        self.mcp_servers.pop(params.session_id, None)
+        return t.Empty()
+
+    async def session_delete(self, params: t.SessionIdRequest) -> t.Empty:
+        await self.sessions.row(params.session_id)
+        await self.bridge.cancel_turns(params.session_id)  # its waiting prompts are answered "cancelled"
+        await self.sessions.delete(params.session_id)
+        self.bridge.close_session(params.session_id)
+        self.mcp_servers.pop(params.session_id, None)
+        return t.Empty()
+
+    async def session_set_config_option(self, params: t.SetConfigOptionRequest) -> t.SetConfigOptionResponse:
+        with self.bridge.quiet(params.session_id):  # the answer carries the new options
+            row = await set_config_option(self.sessions, params)
+        return t.SetConfigOptionResponse(config_options=self._open(row))
+
+    # --- prompt turns ---------------------------------------------------------------------
+
+    async def session_prompt(self, params: t.PromptRequest) -> t.PromptResponse:
+        text = prompt_text(params.prompt)
+        session_id = params.session_id
+        turn_id, _queued = await self.sessions.prompt(session_id, text)
+        # Nothing awaited since the turn was admitted, so none of its events has been
+        # translated yet: the waiter is in place before its turn_end can arrive.
+        waiter = self.bridge.expect_turn(session_id, turn_id)
+        try:
+            await self._title_if_untitled(session_id, params.prompt)
+            await waiter.done.wait()
+        except anyio.get_cancelled_exc_class():
+            # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn.
+            with anyio.CancelScope(shield=True):
+                await self.bridge.cancel_turns(session_id, [turn_id])
+            raise
+        finally:
+            self.bridge.forget_turn(turn_id)
+        return self._answer(waiter)
+
+    def _answer(self, waiter: PromptWaiter) -> t.PromptResponse:
+        outcome = waiter.outcome
+        assert outcome is not None
+        if waiter.cancel_requested or outcome.stop_reason == "cancelled":
+            return t.PromptResponse(stop_reason="cancelled")
+        if outcome.stop_reason == "error":
+            raise turn_failure(outcome.error, outcome.model_id)
+        return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
+
+    async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
+        row = await self.sessions.row(session_id)
+        if not self.bridge.is_open(row.id):
+            self._open(row)
+        title = title_for(blocks)
+        if row.title is None and title:
+            await self.sessions.update(session_id, title=title)  # announced as session_info_update
+
+    async def cancel(self, session_id: str) -> None:
+        """Stop the session's running turn and drop its queued prompts (all answered "cancelled")."""
+        await self.bridge.cancel_turns(session_id)
+        await self.sessions.cancel(session_id)
+
+    async def session_cancel(self, params: t.SessionIdRequest) -> t.Empty:
+        await self.cancel(params.session_id)
+        return t.Empty()
+
+    # --- ponder's extensions ----------------------------------------------------------------
+
+    async def models_list(self, params: t.ModelsListRequest) -> m.ModelsListResult:
+        return await self.daemon.models_list(m.ModelsListParams(provider=params.provider))
+
+    async def session_rename(self, params: t.RenameRequest) -> t.Empty:
+        await self.sessions.row(params.session_id)
+        await self.sessions.update(params.session_id, title=params.title)
+        return t.Empty()
+
+    async def session_fork(self, params: t.ForkRequest) -> t.ForkResponse:
+        row = await self.sessions.fork(params.session_id, params.message_id)
+        return t.ForkResponse(session_id=row.id)
+
+
+class _NoticeEnd:
+    """The incoming stream, setting ``ended`` when the client closes its end (EOF)."""
+
+    def __init__(self, stream: ObjectReceiveStream[Any], ended: anyio.Event) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    async def __aenter__(self) -> "_NoticeEnd":
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._stream.__aexit__(*exc_info)
+
+    def __aiter__(self) -> "_NoticeEnd":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._ended.set()
+            raise
+
+
+async def serve_acp(
+    config: Config,
+    incoming: ObjectReceiveStream[Any],
+    outgoing: ObjectSendStream[bytes],
+    *,
+    handle_signals: bool = False,
+    on_ready: Callable[[Daemon], None] | None = None,
+) -> None:
+    """Serve one ACP connection until end of input or a signal; then shut down.
+
+    Unlike ponder's own protocol, an ACP prompt stays open for its whole turn, so the
+    way out cancels the running turns first: every waiting prompt is answered
+    ``cancelled`` before the connection closes, and other requests still in flight are
+    answered as usual.
+    """
+    connection = Connection(outgoing, cancel_method="$/cancel_request", cancel_id_field="requestId")
+    config.home.mkdir(parents=True, exist_ok=True)
+    store = await AsyncStore.open(config.db_path)
+    bridge = AcpBridge(connection)
+    daemon = Daemon(config, connection, store, bridge=bridge)
+    server = AcpServer(daemon, bridge)
+    server.register()
+    if on_ready is not None:
+        on_ready(daemon)
+    input_ended = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(daemon.sessions.run)
+            with anyio.CancelScope() as serving:
+
+                async def cancel_prompts_at_end_of_input() -> None:
+                    # Requests already received are still answered; prompts are answered
+                    # "cancelled" at once, also those admitted after this point.
+                    await input_ended.wait()
+                    while True:
+                        for session_id in bridge.sessions_waiting():
+                            await server.cancel(session_id)
+                        await anyio.sleep(0.02)
+
+                async def stop_serving_on_request() -> None:
+                    await daemon.shutdown_requested.wait()
+                    connection.shutting_down = True
+                    await daemon.sessions.shutdown()
+                    await connection.wait_answered(1.0)
+                    serving.cancel()
+
+                tg.start_soon(cancel_prompts_at_end_of_input)
+                tg.start_soon(stop_serving_on_request)
+                if handle_signals:
+                    tg.start_soon(_watch_signals, daemon.shutdown_requested)
+                await connection.serve(_NoticeEnd(incoming, input_ended))  # type: ignore[arg-type]
+            connection.shutting_down = True
+            log.info("shutting down")
+            await daemon.sessions.shutdown()
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await daemon.providers.aclose()
+            await store.aclose()
