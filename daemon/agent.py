@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
     BlockStart,
+    KeepAlive,
     Provider,
     ProviderRequest,
     Stop,
@@ -177,7 +179,12 @@ class _Reply:
     async def stream(self) -> tuple[ChatMessage, str]:
         turn = self.turn
         try:
-            async with turn.provider.stream(self._request()) as events:
+            async with AsyncExitStack() as stack:
+                # Connecting and waiting for the response headers count as silence too.
+                with anyio.move_on_after(turn.settings.stall_timeout_s) as opening:
+                    events = await stack.enter_async_context(turn.provider.stream(self._request()))
+                if opening.cancelled_caught:
+                    raise self._stalled()
                 iterator = events.__aiter__()
                 while True:
                     with anyio.move_on_after(turn.settings.stall_timeout_s) as stall:
@@ -186,19 +193,15 @@ class _Reply:
                         except StopAsyncIteration:
                             break
                     if stall.cancelled_caught:
-                        raise ProviderError(
-                            f"{turn.provider_name} sent nothing for {turn.settings.stall_timeout_s:g} s; the stream was aborted.",
-                            provider=turn.provider_name,
-                            retryable=True,
-                            kind="stall",
-                        )
-                    await self._on_event(event)
+                        raise self._stalled()
+                    if not isinstance(event, KeepAlive):  # keep-alives only prove the stream lives
+                        await self._on_event(event)
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(2, shield=True):
                 await self._finish("interrupted")
                 await _record_cancelled_results(turn, self.message)
             raise
-        except PonderError:
+        except Exception:  # a ProviderError, or an adapter's bug on odd data: keep the partial reply
             if self.started:
                 with anyio.move_on_after(2, shield=True):
                     await self._finish("error")
@@ -208,6 +211,15 @@ class _Reply:
         message = await self._finish("complete")
         assert message is not None
         return message, self.stop
+
+    def _stalled(self) -> ProviderError:
+        turn = self.turn
+        return ProviderError(
+            f"{turn.provider_name} sent nothing for {turn.settings.stall_timeout_s:g} s; the stream was aborted.",
+            provider=turn.provider_name,
+            retryable=True,
+            kind="stall",
+        )
 
     async def _begin(self) -> None:
         turn = self.turn

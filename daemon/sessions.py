@@ -431,7 +431,7 @@ class SessionManager:
             message.seq = live.next_seq()
             live.history.append(message)
             await self.store.save_message(message)
-        emit = self._emitter(live, pending.turn_id)
+        emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
             turn = await self._build_turn(live, pending, emit)
         except PonderError as exc:
@@ -448,6 +448,19 @@ class SessionManager:
             live.row.message_count = len(live.history)
             with anyio.move_on_after(2, shield=True):
                 await self.bridge.session_updated(self.wire_session(live.row))
+
+    def _releasing_emitter(self, live: LiveSession, emit: agent.Emit) -> agent.Emit:
+        """``emit`` that gives the lease back before a ``turn_end`` when nothing is queued, so a
+        client told the turn is over can go on in another ponder process at once."""
+
+        async def release_then_emit(kind: type, fields: dict[str, Any]) -> None:
+            if kind is ev.TurnEnd and live.lease_held and not live.queued:
+                live.lease_held = False
+                with anyio.move_on_after(2, shield=True):
+                    await self.store.release_lease(live.row.id, self._lease_owner)
+            await emit(kind, fields)
+
+        return release_then_emit
 
     async def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
         row = live.row

@@ -34,6 +34,7 @@ from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
     BlockStart,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -239,7 +240,8 @@ async def run(provider: AnthropicProvider, req: ProviderRequest) -> Outcome:
     try:
         async with provider.stream(req) as stream:
             async for event in stream:
-                events.append(event)
+                if not isinstance(event, KeepAlive):  # pings only feed the agent's stall watchdog
+                    events.append(event)
     except ProviderError as exc:
         return Outcome(events, exc)
     return Outcome(events, None)

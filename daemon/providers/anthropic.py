@@ -19,6 +19,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from daemon.providers.base import (
     BlockEnd,
     BlockKind,
     BlockStart,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -43,8 +45,10 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
-from daemon.providers.http import close_response, connection_error, make_client, status_error
+from daemon.providers.http import close_response, connection_error, make_client, read_error_body, status_error
 from protocol.objects import Thinking, Usage
+
+log = logging.getLogger("ponder.providers.anthropic")
 
 ANTHROPIC_VERSION = "2023-06-01"
 INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
@@ -187,7 +191,9 @@ class AnthropicProvider:
                     client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
                 )
                 if not response.is_success:
-                    raw = await response.aread()
+                    # Masked: the body becomes the error message, and a proxy may echo the key.
+                    key = self.config.api_key.reveal() if self.config.api_key is not None else ""
+                    raw = await read_error_body(response, (key,) if key else ())
                     raise self._status_error(response, raw)
             except httpx.RequestError as exc:
                 raise connection_error(self.name, exc) from exc
@@ -370,8 +376,22 @@ class StreamParser:
         if not isinstance(payload, dict):
             return []
         kind = payload.get("type") or name
-        handler = getattr(self, f"_on_{kind}", None)
-        return handler(payload) if handler is not None else []  # new event types are skipped
+        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        if handler is None:
+            log.debug("ignoring an unknown %s stream event %r", self.provider, kind)  # new event types
+            return []
+        try:
+            return handler(payload)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # A field missing or of the wrong type (``"index": null``, ``"delta": "x"``).
+            raise ProviderError(
+                f"{self.provider} sent a malformed {kind} event.",
+                provider=self.provider,
+                kind="invalid_event",
+            ) from exc
+
+    def _on_ping(self, payload: dict[str, Any]) -> list[ProviderEvent]:
+        return [KeepAlive()]
 
     def _on_message_start(self, payload: dict[str, Any]) -> list[ProviderEvent]:
         message = payload.get("message") or {}

@@ -53,7 +53,13 @@ class Stop(msgspec.Struct, kw_only=True):
     raw: str | None = None  # the provider's own value, for logs
 
 
-ProviderEvent = BlockStart | BlockDelta | BlockEnd | UsageUpdate | Stop
+class KeepAlive(msgspec.Struct, kw_only=True):
+    """The stream is alive but carried nothing (Anthropic's ``ping``, an SSE keep-alive
+    comment where the adapter's SSE layer exposes them). It only resets the agent's stall
+    watchdog: a model thinking quietly behind keep-alives is not a stalled stream."""
+
+
+ProviderEvent = BlockStart | BlockDelta | BlockEnd | UsageUpdate | Stop | KeepAlive
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):
