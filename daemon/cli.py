@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     acp = sub.add_parser("acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)")
     acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    acp.add_argument("--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth")
 
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "acp" and args.login:
+        args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
         return run_serve(args)
     from daemon import client_cli

@@ -27,10 +27,9 @@ from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config import Config
-from daemon.errors import InvalidParams, PonderError
-from daemon.rpc import Connection
-from daemon.server import Daemon, _watch_signals
-from daemon.store import AsyncStore, SessionRow
+from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
+from daemon.server import Daemon, serve
+from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo
@@ -82,6 +81,11 @@ def _acp_errors(handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awa
             raise acp_error(exc) from None
 
     return call
+
+
+def _wants_terminal_auth(capabilities: dict[str, Any] | None) -> bool:
+    auth = (capabilities or {}).get("auth")
+    return isinstance(auth, dict) and auth.get("terminal") is True
 
 
 def turn_failure(outcome_error: ErrorInfo | None, model_id: str) -> AcpError:
@@ -145,19 +149,26 @@ class AcpServer:
                 session_capabilities=t.SessionCapabilities(list={}, resume={}, close={}, delete={}),
                 meta={"ponder": {"version": __version__, "home": str(self.config.home), "methods": EXTENSION_METHODS}},
             ),
-            auth_methods=auth_methods(self.config),
+            auth_methods=auth_methods(self.config, terminal=_wants_terminal_auth(params.client_capabilities)),
             agent_info=t.Implementation(name="ponder", title="ponder", version=__version__),
         )
 
     async def authenticate(self, params: t.AuthenticateRequest) -> t.Empty:
         if params.method_id != CREDENTIALS_METHOD:
             raise InvalidParams(
-                f"Unknown auth method {params.method_id!r}.", path="$.params.methodId", allowed=[CREDENTIALS_METHOD]
+                f"Auth method {params.method_id!r} cannot be used with authenticate.",
+                path="$.params.methodId",
+                allowed=[CREDENTIALS_METHOD],
             )
+        await self.reload_credentials()
+        return t.Empty()
+
+    async def reload_credentials(self) -> bool:
+        """Pick up keys added to config.toml and a Copilot sign-in done since start-up."""
         loaded = await anyio.to_thread.run_sync(reload_credentials, self.config)
         if loaded:
             await self.bridge.refresh_options()  # their models are now selectable
-        return t.Empty()
+        return bool(loaded)
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -166,16 +177,27 @@ class AcpServer:
         self.bridge.open_session(row, options)
         return options
 
-    async def _attach_mcp(self, session_id: str, servers: list[t.McpServer]) -> None:
-        self.mcp_servers[session_id] = servers
+    async def _attach_mcp(self, row: SessionRow, servers: list[t.McpServer]) -> None:
+        """Record the client's MCP servers for the session and hand the stdio ones to the
+        MCP manager (which replaces the session's previous set); http/sse are not offered."""
+        self.mcp_servers[row.id] = servers
         if servers:
-            log.info("session %s: MCP servers %s", session_id, ", ".join(s.name for s in servers))
-        stdio = [t.McpServerStdio(name=s.name, command=s.command or "", args=s.args, env=s.env) for s in servers if s.is_stdio]
+            log.info("session %s: MCP servers from the client: %s", row.id, ", ".join(s.name for s in servers))
         skipped = [s.name for s in servers if not s.is_stdio]
         if skipped:
-            log.warning("session %s: ignoring non-stdio MCP servers %s (not advertised)", session_id, ", ".join(skipped))
-        if self.daemon.mcp is not None and stdio:
-            await self.daemon.mcp.add_session_servers(session_id, stdio)
+            log.warning("session %s: ignoring non-stdio MCP servers %s (not advertised)", row.id, ", ".join(skipped))
+        if self.daemon.mcp is not None:
+            stdio = [
+                {"name": s.name, "command": s.command, "args": s.args, "env": [{"name": e.name, "value": e.value} for e in s.env]}
+                for s in servers
+                if s.is_stdio
+            ]
+            await self.daemon.mcp.add_session_servers(row.id, stdio, cwd=row.cwd)
+
+    async def _detach_mcp(self, session_id: str) -> None:
+        self.mcp_servers.pop(session_id, None)
+        if self.daemon.mcp is not None:
+            await self.daemon.mcp.remove_session_servers(session_id)
 
     def _note_cwd(self, requested: str, row: SessionRow) -> None:
         if Path(requested).expanduser().resolve() != Path(row.cwd):
@@ -185,13 +207,13 @@ class AcpServer:
         live = await self.sessions.start(
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
-        await self._attach_mcp(live.row.id, params.mcp_servers)
+        await self._attach_mcp(live.row, params.mcp_servers)
         return t.NewSessionResponse(session_id=live.row.id, config_options=self._open(live.row))
 
     async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
-        await self._attach_mcp(live.row.id, params.mcp_servers)
+        await self._attach_mcp(live.row, params.mcp_servers)
         for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
             await self.bridge.update(live.row.id, update)
         return t.LoadSessionResponse(config_options=self._open(live.row))
@@ -199,7 +221,7 @@ class AcpServer:
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
-        await self._attach_mcp(live.row.id, params.mcp_servers)
+        await self._attach_mcp(live.row, params.mcp_servers)
         return t.ResumeSessionResponse(config_options=self._open(live.row))
 
     async def session_list(self, params: t.ListSessionsRequest) -> t.ListSessionsResponse:
@@ -221,7 +243,7 @@ class AcpServer:
         await self.sessions.row(params.session_id)  # unknown ids are an error
         await self.cancel(params.session_id)
         self.bridge.close_session(params.session_id)
-        self.mcp_servers.pop(params.session_id, None)
+        await self._detach_mcp(params.session_id)
         return t.Empty()
 
     async def session_delete(self, params: t.SessionIdRequest) -> t.Empty:
@@ -229,7 +251,7 @@ class AcpServer:
         await self.bridge.cancel_turns(params.session_id)  # its waiting prompts are answered "cancelled"
         await self.sessions.delete(params.session_id)
         self.bridge.close_session(params.session_id)
-        self.mcp_servers.pop(params.session_id, None)
+        await self._detach_mcp(params.session_id)
         return t.Empty()
 
     async def session_set_config_option(self, params: t.SetConfigOptionRequest) -> t.SetConfigOptionResponse:
@@ -242,7 +264,13 @@ class AcpServer:
     async def session_prompt(self, params: t.PromptRequest) -> t.PromptResponse:
         text = prompt_text(params.prompt)
         session_id = params.session_id
-        turn_id, _queued = await self.sessions.prompt(session_id, text)
+        try:
+            turn_id, _queued = await self.sessions.prompt(session_id, text)
+        except ProviderNotConfigured:
+            # A key added to config.toml, or a terminal sign-in, since start-up.
+            if not await self.reload_credentials():
+                raise
+            turn_id, _queued = await self.sessions.prompt(session_id, text)
         # Nothing awaited since the turn was admitted, so none of its events has been
         # translated yet: the waiter is in place before its turn_end can arrive.
         waiter = self.bridge.expect_turn(session_id, turn_id)
@@ -306,12 +334,12 @@ class _NoticeEnd:
         self._stream = stream
         self._ended = ended
 
-    async def __aenter__(self) -> "_NoticeEnd":
+    async def __aenter__(self) -> "_NoticeEnd":  # noqa: PYI034
         await self._stream.__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._stream.__aexit__(*exc_info)
+    async def __aexit__(self, *exc_info: object) -> Any:
+        return await self._stream.__aexit__(*exc_info)  # type: ignore[arg-type]
 
     def __aiter__(self) -> "_NoticeEnd":
         return self
@@ -324,6 +352,32 @@ class _NoticeEnd:
             raise
 
 
+def install_acp(daemon: Daemon) -> AcpServer:
+    """Turn a freshly built ponder ``Daemon`` into an ACP agent before it serves.
+
+    The connection takes ACP's ``$/cancel_request {requestId}``, the method table is
+    replaced by ACP's, and the sessions reach the client through ``AcpBridge``.
+    """
+    connection = daemon.connection
+    connection.cancel_method, connection.cancel_id_field = "$/cancel_request", "requestId"
+    connection.unregister_all()
+    bridge = AcpBridge(connection)
+    daemon.bridge = daemon.sessions.bridge = bridge
+    server = AcpServer(daemon, bridge)
+    server.register()
+    return server
+
+
+async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
+    """Once ``event`` is set, answer every waiting prompt "cancelled" (by ending its turn),
+    also prompts admitted later; runs until the connection is gone."""
+    await event.wait()
+    while True:
+        for session_id in server.bridge.sessions_waiting():
+            await server.cancel(session_id)
+        await anyio.sleep(0.02)
+
+
 async def serve_acp(
     config: Config,
     incoming: ObjectReceiveStream[Any],
@@ -332,54 +386,22 @@ async def serve_acp(
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,
 ) -> None:
-    """Serve one ACP connection until end of input or a signal; then shut down.
+    """Serve one ACP connection until end of input or a signal, with ``daemon.server.serve``'s
+    lifecycle (start-up, MCP servers, graceful shutdown).
 
-    Unlike ponder's own protocol, an ACP prompt stays open for its whole turn, so the
-    way out cancels the running turns first: every waiting prompt is answered
-    ``cancelled`` before the connection closes, and other requests still in flight are
-    answered as usual.
+    Unlike ponder's own protocol, an ACP prompt stays open for its whole turn, so at end
+    of input or on a shutdown signal the running turns are cancelled at once: every
+    waiting prompt is answered ``cancelled``, other requests in flight as usual.
     """
-    connection = Connection(outgoing, cancel_method="$/cancel_request", cancel_id_field="requestId")
-    config.home.mkdir(parents=True, exist_ok=True)
-    store = await AsyncStore.open(config.db_path)
-    bridge = AcpBridge(connection)
-    daemon = Daemon(config, connection, store, bridge=bridge)
-    server = AcpServer(daemon, bridge)
-    server.register()
-    if on_ready is not None:
-        on_ready(daemon)
     input_ended = anyio.Event()
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(daemon.sessions.run)
-            with anyio.CancelScope() as serving:
+    async with anyio.create_task_group() as tg:
 
-                async def cancel_prompts_at_end_of_input() -> None:
-                    # Requests already received are still answered; prompts are answered
-                    # "cancelled" at once, also those admitted after this point.
-                    await input_ended.wait()
-                    while True:
-                        for session_id in bridge.sessions_waiting():
-                            await server.cancel(session_id)
-                        await anyio.sleep(0.02)
+        def install(daemon: Daemon) -> None:
+            server = install_acp(daemon)
+            tg.start_soon(_cancel_prompts_after, input_ended, server)
+            tg.start_soon(_cancel_prompts_after, daemon.shutdown_requested, server)
+            if on_ready is not None:
+                on_ready(daemon)
 
-                async def stop_serving_on_request() -> None:
-                    await daemon.shutdown_requested.wait()
-                    connection.shutting_down = True
-                    await daemon.sessions.shutdown()
-                    await connection.wait_answered(1.0)
-                    serving.cancel()
-
-                tg.start_soon(cancel_prompts_at_end_of_input)
-                tg.start_soon(stop_serving_on_request)
-                if handle_signals:
-                    tg.start_soon(_watch_signals, daemon.shutdown_requested)
-                await connection.serve(_NoticeEnd(incoming, input_ended))  # type: ignore[arg-type]
-            connection.shutting_down = True
-            log.info("shutting down")
-            await daemon.sessions.shutdown()
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await daemon.providers.aclose()
-            await store.aclose()
+        await serve(config, _NoticeEnd(incoming, input_ended), outgoing, handle_signals=handle_signals, on_ready=install)  # type: ignore[arg-type]
+        tg.cancel_scope.cancel()

@@ -113,11 +113,14 @@ class AgentCapabilities(_Out):
 
 
 class AuthMethod(_Out):
-    """An ``agent`` auth method: the client calls ``authenticate`` with its id."""
+    """An auth method: ``agent`` (no ``type``; the client calls ``authenticate`` with its id)
+    or ``terminal`` (the client runs the agent's command with ``args`` appended in a terminal)."""
 
     id: str
     name: str
     description: str | None = None
+    type: Literal["terminal"] | None = None
+    args: list[str] | None = None
 
 
 class InitializeResponse(_Out):
