@@ -195,10 +195,14 @@ async def test_call_timeout_cancels_the_call_and_keeps_the_server(home, state):
     async with in_memory_daemon(home, configure=with_servers(config)) as (client, daemon):
         fast(daemon)
         session_id = await start(client, home, approval_policy="auto")
-        events = await run_turn(client, session_id, ("mcp__flaky__hang", {}), ("mcp__flaky__echo", {"text": "still here"}))
-        hang, echo = tool_ends(events)
+        events = await run_turn(
+            client, session_id, ("mcp__flaky__hang", {}), ("mcp__flaky__echo", {"text": "still here"}), ("mcp__flaky__ping_me", {})
+        )
+        hang, echo, ping_me = tool_ends(events)
         assert hang["is_error"] and "did not answer within 0.3 s" in hang["result"]
         assert (echo["is_error"], echo["result"]) == (False, "echo: still here")
+        # The server's own requests: ping is answered, roots/list (no such capability) refused.
+        assert json.loads(ping_me["result"]) == [{}, -32601]
         assert list(state.glob("cancelled-*")), "the server is told the call was cancelled"
         await anyio.sleep(0.4)  # the health check (a ping) has had its chance
         assert servers_by_name(await client.request("mcp/list"))["flaky"]["status"] == "ready"
@@ -325,6 +329,19 @@ async def test_session_servers_from_acp(home, state):
             await client.request("mcp/list", {"session_id": "ses_nope"})
         assert caught.value.code == -32001
 
+        # A server no session uses any more is stopped, and a call in flight fails at once.
         pid = int((state / "serve.pid").read_text())
-        await daemon.mcp.remove_session_servers(first)
-        assert not process_alive(pid), "a server no session uses any more is stopped"
+        turn = await client.request("session/prompt", {"session_id": first, "text": "tool: mcp__acp__hang {}"})
+        seen = []
+        with anyio.fail_after(10):
+            async with aclosing(client.events(turn["turn_id"])) as events:
+                async for event in events:
+                    if event["type"] == "tool_execution_start":
+                        await daemon.mcp.remove_session_servers(first)
+                        assert not process_alive(pid)
+                    elif event["type"] == "turn_end":
+                        assert event["stop_reason"] == "end_turn"
+                        break
+                    seen.append(event)
+        [hang] = tool_ends(seen)
+        assert hang["is_error"] and "stopped while running hang: ponder stopped it" in hang["result"]

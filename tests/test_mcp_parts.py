@@ -199,7 +199,7 @@ def test_ponder_mcp_shows_servers_tools_and_errors(tmp_path):
     )
     assert run.returncode == 1, run.stderr  # a server failed
     lines = run.stdout.splitlines()
-    assert lines[0].split() == ["flaky", "ready", "4", "tools"]
+    assert lines[0].split() == ["flaky", "ready", "5", "tools"]
     assert lines[1].split(None, 1) == ["echo", "Echo the text back."]
-    assert lines[5].split() == ["dead", "failed"]
-    assert "exited with status 3" in lines[6] and lines[7].strip() == "fatal: WIDGET_TOKEN is not set"
+    assert lines[6].split() == ["dead", "failed"]
+    assert "exited with status 3" in lines[7] and lines[8].strip() == "fatal: WIDGET_TOKEN is not set"

@@ -421,6 +421,7 @@ async def open_stdio_client(spec: ServerSpec, *, close_grace_s: float, kill_grac
             try:
                 yield client
             finally:
+                client._close("ponder stopped it")  # calls still waiting fail now, not at their timeout
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

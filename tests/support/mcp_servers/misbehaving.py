@@ -8,7 +8,8 @@ Usage: ``misbehaving.py MODE [--stubborn]``
   ``echo`` (read-only) answers; ``crash`` writes to stderr and exits 5 mid-call (only the
   first time when ``MCP_TEST_DIR`` is set: it leaves ``crashed`` there); ``hang`` never
   answers its call (but records ``notifications/cancelled`` in ``cancelled-<id>``);
-  ``freeze`` makes the whole server stop answering, pings included.
+  ``freeze`` makes the whole server stop answering, pings included; ``ping_me`` sends the
+  client a ``ping`` and a ``roots/list`` and answers with what came back.
 - ``--stubborn``: ignores SIGTERM and the end of its input, and starts a child (in its
   process group) that ignores SIGTERM too; only SIGKILL ends them.
 
@@ -37,6 +38,7 @@ TOOLS = [
     {"name": "crash", "description": "Crashes the server.", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
     {"name": "freeze", "description": "The server stops answering.", "inputSchema": {"type": "object"}},
+    {"name": "ping_me", "description": "Pings the client.", "inputSchema": {"type": "object"}},
 ]
 
 
@@ -97,6 +99,17 @@ def main() -> None:
                 os._exit(5)
             elif name == "freeze":
                 frozen = True
+            elif name == "ping_me":
+                # Ask the client two things and wait for both answers before answering the call.
+                send({"jsonrpc": "2.0", "id": "s1", "method": "ping"})
+                send({"jsonrpc": "2.0", "id": "s2", "method": "roots/list"})
+                answers = {}
+                while len(answers) < 2:
+                    reply = json.loads(sys.stdin.readline())
+                    if reply.get("id") in ("s1", "s2"):
+                        answers[reply["id"]] = reply.get("result", reply.get("error"))
+                text = json.dumps([answers["s1"], answers["s2"]["code"]])
+                result(request_id, {"content": [{"type": "text", "text": text}]})
             # hang: no answer, ever
         elif request_id is not None:
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
