@@ -148,7 +148,9 @@ async def test_reference_server_listing_calls_and_approval(home, state):
 
         # read_only never runs the mutating one, and never asks.
         read_only = await start(client, home, approval_policy="read_only")
-        events = await run_turn(client, read_only, ("mcp__docs__write_note", {"text": "x"}), ("mcp__docs__search", {"query": "y"}))
+        events = await run_turn(
+            client, read_only, ("mcp__docs__write_note", {"text": "x"}), ("mcp__docs__search", {"query": "y"})
+        )
         note, search = tool_ends(events)
         assert note["is_error"] and "approval policy is 'read_only'" in note["result"]
         assert not search["is_error"] and len(asked) == 1
@@ -162,7 +164,9 @@ async def test_reference_server_progress_cancel_and_list_changed(home, state):
         fast(daemon)
         session_id = await start(client, home, approval_policy="auto")
         args = {"seconds": 30, "label": "A"}
-        turn = await client.request("session/prompt", {"session_id": session_id, "text": f"tool: mcp__docs__slow {json.dumps(args)}"})
+        turn = await client.request(
+            "session/prompt", {"session_id": session_id, "text": f"tool: mcp__docs__slow {json.dumps(args)}"}
+        )
         chunks = []
         with anyio.fail_after(15):
             async with aclosing(client.events(turn["turn_id"])) as events:
@@ -196,7 +200,11 @@ async def test_call_timeout_cancels_the_call_and_keeps_the_server(home, state):
         fast(daemon)
         session_id = await start(client, home, approval_policy="auto")
         events = await run_turn(
-            client, session_id, ("mcp__flaky__hang", {}), ("mcp__flaky__echo", {"text": "still here"}), ("mcp__flaky__ping_me", {})
+            client,
+            session_id,
+            ("mcp__flaky__hang", {}),
+            ("mcp__flaky__echo", {"text": "still here"}),
+            ("mcp__flaky__ping_me", {}),
         )
         hang, echo, ping_me = tool_ends(events)
         assert hang["is_error"] and "did not answer within 0.3 s" in hang["result"]

@@ -126,7 +126,7 @@ class StderrTail:
 
 
 class _Pending:
-    __slots__ = ("done", "message", "error")
+    __slots__ = ("done", "error", "message")
 
     def __init__(self) -> None:
         self.done = anyio.Event()

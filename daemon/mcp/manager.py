@@ -172,7 +172,9 @@ class ServerHandle:
         self.status = "failed"
         failure = failure.rstrip(".")
         self.error = failure[:1].upper() + failure[1:] + "." + (f" Its last stderr output:\n{stderr_tail}" if stderr_tail else "")
-        log.warning("MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s", self.spec.name, delay, self.error)
+        log.warning(
+            "MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s", self.spec.name, delay, self.error
+        )
 
     # --- tools ------------------------------------------------------------------------
 
@@ -181,7 +183,9 @@ class ServerHandle:
         for raw in raw_tools:
             tool = McpTool(self, raw)
             if tool.name in tools:
-                log.warning("MCP server %s: tool %r clashes with another as %s; keeping the first", self.spec.name, raw["name"], tool.name)
+                log.warning(
+                    "MCP server %s: tool %r clashes with another as %s; keeping the first", self.spec.name, raw["name"], tool.name
+                )
                 continue
             tools[tool.name] = tool
         self.tools = list(tools.values())
@@ -228,7 +232,9 @@ class ServerHandle:
         try:
             await client.ping(self.manager.ping_timeout_s)
         except McpTimeout:
-            client.abort(f"it stopped answering (a tool call timed out, then a ping got no answer within {self.manager.ping_timeout_s:g} s)")
+            client.abort(
+                f"it stopped answering (a tool call timed out, then a ping got no answer within {self.manager.ping_timeout_s:g} s)"
+            )
         except McpError:
             pass
         finally:

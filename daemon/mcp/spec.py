@@ -74,13 +74,13 @@ def parse_config_server(name: str, raw: Any) -> ServerSpec | str:
     unknown = sorted(set(raw) - _KNOWN_KEYS)
     command = raw.get("command")
     if not isinstance(command, str) or not command.strip():
-        return f"{where} needs command, the program to run (e.g. command = \"npx\")."
+        return f'{where} needs command, the program to run (e.g. command = "npx").'
     args = raw.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
         return f"{where} args must be a list of strings."
     env = raw.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, (str, int, float, bool)) for v in env.values()):
-        return f"{where} env must be a table of strings, e.g. env = {{ TOKEN = \"...\" }}."
+        return f'{where} env must be a table of strings, e.g. env = {{ TOKEN = "..." }}.'
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         return f"{where} cwd must be a string."

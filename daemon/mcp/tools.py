@@ -62,7 +62,8 @@ class McpTool(Tool[Any]):
         self.name = qualified_name(self.server, self.tool_name)  # type: ignore[misc]
         description = tool.get("description")
         self.description = (  # type: ignore[misc]
-            description.strip() if isinstance(description, str) and description.strip()
+            description.strip()
+            if isinstance(description, str) and description.strip()
             else f"The {self.tool_name} tool of the MCP server {self.server}."
         )
         annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
