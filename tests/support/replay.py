@@ -42,6 +42,7 @@ class ScriptedResponse:
     # Declared content-length when it should differ from the body (a larger value makes the
     # client see the connection drop mid-body).
     content_length: int | None = None
+    headers_delay_s: float = 0.0  # wait this long before the status line (a server that hangs)
 
 
 @dataclass
@@ -96,6 +97,8 @@ class ReplayServer:
                     scripted = answer(recorded)
                 if scripted is None:
                     scripted = ScriptedResponse(status=500, body=b'{"error":{"message":"replay server: no response queued"}}')
+                if scripted.headers_delay_s:
+                    time.sleep(scripted.headers_delay_s)
                 self.send_response(scripted.status)
                 for key, value in scripted.headers.items():
                     if key.lower() not in ("content-length", "transfer-encoding", "connection"):
