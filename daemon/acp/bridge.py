@@ -145,7 +145,9 @@ class AcpBridge:
             return
         title, sent_options = known
         if session.title != title:
-            await self.update(session.session_id, t.SessionInfoUpdate(title=session.title, updated_at=session.updated_at))
+            await self.update(
+                session.session_id, t.SessionInfoUpdate(title=session.title, updated_at=session.updated_at)
+            )
         options = config_options(self._manager, await self._manager.row(session.session_id))
         encoded = msgspec.json.encode(options)
         self._open[session.session_id] = (session.title, encoded)
@@ -212,7 +214,9 @@ class AcpBridge:
             return  # a turn that started before this bridge saw it (cannot happen in one process)
         sid = event.session_id
         if isinstance(event, (ev.ThinkingStart, ev.TextStart)):
-            turn.blocks[(event.message_id, event.index)] = _Block(toolcalls.block_message_id(event.message_id, event.index))
+            turn.blocks[(event.message_id, event.index)] = _Block(
+                toolcalls.block_message_id(event.message_id, event.index)
+            )
         elif isinstance(event, (ev.ThinkingDelta, ev.TextDelta)):
             await self._chunk(turn, sid, event, event.delta)
         elif isinstance(event, (ev.ThinkingEnd, ev.TextEnd)):
@@ -290,7 +294,9 @@ class AcpBridge:
             if not call.finished:  # announced, then the turn ended (cancelled) before it ran
                 await self.update(
                     sid,
-                    t.ToolCallProgress(tool_call_id=call_id, status="failed", content=toolcalls.text_content(CANCELLED_RESULT)),
+                    t.ToolCallProgress(
+                        tool_call_id=call_id, status="failed", content=toolcalls.text_content(CANCELLED_RESULT)
+                    ),
                 )
         del self._turns[event.turn_id]
         self._doomed.discard(event.turn_id)
@@ -319,9 +325,13 @@ class AcpBridge:
             ),
             options=[
                 t.PermissionOption(option_id=ALLOW_ONCE, name="Allow", kind=ALLOW_ONCE),
-                t.PermissionOption(option_id=ALLOW_ALWAYS, name=f"Always allow {params.tool} in this session", kind=ALLOW_ALWAYS),
+                t.PermissionOption(
+                    option_id=ALLOW_ALWAYS, name=f"Always allow {params.tool} in this session", kind=ALLOW_ALWAYS
+                ),
                 t.PermissionOption(option_id=REJECT_ONCE, name="Reject", kind=REJECT_ONCE),
-                t.PermissionOption(option_id=REJECT_ALWAYS, name=f"Always reject {params.tool} in this session", kind=REJECT_ALWAYS),
+                t.PermissionOption(
+                    option_id=REJECT_ALWAYS, name=f"Always reject {params.tool} in this session", kind=REJECT_ALWAYS
+                ),
             ],
         )
         answer = await self.connection.request("session/request_permission", request, t.RequestPermissionResponse)

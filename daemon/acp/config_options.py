@@ -44,10 +44,14 @@ def model_option(catalog: Catalog, current: str) -> t.ConfigOption:
         if not available and spec.id != current:
             continue
         description = spec.id if available else f"{spec.id} (its provider has no credentials)"
-        groups.setdefault(spec.provider, []).append(t.SelectOption(value=spec.id, name=spec.name, description=description))
+        groups.setdefault(spec.provider, []).append(
+            t.SelectOption(value=spec.id, name=spec.name, description=description)
+        )
     if not any(option.value == current for options in groups.values() for option in options):
         provider = current.split("/", 1)[0]
-        groups.setdefault(provider, []).append(t.SelectOption(value=current, name=current, description="not a known model"))
+        groups.setdefault(provider, []).append(
+            t.SelectOption(value=current, name=current, description="not a known model")
+        )
     return t.ConfigOption(
         id=MODEL,
         name="Model",

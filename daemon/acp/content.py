@@ -53,7 +53,13 @@ def prompt_text(blocks: list[t.PromptBlock]) -> str:
                 path=f"$.params.prompt[{n}]",
             )
         if isinstance(block, t.TextContent):
-            if previous_was_text and inline and block.text and not inline[-1][-1:].isspace() and not block.text[0].isspace():
+            if (
+                previous_was_text
+                and inline
+                and block.text
+                and not inline[-1][-1:].isspace()
+                and not block.text[0].isspace()
+            ):
                 inline.append("\n\n")  # two separate text blocks are two paragraphs
             inline.append(block.text)
             previous_was_text = True

@@ -30,7 +30,9 @@ def replay_updates(history: list[ChatMessage], tools: dict[str, Tool[Any]], cwd:
             text = "".join(part.text for part in message.parts if part.type == "text")
             if text:
                 updates.append(
-                    t.UserMessageChunk(content=t.TextContent(text=text), message_id=toolcalls.user_message_id(message.message_id))
+                    t.UserMessageChunk(
+                        content=t.TextContent(text=text), message_id=toolcalls.user_message_id(message.message_id)
+                    )
                 )
         elif message.role == "assistant":
             for index, part in enumerate(message.parts):

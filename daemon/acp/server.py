@@ -58,7 +58,8 @@ class AcpError(PonderError):
     """An error already in ACP's terms (code and camelCase ``data``)."""
 
     def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
-        super().__init__(message, **data)
+        super().__init__(message)
+        self.data = data  # may have a "message" key, which cannot go through **data
         self.code = code  # type: ignore[assignment]
 
 
@@ -137,7 +138,12 @@ class AcpServer:
 
     async def initialize(self, params: t.InitializeRequest) -> t.InitializeResponse:
         client = params.client_info
-        log.info("ACP client %s %s (protocol %r)", client.name if client else "?", client.version if client else "", params.protocol_version)
+        log.info(
+            "ACP client %s %s (protocol %r)",
+            client.name if client else "?",
+            client.version if client else "",
+            params.protocol_version,
+        )
         # Version negotiation: ponder speaks ACP 1 only; a client asking for anything else
         # hears 1 and decides whether it can go on.
         return t.InitializeResponse(
@@ -188,7 +194,12 @@ class AcpServer:
             log.warning("session %s: ignoring non-stdio MCP servers %s (not advertised)", row.id, ", ".join(skipped))
         if self.daemon.mcp is not None:
             stdio = [
-                {"name": s.name, "command": s.command, "args": s.args, "env": [{"name": e.name, "value": e.value} for e in s.env]}
+                {
+                    "name": s.name,
+                    "command": s.command,
+                    "args": s.args,
+                    "env": [{"name": e.name, "value": e.value} for e in s.env],
+                }
                 for s in servers
                 if s.is_stdio
             ]
@@ -403,5 +414,7 @@ async def serve_acp(
             if on_ready is not None:
                 on_ready(daemon)
 
-        await serve(config, _NoticeEnd(incoming, input_ended), outgoing, handle_signals=handle_signals, on_ready=install)  # type: ignore[arg-type]
+        await serve(
+            config, _NoticeEnd(incoming, input_ended), outgoing, handle_signals=handle_signals, on_ready=install
+        )  # type: ignore[arg-type]
         tg.cancel_scope.cancel()

@@ -23,7 +23,11 @@ from tests.support.acp_wire import validate_agent_message
 async def acp_initialize(client: RpcClient) -> dict[str, Any]:
     return await client.request(
         "initialize",
-        {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}}, "clientInfo": {"name": "tests", "version": "0"}},
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}},
+            "clientInfo": {"name": "tests", "version": "0"},
+        },
     )
 
 
