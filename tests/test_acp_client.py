@@ -1,0 +1,221 @@
+"""A real ACP client (the ``agent-client-protocol`` package) drives ``ponder acp`` in a subprocess.
+
+The client library is asyncio-only, so these tests run the client on asyncio; the
+daemon runs on asyncio and on trio (``PONDER_ASYNC_BACKEND``). Every message the daemon
+writes is checked against the vendored ACP schema by a stream observer, and the library
+parses every answer into its own pydantic models on top of that.
+"""
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import acp
+import pytest
+from acp.connection import StreamDirection, StreamEvent
+from acp.schema import AllowedOutcome, ClientCapabilities, Implementation, RequestPermissionResponse
+
+from tests.support.acp_wire import validate_agent_message
+from tests.support.harness import subprocess_env
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def daemon_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+class Recorder:
+    """An ACP client: records session updates, answers permission requests with ``answer``."""
+
+    def __init__(self, answer: str = "allow_once") -> None:
+        self.answer = answer
+        self.updates: list[Any] = []
+        self.permissions: list[Any] = []
+        self.thinking = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+        if update.session_update == "agent_thought_chunk":
+            self.thinking.set()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any) -> Any:
+        self.permissions.append((tool_call, options))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
+
+    async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise acp.RequestError.method_not_found("fs/write_text_file")
+
+    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise acp.RequestError.method_not_found("fs/read_text_file")
+
+    def of(self, kind: str) -> list[Any]:
+        return [u for u in self.updates if u.session_update == kind]
+
+
+class SchemaObserver:
+    """Checks every message the daemon writes; failures are collected (observers cannot raise)."""
+
+    def __init__(self) -> None:
+        self.method_of_id: dict[Any, str] = {}
+        self.failures: list[str] = []
+        self.seen = 0
+
+    def __call__(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING:
+            if "method" in message and "id" in message:
+                self.method_of_id[message["id"]] = message["method"]
+            return
+        self.seen += 1
+        try:
+            validate_agent_message(message, self.method_of_id)
+        except AssertionError as exc:
+            self.failures.append(str(exc))
+
+
+@asynccontextmanager
+async def ponder_acp(client: Recorder, home: Path, backend: str, delay_ms: int = 0) -> AsyncIterator[Any]:
+    observer = SchemaObserver()
+    env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_MOCK_DELAY_MS": str(delay_ms)})
+    async with acp.spawn_agent_process(
+        client,
+        sys.executable,
+        "-m",
+        "daemon",
+        "--home",
+        str(home),
+        "--log-level",
+        "warning",
+        "acp",
+        env=env,
+        cwd=REPO,
+        transport_kwargs={"stderr": None},
+        observers=[observer],
+    ) as (conn, process):
+        init = await conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=ClientCapabilities(),
+            client_info=Implementation(name="ponder-tests", version="0"),
+        )
+        assert init.protocol_version == 1
+        assert init.agent_capabilities.load_session is True
+        yield conn
+    assert await asyncio.wait_for(process.wait(), 10) == 0
+    assert observer.seen > 0
+    assert observer.failures == []
+
+
+def option(options: list[Any], config_id: str) -> Any:
+    return next(
+        o.root if hasattr(o, "root") else o for o in options if (o.root if hasattr(o, "root") else o).id == config_id
+    )
+
+
+def joined(chunks: list[Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for chunk in chunks:
+        out[chunk.message_id] = out.get(chunk.message_id, "") + chunk.content.text
+    return out
+
+
+async def test_a_session_on_mock_thinker_with_config_changes_and_a_full_reload(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        new = await conn.new_session(cwd=str(work), mcp_servers=[])
+        session_id = new.session_id
+        assert option(new.config_options, "model").current_value == "mock/thinker"
+        assert option(new.config_options, "thought_level").current_value == "medium"
+
+        changed = await conn.set_config_option(config_id="thought_level", session_id=session_id, value="high")
+        assert option(changed.config_options, "thought_level").current_value == "high"
+        result = await conn.prompt(session_id=session_id, prompt=[acp.text_block("Why is the sky blue?")])
+        assert result.stop_reason == "end_turn"
+        thoughts = joined(client.of("agent_thought_chunk"))
+        answers = joined(client.of("agent_message_chunk"))
+        assert len(thoughts) == 1 and len(answers) == 1
+        assert "café, naïve, 東京 ✓" in next(iter(thoughts.values()))  # eight sentences at "high"
+        assert "Why is the sky blue?" in next(iter(answers.values()))
+        assert [u.title for u in client.of("session_info_update")] == ["Why is the sky blue?"]
+        assert client.of("usage_update")[-1].size == 200_000
+
+        changed = await conn.set_config_option(config_id="model", session_id=session_id, value="mock/tools")
+        level = option(changed.config_options, "thought_level")
+        assert level.current_value == "high"
+        assert [o.value for o in level.options] == ["off", "low", "medium", "high"]
+        changed = await conn.set_config_option(config_id="model", session_id=session_id, value="mock/thinker")
+        assert option(changed.config_options, "thought_level").current_value == "high"
+        listed = await conn.list_sessions(cwd=str(work))
+        assert [(s.session_id, s.title) for s in listed.sessions] == [(session_id, "Why is the sky blue?")]
+
+    replay = Recorder()
+    async with ponder_acp(replay, home, daemon_backend) as conn:
+        loaded = await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        assert option(loaded.config_options, "thought_level").current_value == "high"
+        await asyncio.sleep(0.05)  # notification handlers run as their own tasks
+        assert [u.content.text for u in replay.of("user_message_chunk")] == ["Why is the sky blue?"]
+        assert joined(replay.of("agent_thought_chunk")) == thoughts  # same messageId, byte-exact text
+        assert joined(replay.of("agent_message_chunk")) == answers
+
+
+async def test_cancel_mid_thought_answers_cancelled(home: Path, work: Path, daemon_backend: str) -> None:
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend, delay_ms=20) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        turn = asyncio.create_task(conn.prompt(session_id=session_id, prompt=[acp.text_block("Ponder this at length")]))
+        await asyncio.wait_for(client.thinking.wait(), 10)
+        await conn.cancel(session_id=session_id)
+        result = await asyncio.wait_for(turn, 10)
+        assert result.stop_reason == "cancelled"
+        assert client.of("agent_message_chunk") == []  # stopped while still thinking
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+        again = await conn.prompt(session_id=session_id, prompt=[acp.text_block("still there?")])
+        assert again.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize(("answer", "written"), [("allow_once", True), ("reject_once", False)])
+async def test_a_tool_call_with_approval(
+    home: Path, work: Path, daemon_backend: str, answer: str, written: bool
+) -> None:
+    client = Recorder(answer)
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/tools")
+        script = 'tool: write_file {"path": "hello.txt", "content": "hello from ponder\\n"}'
+        result = await conn.prompt(session_id=session_id, prompt=[acp.text_block(script)])
+        assert result.stop_reason == "end_turn"
+
+    [(tool_call, options)] = client.permissions
+    assert [o.kind for o in options] == ["allow_once", "allow_always", "reject_once", "reject_always"]
+    target = str((work / "hello.txt").resolve())
+    assert tool_call.kind == "edit" and tool_call.raw_input == {"path": "hello.txt", "content": "hello from ponder\n"}
+    [start] = client.of("tool_call")
+    assert start.tool_call_id == tool_call.tool_call_id and start.status == "pending"
+    assert [loc.path for loc in start.locations] == [target]
+    progress = client.of("tool_call_update")
+    assert [u.status for u in progress] == ["in_progress", "completed" if written else "failed"]
+    assert (work / "hello.txt").exists() is written
+    final = progress[-1].content[0]
+    if written:
+        assert (final.type, final.path, final.old_text, final.new_text) == ("diff", target, None, "hello from ponder\n")
+    else:
+        assert "denied" in final.content.text

@@ -1,0 +1,223 @@
+"""The ACP pieces on their own: the schema check itself, prompt text, replay, and the
+bridge's event translation fed event by event."""
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from daemon.acp import toolcalls
+from daemon.acp import types as t
+from daemon.acp.bridge import AcpBridge, context_used
+from daemon.acp.content import prompt_text, title_for
+from daemon.acp.replay import replay_updates
+from daemon.catalog import Catalog
+from daemon.config import load_config
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import InvalidParams
+from daemon.store import SessionRow
+from daemon.tools import builtin_tools
+from protocol import events as ev
+from protocol.objects import Usage
+from tests.support.acp_wire import check, validate_agent_message
+
+# --- the schema check rejects what it should ----------------------------------------------
+
+
+def notification(update: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+
+
+@pytest.mark.parametrize(
+    ("message", "method_of_id"),
+    [
+        (notification({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text"}}), {}),
+        (notification({"sessionUpdate": "thinking_delta", "delta": "x"}), {}),
+        (notification({"sessionUpdate": "tool_call", "toolCallId": "c"}), {}),  # no title
+        (notification({"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "done"}), {}),
+        ({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "error"}}, {1: "session/prompt"}),
+        ({"jsonrpc": "2.0", "id": 1, "result": {"agentCapabilities": {}}}, {1: "initialize"}),
+        ({"jsonrpc": "2.0", "id": 1, "result": {}}, {}),  # an answer to nothing the client asked
+        ({"jsonrpc": "2.0", "id": 1, "error": {"code": "bad", "message": "x"}}, {1: "session/new"}),
+        ({"jsonrpc": "2.0", "method": "agent/event", "params": {}}, {}),  # ponder's own dialect
+        ({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}}, {}),
+        ({"id": 1, "result": {"stopReason": "end_turn"}}, {1: "session/prompt"}),  # no jsonrpc
+    ],
+)
+def test_the_schema_check_rejects_messages_outside_acp(message: Any, method_of_id: dict[Any, str]) -> None:
+    with pytest.raises(AssertionError):
+        validate_agent_message(message, method_of_id)
+
+
+def test_every_update_type_encodes_to_its_schema_definition() -> None:
+    text = t.TextContent(text="x")
+    every = [
+        t.UserMessageChunk(content=text, message_id="m"),
+        t.AgentMessageChunk(content=text, message_id="m"),
+        t.AgentThoughtChunk(content=text),
+        t.ToolCallStart(tool_call_id="c", title="Read a", kind="read", status="pending", raw_input={"path": "a"}),
+        t.ToolCallProgress(tool_call_id="c", status="completed", content=toolcalls.text_content("ok")),
+        t.ToolCallProgress(tool_call_id="c", content=[t.DiffToolContent(path="/a", old_text=None, new_text="n")]),
+        t.ConfigOptionUpdate(config_options=[]),
+        t.SessionInfoUpdate(title=None),
+        t.SessionInfoUpdate(title="T", updated_at="2026-01-01T00:00:00Z"),
+        t.UsageUpdate(used=1, size=2),
+    ]
+    for update in every:
+        check(msgspec.to_builtins(t.SessionNotification(session_id="s", update=update)), "SessionNotification")
+
+
+# --- prompt text, titles, usage -------------------------------------------------------------
+
+
+def blocks(raw: list[dict[str, Any]]) -> list[t.PromptBlock]:
+    return msgspec.convert({"sessionId": "s", "prompt": raw}, t.PromptRequest).prompt
+
+
+def test_prompt_text_links_resources_where_they_stand_and_appends_their_text() -> None:
+    prompt = blocks(
+        [
+            {"type": "text", "text": "Compare "},
+            {"type": "resource_link", "name": "a.py", "uri": "file:///p/a.py", "title": "A"},
+            {"type": "text", "text": " with "},
+            {"type": "resource", "resource": {"uri": "file:///p/b%20c.py", "blob": "aGk="}},
+        ]
+    )
+    assert prompt_text(prompt) == (
+        'Compare [A](file:///p/a.py) with [b c.py](file:///p/b%20c.py)\n\n<context uri="file:///p/b%20c.py">\nhi\n</context>'
+    )
+    assert prompt_text(blocks([{"type": "text", "text": "one"}, {"type": "text", "text": "two"}])) == "one\n\ntwo"
+    with pytest.raises(InvalidParams):
+        prompt_text(blocks([{"type": "audio", "data": "", "mimeType": "audio/wav"}]))
+
+
+def test_titles_come_from_the_first_line_or_the_first_resource() -> None:
+    assert title_for(blocks([{"type": "text", "text": "\n  Fix   the bug\nin detail"}])) == "Fix the bug"
+    long = "word " * 30
+    title = title_for(blocks([{"type": "text", "text": long}]))
+    assert title is not None and title.endswith("…") and len(title) <= 60
+    assert title_for(blocks([{"type": "resource_link", "name": "a.py", "uri": "file:///a.py"}])) == "a.py"
+    assert title_for(blocks([{"type": "text", "text": "  "}])) is None
+
+
+def test_context_used_counts_anthropics_cache_apart() -> None:
+    usage = Usage(input_tokens=10, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1)
+    assert context_used(usage, "anthropic") == 116
+    assert context_used(usage, "openai-chat") == 15
+    assert context_used(Usage(), "anthropic") is None
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+def test_replay_folds_results_into_calls_and_fails_calls_without_one(tmp_path: Path) -> None:
+    call = Part(type="tool_call", call_id="c1", name="read_file", arguments={"path": "a.txt"})
+    orphan = Part(type="tool_call", call_id="c2", name="run_command", arguments={"command": "make"})
+    history = [
+        ChatMessage(message_id="u", session_id="s", seq=1, role="user", parts=[Part(type="text", text="hi")]),
+        ChatMessage(
+            message_id="a",
+            session_id="s",
+            seq=2,
+            role="assistant",
+            parts=[Part(type="thinking", text="", redacted=True), Part(type="thinking", text="hmm"), call, orphan],
+        ),
+        ChatMessage(
+            message_id="t",
+            session_id="s",
+            seq=3,
+            role="tool",
+            parts=[Part(type="tool_result", call_id="c1", name="read_file", text="A", is_error=False)],
+        ),
+    ]
+    replayed = replay_updates(history, builtin_tools(), str(tmp_path))
+    assert [type(u).__name__ for u in replayed] == [
+        "UserMessageChunk",
+        "AgentThoughtChunk",
+        "ToolCallStart",
+        "ToolCallStart",
+    ]
+    thought = replayed[1]
+    assert isinstance(thought, t.AgentThoughtChunk) and thought.message_id == toolcalls.block_message_id("a", 1)
+    first, second = replayed[2], replayed[3]
+    assert isinstance(first, t.ToolCallStart) and isinstance(second, t.ToolCallStart)
+    assert (first.status, first.kind, first.title) == ("completed", "read", "Read a.txt")
+    assert (second.status, second.kind) == ("failed", "execute")
+    assert "cancelled" in second.content[0].content.text.lower()  # type: ignore[union-attr]
+
+
+# --- the bridge, event by event --------------------------------------------------------------
+
+
+class FakeConnection:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def notify(self, method: str, params: Any) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": msgspec.to_builtins(params)}
+        validate_agent_message(message, {})
+        self.sent.append(message["params"]["update"])
+
+
+class FakeSessions:
+    def __init__(self, home: Path, cwd: Path) -> None:
+        self.catalog = Catalog(load_config(home, env={}))
+        self.tools = builtin_tools()
+        self.cwd = cwd
+
+    async def row(self, session_id: str) -> SessionRow:
+        return SessionRow(id=session_id, cwd=str(self.cwd), model_id="mock/thinker", thinking_level="medium")
+
+    def is_live(self, session_id: str) -> bool:
+        return False
+
+
+@pytest.mark.anyio
+async def test_block_text_missing_from_deltas_is_sent_at_its_end_and_dangling_calls_fail(
+    home: Path, tmp_path: Path
+) -> None:
+    connection = FakeConnection()
+    bridge = AcpBridge(connection)  # type: ignore[arg-type]
+    bridge.attach(FakeSessions(home, tmp_path))  # type: ignore[arg-type]
+    waiter = bridge.expect_turn("s", "turn")
+    ids = {"session_id": "s", "turn_id": "turn"}
+    seq = iter(range(1, 100))
+
+    async def emit(kind: type, **fields: Any) -> None:
+        await bridge.emit(kind(**ids, seq=next(seq), **fields))
+
+    await emit(ev.TurnStart, model_id="mock/thinker", thinking=_thinking(), user_message_id="u")
+    await emit(ev.ThinkingStart, message_id="m", index=0)
+    await emit(ev.ThinkingDelta, message_id="m", index=0, delta="Hel")
+    await emit(ev.ThinkingEnd, message_id="m", index=0, text="Hello", redacted=False)
+    await emit(ev.TextEnd, message_id="m", index=1, text="Answer")  # a block delivered whole
+    await emit(
+        ev.ToolCallEnd, message_id="m", index=2, call_id="c", name="write_file", arguments={"path": "x", "content": ""}
+    )
+    await emit(ev.TurnEnd, stop_reason="cancelled", usage=None)
+
+    kinds = [
+        (
+            u["sessionUpdate"],
+            u.get("content", {}).get("text") if u["sessionUpdate"].endswith("chunk") else u.get("status"),
+        )
+        for u in connection.sent
+    ]
+    assert kinds == [
+        ("agent_thought_chunk", "Hel"),
+        ("agent_thought_chunk", "lo"),
+        ("agent_message_chunk", "Answer"),
+        ("tool_call", "pending"),
+        ("tool_call_update", "failed"),
+    ]
+    assert connection.sent[0]["messageId"] == connection.sent[1]["messageId"] == toolcalls.block_message_id("m", 0)
+    assert waiter.done.is_set() and waiter.outcome is not None and waiter.outcome.stop_reason == "cancelled"
+
+
+def _thinking() -> Any:
+    from protocol.objects import Thinking
+
+    return Thinking(
+        requested="medium", effective="medium", supported=["medium"], reason=None, budget_tokens=None, request_params={}
+    )
