@@ -198,6 +198,7 @@ async def test_call_timeout_cancels_the_call_and_keeps_the_server(home, state):
     config = {"flaky": misbehaving(state, timeout_s=0.3)}
     async with in_memory_daemon(home, configure=with_servers(config)) as (client, daemon):
         fast(daemon)
+        daemon.mcp.ping_timeout_s = 5  # the health check after the timeout must pass, even on a slow machine
         session_id = await start(client, home, approval_policy="auto")
         events = await run_turn(
             client,
@@ -239,7 +240,7 @@ async def test_frozen_server_fails_after_a_timed_out_call(home, state):
 
 async def test_crash_mid_call_then_recovery_after_backoff(home, state):
     async with in_memory_daemon(home, configure=with_servers({"flaky": misbehaving(state)})) as (client, daemon):
-        fast(daemon, backoff_s=0.5)
+        fast(daemon, backoff_s=1.0)
         session_id = await start(client, home, approval_policy="auto")
         events = await run_turn(client, session_id, ("mcp__flaky__crash", {}))
         [crash] = tool_ends(events)
@@ -258,7 +259,7 @@ async def test_crash_mid_call_then_recovery_after_backoff(home, state):
         assert echo["is_error"] and "unknown tool 'mcp__flaky__echo'" in echo["result"]
         assert not any(name.startswith("mcp__") for name in offered[0])
 
-        await anyio.sleep(0.6)  # past the backoff: a later turn starts it again
+        await anyio.sleep(1.0)  # past the backoff: a later turn starts it again
         events = await run_turn(client, session_id, ("mcp__flaky__echo", {"text": "back"}), ("mcp__flaky__crash", {}))
         assert [(e["is_error"], e["result"]) for e in tool_ends(events)] == [(False, "echo: back"), (False, "survived")]
         assert servers_by_name(await client.request("mcp/list"))["flaky"]["status"] == "ready"
