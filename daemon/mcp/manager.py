@@ -108,6 +108,21 @@ class ServerHandle:
     async def _supervise(self, attempt: anyio.Event, exited: anyio.Event) -> None:
         client_seen: McpClient | None = None
         failure: str | None = None
+        reported = False
+
+        def report() -> None:
+            # Before the process is stopped (which may take the grace periods): whoever
+            # waits on this start learns at once that it failed, and why.
+            nonlocal reported
+            reported = True
+            self.client = None
+            self.tools = []
+            if failure is None or self._stop_requested or self.manager.closing:
+                self.status = "stopped"
+            else:
+                self._fail(failure, client_seen.stderr.text() if client_seen is not None else "")
+            attempt.set()
+
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -119,6 +134,7 @@ class ServerHandle:
                     ) as client:
                         client_seen = client
                         failure = await self._serve(client, attempt)
+                        report()
                 except OSError as exc:
                     failure = f"it could not be started ({self.spec.command!r}: {exc.strerror or exc})"
                 except Exception as exc:  # noqa: BLE001 - a bug must fail this server, not the daemon
@@ -126,13 +142,8 @@ class ServerHandle:
                     failure = f"ponder's MCP client failed ({type(exc).__name__}); details are in the log"
         finally:
             self._scope = None
-            self.client = None
-            self.tools = []
-            if failure is None or self._stop_requested or self.manager.closing:
-                self.status = "stopped"
-            else:
-                self._fail(failure, client_seen.stderr.text() if client_seen is not None else "")
-            attempt.set()
+            if not reported:
+                report()
             exited.set()
 
     async def _serve(self, client: McpClient, attempt: anyio.Event) -> str:
