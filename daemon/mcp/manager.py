@@ -86,6 +86,8 @@ class ServerHandle:
     def _due(self) -> bool:
         if self.problem or not self.spec.enabled or self.manager.closing:
             return False
+        if self._exited is not None and not self._exited.is_set():
+            return False  # the previous process is still being stopped: never two at once
         return self.status == "stopped" or (self.status == "failed" and time.monotonic() >= self.retry_at)
 
     def _start(self) -> None:
@@ -123,8 +125,9 @@ class ServerHandle:
                 self._fail(failure, client_seen.stderr.text() if client_seen is not None else "")
             attempt.set()
 
+        scope = anyio.CancelScope()
         try:
-            with anyio.CancelScope() as scope:
+            with scope:
                 self._scope = scope
                 if self._stop_requested:
                     scope.cancel()
@@ -141,7 +144,8 @@ class ServerHandle:
                     log.exception("MCP server %s: unexpected failure", self.spec.name)
                     failure = f"ponder's MCP client failed ({type(exc).__name__}); details are in the log"
         finally:
-            self._scope = None
+            if self._scope is scope:
+                self._scope = None
             if not reported:
                 report()
             exited.set()
