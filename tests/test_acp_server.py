@@ -485,6 +485,16 @@ async def test_end_of_input_answers_a_running_prompt_cancelled(home: Path, work:
         assert answers == [{"stopReason": "cancelled"}]
 
 
+async def test_the_tool_step_limit_is_max_turn_requests(home: Path, work: Path) -> None:
+    (home / "config.toml").write_text("[defaults]\nmax_tool_steps = 1\n", encoding="utf-8")
+    async with acp_daemon(home) as (client, _daemon):
+        session_id = await new_session(client, work, "mock/tools")
+        result = await prompt(client, session_id, text("tool: list_files {}\ntool: list_files {}"))
+        assert result == {"stopReason": "max_turn_requests"}
+        [call] = updates(drain(client), "tool_call")
+        assert (call["kind"], call["title"]) == ("search", "List .")
+
+
 async def test_provider_failures_are_errors_with_the_providers_message(home: Path, work: Path) -> None:
     (home / "config.toml").write_text(
         "[reliability]\nmax_attempts = 1\n"

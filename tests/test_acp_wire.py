@@ -9,9 +9,10 @@ import pytest
 
 from daemon.acp import toolcalls
 from daemon.acp import types as t
-from daemon.acp.bridge import AcpBridge, context_used
+from daemon.acp.bridge import AcpBridge, PromptWaiter, TurnOutcome, context_used
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
+from daemon.acp.server import AcpError, prompt_answer
 from daemon.catalog import Catalog
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
@@ -19,7 +20,7 @@ from daemon.errors import InvalidParams
 from daemon.store import SessionRow
 from daemon.tools import builtin_tools
 from protocol import events as ev
-from protocol.objects import Usage
+from protocol.objects import ErrorInfo, Usage
 from tests.support.acp_wire import check, validate_agent_message
 
 # --- the schema check rejects what it should ----------------------------------------------
@@ -221,3 +222,46 @@ def _thinking() -> Any:
     return Thinking(
         requested="medium", effective="medium", supported=["medium"], reason=None, budget_tokens=None, request_params={}
     )
+
+
+# --- stop reasons --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "cancel_requested", "answer"),
+    [
+        ("end_turn", False, "end_turn"),
+        ("max_tokens", False, "max_tokens"),
+        ("tool_limit", False, "max_turn_requests"),
+        ("refusal", False, "refusal"),
+        ("cancelled", False, "cancelled"),
+        ("tool_use", False, "end_turn"),  # a model that asked for tools without naming any
+        ("end_turn", True, "cancelled"),  # the client cancelled: it hears cancelled
+        ("error", True, "cancelled"),
+    ],
+)
+def test_stop_reasons_map_to_acp(stop_reason: str, cancel_requested: bool, answer: str) -> None:
+    waiter = PromptWaiter("s", "turn", cancel_requested=cancel_requested)
+    waiter.outcome = TurnOutcome(stop_reason, None, "mock/thinker")
+    assert prompt_answer(waiter).stop_reason == answer
+
+
+def test_a_failed_turn_is_an_error_with_the_providers_message() -> None:
+    waiter = PromptWaiter("s", "turn")
+    info = ErrorInfo(code=-32603, message="anthropic answered 529: Overloaded.", provider_status=529)
+    waiter.outcome = TurnOutcome("error", info, "anthropic/claude-sonnet-4-5")
+    with pytest.raises(AcpError) as failed:
+        prompt_answer(waiter)
+    assert failed.value.code == -32603 and failed.value.message == info.message
+    assert failed.value.data == {
+        "message": info.message,
+        "provider": "anthropic",
+        "modelId": "anthropic/claude-sonnet-4-5",
+        "providerStatus": 529,
+        "ponderCode": -32603,
+    }
+    auth = ErrorInfo(code=-32003, message="Provider 'openai' rejected the key.", provider_status=401)
+    waiter.outcome = TurnOutcome("error", auth, "openai/gpt-5.2")
+    with pytest.raises(AcpError) as rejected:
+        prompt_answer(waiter)
+    assert rejected.value.code == -32000  # ACP's "authentication required"

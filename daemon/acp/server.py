@@ -102,6 +102,21 @@ def turn_failure(outcome_error: ErrorInfo | None, model_id: str) -> AcpError:
     return AcpError(ACP_CODES.get(info.code, info.code), info.message, data)
 
 
+def prompt_answer(waiter: PromptWaiter) -> t.PromptResponse:
+    """The answer to a prompt whose turn ended: its stop reason, or the turn's failure.
+
+    A prompt the client cancelled is ``cancelled`` whatever the turn's end looked like
+    (a provider error racing the cancel included), as ACP requires.
+    """
+    outcome = waiter.outcome
+    assert outcome is not None
+    if waiter.cancel_requested or outcome.stop_reason == "cancelled":
+        return t.PromptResponse(stop_reason="cancelled")
+    if outcome.stop_reason == "error":
+        raise turn_failure(outcome.error, outcome.model_id)
+    return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
+
+
 class AcpServer:
     """ACP's methods over one ``Daemon``."""
 
@@ -183,6 +198,11 @@ class AcpServer:
         self.bridge.open_session(row, options)
         return options
 
+    async def _open_fresh(self, row: SessionRow) -> list[t.ConfigOption]:
+        """The options as a session opens: first ask Ollama for its models, as models/list does."""
+        await self.daemon.discover_ollama()
+        return self._open(row)
+
     async def _attach_mcp(self, row: SessionRow, servers: list[t.McpServer]) -> None:
         """Record the client's MCP servers for the session and hand the stdio ones to the
         MCP manager (which replaces the session's previous set); http/sse are not offered."""
@@ -219,7 +239,7 @@ class AcpServer:
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
         await self._attach_mcp(live.row, params.mcp_servers)
-        return t.NewSessionResponse(session_id=live.row.id, config_options=self._open(live.row))
+        return t.NewSessionResponse(session_id=live.row.id, config_options=await self._open_fresh(live.row))
 
     async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
         live = await self.sessions.get(params.session_id)
@@ -227,13 +247,13 @@ class AcpServer:
         await self._attach_mcp(live.row, params.mcp_servers)
         for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
             await self.bridge.update(live.row.id, update)
-        return t.LoadSessionResponse(config_options=self._open(live.row))
+        return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        return t.ResumeSessionResponse(config_options=self._open(live.row))
+        return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
 
     async def session_list(self, params: t.ListSessionsRequest) -> t.ListSessionsResponse:
         cwd = params.cwd
@@ -295,16 +315,7 @@ class AcpServer:
             raise
         finally:
             self.bridge.forget_turn(turn_id)
-        return self._answer(waiter)
-
-    def _answer(self, waiter: PromptWaiter) -> t.PromptResponse:
-        outcome = waiter.outcome
-        assert outcome is not None
-        if waiter.cancel_requested or outcome.stop_reason == "cancelled":
-            return t.PromptResponse(stop_reason="cancelled")
-        if outcome.stop_reason == "error":
-            raise turn_failure(outcome.error, outcome.model_id)
-        return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
+        return prompt_answer(waiter)
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
         row = await self.sessions.row(session_id)
