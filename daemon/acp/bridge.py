@@ -148,7 +148,11 @@ class AcpBridge:
             await self.update(
                 session.session_id, t.SessionInfoUpdate(title=session.title, updated_at=session.updated_at)
             )
-        options = config_options(self._manager, await self._manager.row(session.session_id))
+        try:
+            row = await self._manager.row(session.session_id)
+        except PonderError:
+            return  # deleted meanwhile
+        options = config_options(self._manager, row)
         encoded = msgspec.json.encode(options)
         self._open[session.session_id] = (session.title, encoded)
         if encoded != sent_options and session.session_id not in self._quiet:

@@ -318,12 +318,16 @@ class AcpServer:
         return prompt_answer(waiter)
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
-        row = await self.sessions.row(session_id)
-        if not self.bridge.is_open(row.id):
-            self._open(row)
-        title = title_for(blocks)
-        if row.title is None and title:
-            await self.sessions.update(session_id, title=title)  # announced as session_info_update
+        """Name an untitled session after its first prompt (ACP has no rename of its own)."""
+        try:
+            row = await self.sessions.row(session_id)
+            if not self.bridge.is_open(row.id):
+                self._open(row)
+            title = title_for(blocks)
+            if row.title is None and title:
+                await self.sessions.update(session_id, title=title)  # announced as session_info_update
+        except PonderError as exc:  # a title is not worth failing a running turn's prompt for
+            log.warning("could not title session %s: %s", session_id, exc.message)
 
     async def cancel(self, session_id: str) -> None:
         """Stop the session's running turn and drop its queued prompts (all answered "cancelled")."""
