@@ -1,0 +1,1 @@
+"""ponder's benchmark suite (not part of the test suite): see README.md here."""

@@ -1,0 +1,318 @@
+"""Run ponder's benchmark suite: ``uv run python -m scripts.bench [--quick] [--peers]``.
+
+(or ``uv run python scripts/bench/run.py ...``). Prints a table and writes the numbers to
+``scripts/bench/results/bench-<time>.json`` (and ``latest.json``). See README.md here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make ``scripts.bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from scripts.bench import measures as M
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def ms(seconds: float) -> str:
+    return "n/a" if seconds is None or math.isnan(seconds) else f"{seconds * 1000:.1f} ms"
+
+
+def us(micro: float) -> str:
+    return "n/a" if micro is None or math.isnan(micro) else f"{micro:.1f} µs"
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("MET" if ok else "MISSED")
+
+
+def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(measure, ponder, reference, target, verdict) rows."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    c = r.get("cold_start")
+    if c:
+        rows.append(
+            (
+                f"1 cold start: spawn -> initialize answered ({c['runs']} runs)",
+                f"median {ms(c['ponder_median_s'])}, p90 {ms(c['ponder_p90_s'])}",
+                f"python -c pass: median {ms(c['python_pass_median_s'])}, p90 {ms(c['python_pass_p90_s'])}",
+                "median < 100 ms",
+                verdict(c["ponder_median_s"] < 0.100),
+            )
+        )
+        rows.append(
+            ("   (context) shutdown on stdin EOF; RSS after initialize", ms(c["shutdown_median_s"]), f"{c['peak_rss_after_initialize_mb']:.0f} MB", "", "")
+        )
+    rl = r.get("relay")
+    if rl:
+        rows.append(
+            (
+                f"2 relay: {rl['deltas']:,} deltas, CPU per delta (median of {rl['runs']})",
+                us(rl["ponder_cpu_per_delta_us"]),
+                f"floor {us(rl['floor_cpu_per_delta_us'])}; ratio {rl['cpu_ratio']:.2f}x",
+                "<= 2x floor",
+                verdict(rl["cpu_ratio"] <= 2.0 and not rl["problems"]),
+            )
+        )
+        rows.append(
+            (
+                "   relay wall time for the turn",
+                f"{rl['ponder_wall_s']:.2f} s ({rl['ponder_deltas_per_s']:,.0f}/s)",
+                f"floor {rl['floor_wall_s']:.2f} s ({rl['floor_deltas_per_s']:,.0f}/s); ratio {rl['wall_ratio']:.2f}x",
+                "",
+                "",
+            )
+        )
+    la = r.get("latency")
+    if la:
+        rows.append(
+            (
+                f"3 added latency: server write -> client read ({la['runs']} x {la['deltas_per_run']} deltas, 1/20 ms)",
+                f"p50 {ms(la['ponder_p50_s'])}, p99 {ms(la['ponder_p99_s'])} (max {ms(la['ponder_max_s'])})",
+                f"floor p50 {ms(la['floor_p50_s'])}, p99 {ms(la['floor_p99_s'])}",
+                "p50 < 1 ms, p99 < 5 ms",
+                verdict(la["ponder_p50_s"] < 0.001 and la["ponder_p99_s"] < 0.005 and not la["problems"]),
+            )
+        )
+    co = r.get("concurrency")
+    if co:
+        ok = co["events_lost"] == 0 and co["turns_with_problems"] == 0 and co["turns_unfinished"] == 0
+        rows.append(
+            (
+                f"4 concurrency: {co['sessions']} sessions x {co['deltas_per_session']} deltas ({co['server_pacing']})",
+                f"lost {co['events_lost']}, bad turns {co['turns_with_problems']}, unfinished {co['turns_unfinished']}",
+                "",
+                "none lost or reordered",
+                verdict(ok),
+            )
+        )
+        rows.append(
+            (
+                "   peak RSS",
+                f"{co['peak_rss_mb']:.0f} MB",
+                f"before prompts {co['peak_rss_before_prompts_mb']:.0f} MB",
+                "< 200 MB",
+                verdict(co["peak_rss_mb"] < 200),
+            )
+        )
+        rows.append(
+            (
+                "   total time (first prompt -> last turn_end)",
+                f"{co['total_s']:.2f} s",
+                f"ideal {co['ideal_stream_s']:.2f} s; upstream streams open at once: {co['peak_concurrent_upstream_streams']}",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "   first delta after prompts sent",
+                f"p50 {ms(co['first_delta_p50_s'])}, max {ms(co['first_delta_max_s'])}",
+                f"all {co['sessions']} prompts answered in {ms(co['admission_s'])}; daemon CPU {co['daemon_cpu_s']:.1f} s",
+                "",
+                "",
+            )
+        )
+    st = r.get("store")
+    if st:
+        rows.append(
+            (
+                f"5a session/list over {st['sessions']:,} sessions (limit 50)",
+                f"p50 {ms(st['list_p50_s'])} (first {ms(st['list_first_s'])})",
+                f"limit 1000: {ms(st['list_limit1000_p50_s'])}; all pages: {ms(st['list_walk_all_p50_s'])}",
+                "< 50 ms",
+                verdict(st["list_p50_s"] < 0.050 and st["list_first_s"] < 0.050),
+            )
+        )
+        rows.append(
+            (
+                f"5b session/resume of {st['messages']:,} messages (fresh daemon)",
+                f"p50 {ms(st['resume_cold_p50_s'])}",
+                f"again, loaded: {ms(st['resume_warm_p50_s'])}; reply {st['resume_response_mb']:.1f} MB",
+                "< 300 ms",
+                verdict(st["resume_cold_p50_s"] < 0.300),
+            )
+        )
+        rows.append(
+            (
+                "   (context) seeding with daemon.store.Store",
+                f"{st['seed_sessions_per_s']:,.0f} sessions/s, {st['seed_messages_per_s']:,.0f} messages/s",
+                f"db {st['db_mb']:.0f} MB",
+                "",
+                "",
+            )
+        )
+    pe = r.get("persisting")
+    if pe:
+        g = pe["growing"]
+        rows.append(
+            (
+                f"5c persisting: CPU/delta, {g['reply_big_mb']:.1f} MB reply vs {g['reply_small_mb']:.1f} MB",
+                f"{us(g['cpu_per_delta_big_us'])} vs {us(g['cpu_per_delta_small_us'])} ({g['big_over_small']:.2f}x)",
+                f"longest gap between deltas {ms(g['max_gap_s'])}; {g['deltas_big']:,} deltas in {g['big_wall_s']:.2f} s",
+                "no slowdown (<= 1.25x)",
+                verdict(g["big_over_small"] <= 1.25 and not g["problems"]),
+            )
+        )
+        u = pe["under_load"]
+        quiet = r.get("latency", {})
+        rows.append(
+            (
+                f"5c persisting: latency probe while {u['background_sessions']} sessions persist",
+                f"p50 {ms(u['probe_p50_s'])}, p99 {ms(u['probe_p99_s'])} (max {ms(u['probe_max_s'])})",
+                (
+                    f"quiet p50 {ms(quiet.get('ponder_p50_s', float('nan')))}, p99 {ms(quiet.get('ponder_p99_s', float('nan')))}; "
+                    f"{u['background_messages_per_s']:.0f} msgs/s, {u['background_mb_per_s']:.1f} MB/s persisted"
+                ),
+                "p99 < 5 ms",
+                verdict(u["probe_p99_s"] < 0.005 and not u["problems"]),
+            )
+        )
+    for peer in r.get("peers", []):
+        if peer.get("startup") == "measure 1":  # ponder itself, beside the peers for the relay
+            pass
+        else:
+            rows.append(
+                (
+                    f"6 peer {peer['name']}: cold start" + (f" ({peer.get('runs')} runs)" if peer.get("runs") else ""),
+                    f"median {ms(peer['startup_median_s'])}, p90 {ms(peer['startup_p90_s'])}" if peer.get("startup_median_s") else peer.get("status", "n/a"),
+                    peer.get("startup_note", ""),
+                    "",
+                    "",
+                )
+            )
+        if peer.get("relay"):
+            pr = peer["relay"]
+            rows.append(
+                (
+                    f"6 peer {peer['name']}: relay {pr.get('deltas', 0):,} deltas",
+                    (
+                        f"{us(pr['cpu_per_delta_us'])} CPU/delta ({us(pr['marginal_cpu_per_delta_us'])} marginal), {pr['wall_s']:.2f} s"
+                        if pr.get("cpu_per_delta_us")
+                        else pr.get("status", "n/a")
+                    ),
+                    f"peak RSS {pr['peak_rss_mb']:.0f} MB" + (f"; {pr['note']}" if pr.get("note") else "") if pr.get("peak_rss_mb") else "",
+                    "",
+                    "",
+                )
+            )
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, str, str, str]], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+    headers = ("measure", "ponder", "reference / context", "target", "verdict")
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    widths = [min(w, 80) for w in widths]
+    line = "+".join("-" * (w + 2) for w in widths)
+    print(line, file=out)
+    print("|".join(f" {h:<{w}} " for h, w in zip(headers, widths)), file=out)
+    print(line, file=out)
+    for row in rows:
+        print("|".join(f" {c:<{w}} " for c, w in zip(row, widths)), file=out)
+    print(line, file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench", description="ponder's benchmark suite")
+    parser.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes (about a minute)")
+    parser.add_argument("--peers", action="store_true", help="also measure codex app-server and pi's RPC mode")
+    parser.add_argument(
+        "--only", help="comma-separated subset: cold,relay,latency,concurrency,store,persist,peers", default=""
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
+    parser.add_argument("--out", type=Path, help="write the JSON here (default: results/bench-<time>.json)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    wanted = lambda name: (not only or name in only) and (name != "peers" or args.peers or "peers" in only)
+
+    work = Path(tempfile.mkdtemp(prefix="ponder-bench-"))
+    bench = M.Bench(work=work, quick=quick)
+    results: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": M.git_commit(),
+        "quick": quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+    }
+    started = time.monotonic()
+    results["machine"]["loadavg_at_start"] = os.getloadavg()
+
+    def step(name: str, label: str, fn, *fn_args) -> None:  # type: ignore[no-untyped-def]
+        if not wanted(name):
+            return
+        print(f"[bench] {label} ...", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        try:
+            results[{"cold": "cold_start", "persist": "persisting"}.get(name, name)] = fn(bench, *fn_args)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other measures
+            results.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+            print(f"[bench] {label} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"[bench] {label} took {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+
+    try:
+        bench.start_server()
+        step("cold", "1 cold start", M.measure_cold_start, 10 if quick else 30)
+        step("relay", "2 relay cost", M.measure_relay, 20_000, 2 if quick else 5)
+        step("latency", "3 added latency", M.measure_latency, 150 if quick else 300, 1 if quick else 3)
+        step("concurrency", "4 concurrency", M.measure_concurrency, 200, 500, 20, 5)
+        step("store", "5a/5b store at scale", M.measure_store, 10_000, 10_000, 1 if quick else 3)
+        step("persist", "5c persisting while streaming", M.measure_persisting, 2_000, 20_000, 100, 150 if quick else 300, 4)
+        if wanted("peers"):
+            from scripts.bench import peers
+
+            step("peers", "6 peers", peers.measure_peers, 5 if quick else 15)
+    finally:
+        bench.stop_server()
+        if args.keep:
+            print(f"[bench] kept {work}", file=sys.stderr)
+        else:
+            M.cleanup(work)
+    results["elapsed_s"] = time.monotonic() - started
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    results["notes"] = bench.notes
+
+    rows = build_rows(results)
+    print()
+    print(f"ponder bench  commit {results['commit']}  {results['machine']['cpus']} CPUs  Python {results['machine']['python']}"
+          f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s")
+    print_table(rows)
+    load = results["machine"]["loadavg_at_start"][0], results["machine"]["loadavg_at_end"][0]
+    print(f"load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f}", end="")
+    if max(load) > 0.5 * (os.cpu_count() or 1):
+        print(": other work was running on this machine; latencies and wall times are inflated (compare with the floor)")
+    else:
+        print()
+    for name, error in results.get("errors", {}).items():
+        print(f"ERROR in {name}: {error}")
+    for note in bench.notes:
+        print(f"note: {note}")
+    problems = {k: v.get("problems") for k, v in results.items() if isinstance(v, dict) and v.get("problems")}
+    for name, found in problems.items():
+        print(f"problems in {name}: {found[:3]}")
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = args.out or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    text = json.dumps(results, indent=2, default=str)
+    out.write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    print(f"\nwrote {out}")
+    return 1 if results.get("errors") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
