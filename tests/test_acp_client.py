@@ -7,6 +7,7 @@ parses every answer into its own pydantic models on top of that.
 """
 
 import asyncio
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -219,3 +220,24 @@ async def test_a_tool_call_with_approval(
         assert (final.type, final.path, final.old_text, final.new_text) == ("diff", target, None, "hello from ponder\n")
     else:
         assert "denied" in final.content.text
+
+
+async def test_sigterm_mid_turn_answers_the_prompt_cancelled_and_exits_0(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    client = Recorder()
+    observer = SchemaObserver()
+    env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": daemon_backend, "PONDER_MOCK_DELAY_MS": "20"})
+    command = [sys.executable, "-m", "daemon", "--home", str(home), "--log-level", "warning", "acp"]
+    async with acp.spawn_agent_process(
+        client, *command, env=env, cwd=REPO, transport_kwargs={"stderr": None}, observers=[observer]
+    ) as (conn, process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        turn = asyncio.create_task(conn.prompt(session_id=session_id, prompt=[acp.text_block("Think it through")]))
+        await asyncio.wait_for(client.thinking.wait(), 10)
+        process.send_signal(signal.SIGTERM)
+        result = await asyncio.wait_for(turn, 10)
+        assert result.stop_reason == "cancelled"
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+    assert observer.failures == []
