@@ -167,15 +167,6 @@ class McpServer(_In):
         return self.type in (None, "stdio") and self.command is not None
 
 
-class McpServerStdio(msgspec.Struct, kw_only=True):
-    """A stdio MCP server as ACP describes it; what ``daemon.mcp.add_session_servers`` gets."""
-
-    name: str
-    command: str
-    args: list[str]
-    env: list[EnvVariable]
-
-
 class NewSessionRequest(_In):
     cwd: str
     mcp_servers: list[McpServer] = []
