@@ -76,6 +76,9 @@ class Turn:
     approve: Approve
     run_tool: RunTool
     tools: list[ToolSpec] = field(default_factory=list)
+    # Fills in ``tools`` (MCP servers may take a while to start): awaited after
+    # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
+    prepare: Callable[["Turn"], Awaitable[None]] | None = None
     system_prompt: str | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -91,6 +94,8 @@ async def run_turn(turn: Turn) -> str:
     stop_reason, error = "error", None
     with turn.cancel_scope:
         try:
+            if turn.prepare is not None:
+                await turn.prepare(turn)
             stop_reason = await _tool_loop(turn)
         except PonderError as exc:
             error = _error_info(exc)

@@ -33,6 +33,7 @@ log = logging.getLogger("ponder.rpc")
 Handler = Callable[[Any], Awaitable[Any]]
 _PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
 _UNSET = object()
+EOF_GRACE_S = 2.0
 
 
 class _Result(msgspec.Struct):
@@ -174,6 +175,9 @@ class Connection:
                 except msgspec.DecodeError as exc:
                     await self.send_raw(encode_error(None, ParseError(f"Parse error: {exc}.")))
                     continue
+                except RecursionError:  # msgspec's answer to ``[[[[...`` nested past its limit
+                    await self.send_raw(encode_error(None, ParseError("Parse error: the JSON is nested too deeply.")))
+                    continue
                 if isinstance(message, list):
                     if not message:
                         await self.send_raw(encode_error(None, InvalidRequest("Invalid request: empty batch.", reason="empty_batch")))
@@ -181,6 +185,9 @@ class Connection:
                         tg.start_soon(self._handle_batch, message)
                     continue
                 self._dispatch(tg, message)
+            # End of input: give requests in flight a moment, then answer them shutting_down.
+            await self.wait_answered(EOF_GRACE_S)
+            tg.cancel_scope.cancel()
 
     def _dispatch(self, tg: anyio.abc.TaskGroup, message: Any) -> None:
         if isinstance(message, dict) and "method" not in message and "id" in message and (
@@ -229,7 +236,9 @@ class Connection:
             await self.send_raw(b"[" + b",".join(present) + b"]")
 
     def _route_answer(self, message: dict[str, Any]) -> None:
-        pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        answer_id = message.get("id")
+        # Ours are strings; any other id (a list or object would not even hash) answers nothing.
+        pending = self._pending.get(answer_id) if isinstance(answer_id, str) else None
         if pending is None:
             log.debug("ignoring an answer to an unknown or withdrawn request %r", message.get("id"))
             return

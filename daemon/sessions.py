@@ -433,7 +433,7 @@ class SessionManager:
             await self.store.save_message(message)
         emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
-            turn = await self._build_turn(live, pending, emit)
+            turn = self._build_turn(live, pending, emit)
         except PonderError as exc:
             await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": _no_thinking(live.row.thinking_level), "user_message_id": message.message_id})
             await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent._error_info(exc)})
@@ -462,7 +462,7 @@ class SessionManager:
 
         return release_then_emit
 
-    async def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
+    def _build_turn(self, live: LiveSession, pending: PendingTurn, emit: agent.Emit) -> agent.Turn:
         row = live.row
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
@@ -473,8 +473,11 @@ class SessionManager:
             resolved = adjust(probe) or resolved
         cwd = Path(row.cwd)
         tools = dict(self.tools)
-        for source in self.tool_sources:
-            tools.update(await source.tools_for(row))
+
+        async def prepare(turn: agent.Turn) -> None:
+            for source in self.tool_sources:
+                tools.update(await source.tools_for(row))
+            turn.tools = tool_specs(tools) if spec.supports_tools else []
 
         async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
             result = await execute_tool(tools, name, arguments, ToolContext(cwd=cwd, emit_output=output))
@@ -498,7 +501,7 @@ class SessionManager:
             next_seq=live.next_seq,
             approve=approve,
             run_tool=run_tool,
-            tools=tool_specs(tools) if spec.supports_tools else [],
+            prepare=prepare,
             system_prompt=row.system_prompt,
             settings=agent.TurnSettings(
                 max_steps=self.config.max_tool_steps,
