@@ -412,6 +412,26 @@ async def test_session_cancel_mid_thought_answers_cancelled(home: Path, work: Pa
         assert await prompt(client, session_id, text("ok")) == {"stopReason": "end_turn"}
 
 
+async def test_cancel_also_answers_a_queued_prompt_cancelled(home: Path, work: Path) -> None:
+    async with acp_daemon(home, env={"PONDER_MOCK_DELAY_MS": "20"}) as (client, daemon):
+        session_id = await new_session(client, work, "mock/thinker")
+        answers: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+
+            async def run(name: str) -> None:
+                answers[name] = await prompt(client, session_id, text(f"{name} question"))
+
+            tg.start_soon(run, "first")
+            await first_update(client, "agent_thought_chunk")
+            tg.start_soon(run, "second")
+            live = await daemon.sessions.get(session_id)
+            with anyio.fail_after(5):
+                while not live.queued:  # admitted, queued behind the first
+                    await anyio.sleep(0.005)
+            await client.notify("session/cancel", {"sessionId": session_id})
+        assert answers == {"first": {"stopReason": "cancelled"}, "second": {"stopReason": "cancelled"}}
+
+
 async def test_cancel_withdraws_a_pending_permission_request(home: Path, work: Path) -> None:
     asking = anyio.Event()
     release = anyio.Event()

@@ -181,7 +181,8 @@ async def test_block_text_missing_from_deltas_is_sent_at_its_end_and_dangling_ca
     connection = FakeConnection()
     bridge = AcpBridge(connection)  # type: ignore[arg-type]
     bridge.attach(FakeSessions(home, tmp_path))  # type: ignore[arg-type]
-    waiter = bridge.expect_turn("s", "turn")
+    waiter = bridge.begin_prompt("s")
+    await bridge.admitted(waiter, "turn")
     ids = {"session_id": "s", "turn_id": "turn"}
     seq = iter(range(1, 100))
 
@@ -265,3 +266,18 @@ def test_a_failed_turn_is_an_error_with_the_providers_message() -> None:
     with pytest.raises(AcpError) as rejected:
         prompt_answer(waiter)
     assert rejected.value.code == -32000  # ACP's "authentication required"
+
+
+@pytest.mark.anyio
+async def test_a_cancel_that_overtakes_a_prompts_admission_still_cancels_it(home: Path, tmp_path: Path) -> None:
+    bridge = AcpBridge(FakeConnection())  # type: ignore[arg-type]
+    bridge.attach(FakeSessions(home, tmp_path))  # type: ignore[arg-type]
+    admitting = bridge.begin_prompt("s")  # the prompt arrived; its user message is being stored
+    other = bridge.begin_prompt("elsewhere")
+    await bridge.cancel_turns("s")  # session/cancel is handled meanwhile
+    assert admitting.cancel_requested and not other.cancel_requested
+    await bridge.admitted(admitting, "turn")
+    assert "turn" in bridge._doomed  # cancelled the moment it starts
+    assert sorted(bridge.sessions_waiting()) == ["elsewhere", "s"]
+    bridge.end_prompt(admitting)
+    assert bridge.sessions_waiting() == ["elsewhere"]

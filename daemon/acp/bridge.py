@@ -54,12 +54,13 @@ class TurnOutcome:
     model_id: str
 
 
-@dataclass
+@dataclass(eq=False)
 class PromptWaiter:
-    """A ``session/prompt`` waiting for its turn to end."""
+    """A ``session/prompt`` in flight: being admitted (no ``turn_id`` yet), then waiting
+    for its turn to end."""
 
     session_id: str
-    turn_id: str
+    turn_id: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     outcome: TurnOutcome | None = None
     cancel_requested: bool = False  # session/cancel arrived before the turn ended
@@ -99,7 +100,8 @@ class AcpBridge:
         self.connection = connection
         self.sessions: SessionManager | None = None  # attached once the daemon exists
         self._turns: dict[str, _Turn] = {}
-        self._waiters: dict[str, PromptWaiter] = {}
+        self._prompts: set[PromptWaiter] = set()  # every session/prompt in flight
+        self._by_turn: dict[str, PromptWaiter] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
         self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
@@ -169,21 +171,36 @@ class AcpBridge:
 
     # --- prompts waiting for their turn -------------------------------------------------
 
-    def expect_turn(self, session_id: str, turn_id: str) -> PromptWaiter:
-        waiter = self._waiters[turn_id] = PromptWaiter(session_id, turn_id)
+    def begin_prompt(self, session_id: str) -> PromptWaiter:
+        """Register a prompt as it arrives, before it is admitted: a ``session/cancel``
+        handled while the prompt is still being admitted then applies to it too."""
+        waiter = PromptWaiter(session_id)
+        self._prompts.add(waiter)
         return waiter
 
-    def forget_turn(self, turn_id: str) -> None:
-        self._waiters.pop(turn_id, None)
+    async def admitted(self, waiter: PromptWaiter, turn_id: str) -> None:
+        """The prompt's turn is queued. Call it with nothing awaited since admission, so the
+        turn's ``turn_end`` cannot have been translated yet."""
+        waiter.turn_id = turn_id
+        self._by_turn[turn_id] = waiter
+        if waiter.cancel_requested:  # cancelled while it was being admitted
+            self._doomed.add(turn_id)
+            await self._cancel_running(waiter.session_id, turn_id)
+
+    def end_prompt(self, waiter: PromptWaiter) -> None:
+        self._prompts.discard(waiter)
+        if waiter.turn_id is not None:
+            self._by_turn.pop(waiter.turn_id, None)
 
     def sessions_waiting(self) -> list[str]:
-        return list(dict.fromkeys(w.session_id for w in self._waiters.values() if w.outcome is None))
+        return list(dict.fromkeys(w.session_id for w in self._prompts if w.outcome is None))
 
     def waiting(self, session_id: str) -> list[PromptWaiter]:
-        return [w for w in self._waiters.values() if w.session_id == session_id and w.outcome is None]
+        return [w for w in self._prompts if w.session_id == session_id and w.outcome is None]
 
     async def cancel_turns(self, session_id: str, turn_ids: list[str] | None = None) -> None:
-        """Cancel the running turn and doom the waiting ones (of ``turn_ids``, else all).
+        """Cancel the session's prompts (those of ``turn_ids``, else all): the running turn
+        now, a waiting one the moment it starts, one still being admitted once it is.
 
         A turn the actor has taken from its inbox but not started yet cannot be reached
         by ``SessionManager.cancel``; dooming it cancels it as soon as it starts.
@@ -191,8 +208,9 @@ class AcpBridge:
         for waiter in self.waiting(session_id):
             if turn_ids is None or waiter.turn_id in turn_ids:
                 waiter.cancel_requested = True
-                self._doomed.add(waiter.turn_id)
-                await self._cancel_running(session_id, waiter.turn_id)
+                if waiter.turn_id is not None:
+                    self._doomed.add(waiter.turn_id)
+                    await self._cancel_running(session_id, waiter.turn_id)
 
     async def _cancel_running(self, session_id: str, turn_id: str) -> None:
         if not self._manager.is_live(session_id):
@@ -304,7 +322,7 @@ class AcpBridge:
                 )
         del self._turns[event.turn_id]
         self._doomed.discard(event.turn_id)
-        waiter = self._waiters.get(event.turn_id)
+        waiter = self._by_turn.get(event.turn_id)
         if waiter is not None:
             waiter.outcome = TurnOutcome(event.stop_reason, event.error, turn.model_id)
             waiter.done.set()

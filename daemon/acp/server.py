@@ -295,26 +295,26 @@ class AcpServer:
     async def session_prompt(self, params: t.PromptRequest) -> t.PromptResponse:
         text = prompt_text(params.prompt)
         session_id = params.session_id
+        waiter = self.bridge.begin_prompt(session_id)  # before anything is awaited
         try:
-            turn_id, _queued = await self.sessions.prompt(session_id, text)
-        except ProviderNotConfigured:
-            # A key added to config.toml, or a terminal sign-in, since start-up.
-            if not await self.reload_credentials():
-                raise
-            turn_id, _queued = await self.sessions.prompt(session_id, text)
-        # Nothing awaited since the turn was admitted, so none of its events has been
-        # translated yet: the waiter is in place before its turn_end can arrive.
-        waiter = self.bridge.expect_turn(session_id, turn_id)
-        try:
+            try:
+                turn_id, _queued = await self.sessions.prompt(session_id, text)
+            except ProviderNotConfigured:
+                # A key added to config.toml, or a terminal sign-in, since start-up.
+                if not await self.reload_credentials():
+                    raise
+                turn_id, _queued = await self.sessions.prompt(session_id, text)
+            await self.bridge.admitted(waiter, turn_id)
             await self._title_if_untitled(session_id, params.prompt)
             await waiter.done.wait()
         except anyio.get_cancelled_exc_class():
             # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn.
-            with anyio.CancelScope(shield=True):
-                await self.bridge.cancel_turns(session_id, [turn_id])
+            if waiter.turn_id is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.bridge.cancel_turns(session_id, [waiter.turn_id])
             raise
         finally:
-            self.bridge.forget_turn(turn_id)
+            self.bridge.end_prompt(waiter)
         return prompt_answer(waiter)
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
