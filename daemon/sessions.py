@@ -479,9 +479,23 @@ class SessionManager:
                 tools.update(await source.tools_for(row))
             turn.tools = tool_specs(tools) if spec.supports_tools else []
 
+        secrets = self._secrets()
+
         async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
-            result = await execute_tool(tools, name, arguments, ToolContext(cwd=cwd, emit_output=output))
-            return result.text, result.is_error
+            # Commands inherit the environment and files may hold keys (``env``, ``.env``):
+            # what a tool prints reaches events, the store and the model, so credentials are
+            # masked on the way out.
+            mask = _SecretMask(secrets)
+
+            async def masked_output(chunk: str) -> None:
+                if text := mask.feed(chunk):
+                    await output(text)
+
+            context = ToolContext(cwd=cwd, emit_output=masked_output if output is not None else None)
+            result = await execute_tool(tools, name, arguments, context)
+            if (rest := mask.flush()) and output is not None:
+                await output(rest)
+            return mask.scrub(result.text), result.is_error
 
         async def approve(call: Part) -> tuple[bool, str]:
             return await self._approve(live, pending.turn_id, call, tools)
@@ -509,6 +523,9 @@ class SessionManager:
                 stall_timeout_s=self.config.stall_timeout_s,
             ),
         )
+
+    def _secrets(self) -> list[str]:
+        return [p.api_key.reveal() for p in self.config.providers.values() if p.api_key is not None]
 
     async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
         name = call.name or ""
@@ -562,6 +579,41 @@ class SessionManager:
 
     def is_live(self, session_id: str) -> bool:
         return session_id in self._live
+
+
+class _SecretMask:
+    """Replaces credentials with ``***`` in streamed text, also when a chunk boundary splits one.
+
+    Only a tail that could be the start of a credential is held back, so ordinary output
+    streams as it comes. Values shorter than 8 characters are left alone (they would mangle
+    ordinary text), as ``daemon.providers.http.read_error_body`` does.
+    """
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+        self.pending = ""
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def feed(self, chunk: str) -> str:
+        if not self.secrets:
+            return chunk
+        text = self.scrub(self.pending + chunk)
+        held = 0
+        for secret in self.secrets:
+            for k in range(min(len(secret) - 1, len(text)), held, -1):
+                if text.endswith(secret[:k]):
+                    held = k
+                    break
+        self.pending = text[len(text) - held :] if held else ""
+        return text[: len(text) - held]
+
+    def flush(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
 
 
 def _check_cwd(cwd: str | None) -> Path:

@@ -122,6 +122,10 @@ async def run_until_killed(client: RpcClient, world: World, run_for: float) -> N
         process.kill()  # SIGKILL: whatever was in flight stays unanswered
         await process.wait()
         tg.cancel_scope.cancel()
+    # let the client's reader see the end of stdout, so the pipe is closed, not left to the GC
+    with anyio.fail_after(5):
+        async for _ in client.notifications:
+            pass
 
 
 def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
