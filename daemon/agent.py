@@ -163,6 +163,10 @@ class _Reply:
         self.message: ChatMessage | None = None  # created at the first provider event
         self.wire_index: dict[int, int] = {}  # provider block index -> position in the message
         self.raw_args: dict[int, list[str]] = {}
+        # Deltas of blocks still streaming, joined only when saved: appending to one string
+        # per delta would copy the whole text every time (quadratic in the reply's length).
+        self.text_chunks: dict[int, list[str]] = {}
+        self.relaying = False  # handing an event to the client (which may be slow to read)
         self.stop = "end_turn"
         self.usage: Usage | None = None
         self.last_checkpoint = 0.0
@@ -185,22 +189,24 @@ class _Reply:
         turn = self.turn
         try:
             async with AsyncExitStack() as stack:
-                # Connecting and waiting for the response headers count as silence too.
-                with anyio.move_on_after(turn.settings.stall_timeout_s) as opening:
+                # One watchdog scope per stream whose deadline moves forward as events arrive
+                # (a scope per event costs more than relaying the event). Connecting and
+                # waiting for the response headers count as silence too.
+                stall_s = turn.settings.stall_timeout_s
+                push_every = min(1.0, stall_s / 4)
+                last_push = anyio.current_time()
+                with anyio.CancelScope(deadline=last_push + stall_s) as watchdog:
                     events = await stack.enter_async_context(turn.provider.stream(self._request()))
-                if opening.cancelled_caught:
+                    async for event in events:
+                        now = anyio.current_time()
+                        if now - last_push >= push_every:
+                            watchdog.deadline, last_push = now + stall_s, now
+                        if not isinstance(event, KeepAlive):  # keep-alives only prove the stream lives
+                            self.relaying = True
+                            await self._on_event(event)
+                            self.relaying = False
+                if watchdog.cancelled_caught:
                     raise self._stalled()
-                iterator = events.__aiter__()
-                while True:
-                    with anyio.move_on_after(turn.settings.stall_timeout_s) as stall:
-                        try:
-                            event = await iterator.__anext__()
-                        except StopAsyncIteration:
-                            break
-                    if stall.cancelled_caught:
-                        raise self._stalled()
-                    if not isinstance(event, KeepAlive):  # keep-alives only prove the stream lives
-                        await self._on_event(event)
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(2, shield=True):
                 await self._finish("interrupted")
@@ -219,12 +225,13 @@ class _Reply:
 
     def _stalled(self) -> ProviderError:
         turn = self.turn
-        return ProviderError(
-            f"{turn.provider_name} sent nothing for {turn.settings.stall_timeout_s:g} s; the stream was aborted.",
-            provider=turn.provider_name,
-            retryable=True,
-            kind="stall",
-        )
+        stall_s = turn.settings.stall_timeout_s
+        if self.relaying:
+            # The provider was alive: the time went into waiting for the client to read.
+            message = f"The client read nothing for {stall_s:g} s; the stream was aborted."
+        else:
+            message = f"{turn.provider_name} sent nothing for {stall_s:g} s; the stream was aborted."
+        return ProviderError(message, provider=turn.provider_name, retryable=True, kind="stall")
 
     async def _begin(self) -> None:
         turn = self.turn
@@ -261,7 +268,7 @@ class _Reply:
                     {"message_id": message.message_id, "index": index, "call_id": part.call_id, "delta": event.delta},  # type: ignore[union-attr]
                 )
             else:
-                part.text += event.delta
+                self.text_chunks.setdefault(index, []).append(event.delta)
                 kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
                 await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})  # type: ignore[union-attr]
             if time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
@@ -299,6 +306,7 @@ class _Reply:
         index = self.wire_index[event.index]
         part = event.part
         message.parts[index] = part
+        self.text_chunks.pop(index, None)
         mid = message.message_id
         if part.type == "thinking":
             await self.turn.emit(ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
@@ -310,8 +318,14 @@ class _Reply:
                 {"message_id": mid, "index": index, "call_id": part.call_id, "name": part.name, "arguments": part.arguments or {}},
             )
 
+    def _join_streaming_text(self) -> None:
+        assert self.message is not None
+        for index, chunks in self.text_chunks.items():
+            self.message.parts[index].text = "".join(chunks)
+
     async def _checkpoint(self) -> None:
         self.last_checkpoint = time.monotonic()
+        self._join_streaming_text()
         assert self.message is not None
         await self.turn.save(self.message)
 
@@ -319,6 +333,7 @@ class _Reply:
         message = self.message
         if message is None:
             return None
+        self._join_streaming_text()
         for index, chunks in self.raw_args.items():
             part = message.parts[index]
             if part.type == "tool_call" and not part.arguments:

@@ -125,13 +125,31 @@ class Connection:
     # --- sending ----------------------------------------------------------------------
 
     async def send_raw(self, data: bytes) -> None:
+        # send() always yields to the loop first; with room in the queue that round trip
+        # is pure overhead on the streaming hot path, so try the synchronous path first.
+        if self._send_nowait(data):
+            return
         try:
             await self._outgoing.send(data)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
 
+    def _send_nowait(self, data: bytes) -> bool:
+        """Queue ``data`` if there is room; False when the caller must wait (back-pressure)."""
+        try:
+            self._outgoing.send_nowait(data)
+        except anyio.WouldBlock:
+            return False
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("dropped an outgoing message: output is closed")
+        return True
+
     async def notify(self, method: str, params: Any) -> None:
         await self.send_raw(_encoder.encode(_Notification("2.0", method, params)))
+
+    def notify_nowait(self, method: str, params: Any) -> bool:
+        """Queue a notification without waiting; False (nothing sent) when the queue is full."""
+        return self._send_nowait(_encoder.encode(_Notification("2.0", method, params)))
 
     async def request(self, method: str, params: Any, result_type: type) -> Any:
         """Send a daemon → client request and wait for its answer.

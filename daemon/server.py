@@ -5,6 +5,7 @@ in production, memory streams in tests). Heavy parts (the catalogue, the store, 
 adapters) are opened lazily so that ``initialize`` is answered fast.
 """
 
+import gc
 import logging
 import signal
 from collections.abc import Callable
@@ -253,6 +254,9 @@ async def serve(
     daemon.register()
     if on_ready is not None:
         on_ready(daemon)
+    # Everything loaded so far lives as long as the daemon: keep the collector from
+    # walking it again on every full collection (resume of a long session allocates a lot).
+    gc.freeze()
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(daemon.sessions.run)

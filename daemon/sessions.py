@@ -72,6 +72,9 @@ class RpcBridge:
     async def emit(self, event: Any) -> None:
         await self.connection.notify("agent/event", event)
 
+    def emit_nowait(self, event: Any) -> bool:
+        return self.connection.notify_nowait("agent/event", event)
+
     async def session_updated(self, session: Session) -> None:
         await self.connection.notify("session/updated", {"session": session})
 
@@ -92,7 +95,10 @@ class LiveSession:
     history: list[ChatMessage]
     inbox_send: Any
     inbox_receive: Any
-    emit_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    emit_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
+    # Admission (lease, catching up with the store, storing the prompt) is one step per
+    # session: two prompts interleaving there could reload the history under each other.
+    admit_lock: anyio.Lock = field(default_factory=anyio.Lock)
     current: agent.Turn | None = None
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
@@ -327,28 +333,29 @@ class SessionManager:
             raise ShuttingDown()
         spec = self.catalog.get(live.row.model_id)
         self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is stored
-        if live.queued >= self.config.max_queued_prompts:
-            raise SessionBusy(session_id)
-        if not live.lease_held:
-            if not await self.store.acquire_lease(session_id, self._lease_owner, LEASE_TTL_S):
-                raise SessionBusy(session_id, "another ponder process is running a turn in it")
-            live.lease_held = True
-            await self._refresh(live)
-        queued = live.status == "running"
-        message = ChatMessage(
-            message_id=new_id("msg"),
-            session_id=session_id,
-            seq=live.next_seq(),
-            role="user",
-            parts=[Part(type="text", text=text)],
-            status="complete",
-            created_at=now_rfc3339(),
-        )
-        live.history.append(message)
-        await self.store.save_message(message)
-        turn_id = new_id("turn")
-        live.inbox_send.send_nowait(PendingTurn(turn_id, message))
-        return turn_id, queued
+        async with live.admit_lock:
+            if live.queued >= self.config.max_queued_prompts:
+                raise SessionBusy(session_id)
+            if not live.lease_held:
+                if not await self.store.acquire_lease(session_id, self._lease_owner, LEASE_TTL_S):
+                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
+                live.lease_held = True
+                await self._refresh(live)
+            queued = live.status == "running"
+            message = ChatMessage(
+                message_id=new_id("msg"),
+                session_id=session_id,
+                seq=live.next_seq(),
+                role="user",
+                parts=[Part(type="text", text=text)],
+                status="complete",
+                created_at=now_rfc3339(),
+            )
+            live.history.append(message)
+            await self.store.save_message(message)
+            turn_id = new_id("turn")
+            live.inbox_send.send_nowait(PendingTurn(turn_id, message))
+            return turn_id, queued
 
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with turns another daemon sharing this home ran while we held no lease."""
@@ -411,10 +418,11 @@ class SessionManager:
                     return
                 continue
             await self._run_turn(live, pending)
-            if not live.queued and live.lease_held:
-                live.lease_held = False
-                with anyio.move_on_after(2, shield=True):
-                    await self.store.release_lease(live.row.id, self._lease_owner)
+            with anyio.move_on_after(2, shield=True):
+                async with live.admit_lock:
+                    if not live.queued and live.lease_held:
+                        live.lease_held = False
+                        await self.store.release_lease(live.row.id, self._lease_owner)
 
     def _unload(self, live: LiveSession) -> None:
         if self._live.get(live.row.id) is live:
@@ -566,13 +574,26 @@ class SessionManager:
     def _emitter(self, live: LiveSession, turn_id: str) -> agent.Emit:
         session_id = live.row.id
         deliver = self.bridge.emit
+        deliver_nowait = getattr(self.bridge, "emit_nowait", None)
         lock = live.emit_lock
+        event_seq = self._event_seq
 
         async def emit(kind: type, fields: dict[str, Any]) -> None:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
+            # Fast path (the common case): nobody else is emitting and the outgoing queue
+            # has room, so the event is numbered and queued without yielding to the loop.
+            if deliver_nowait is not None and not lock.locked():
+                lock.acquire_nowait()
+                try:
+                    seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
+                    event = kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields)
+                    if not deliver_nowait(event):
+                        await deliver(event)  # queue full: wait, still holding the lock
+                finally:
+                    lock.release()
+                return
             async with lock:
-                seq = self._event_seq.get(session_id, 0) + 1
-                self._event_seq[session_id] = seq
+                seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
                 await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
 
         return emit

@@ -11,6 +11,7 @@ reorder anything; the writer drains whatever is queued into one ``write`` call.
 """
 
 import os
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -134,16 +135,55 @@ def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_b
 
 
 async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
-    async with receive:
-        async for first in receive:
-            batch = [first]
-            while True:
-                try:
-                    batch.append(receive.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-            data = b"\n".join(batch) + b"\n"
-            await anyio.to_thread.run_sync(_write_all, fd, data)
+    direct = _use_nonblocking(fd)
+    try:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                data = b"\n".join(batch) + b"\n"
+                if direct:
+                    await _write_nonblocking(fd, data)
+                else:
+                    await anyio.to_thread.run_sync(_write_all, fd, data)
+    finally:
+        if direct:
+            os.set_blocking(fd, True)
+
+
+def _use_nonblocking(fd: int) -> bool:
+    """Pipes and sockets (what a client spawning us provides) are written without a thread.
+
+    A worker-thread hop per batch costs more than the write itself; with the fd in
+    non-blocking mode the loop writes at once and waits for writability only when the
+    client is behind. Terminals and files keep blocking writes on a thread, since their
+    flags are shared with whoever else holds them.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        os.set_blocking(fd, False)
+    except OSError:
+        return False
+    return True
+
+
+async def _write_nonblocking(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+            continue
+        except BrokenPipeError:
+            return  # the client went away; shutdown follows from stdin's EOF
+        view = view[written:]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -152,7 +192,7 @@ def _write_all(fd: int, data: bytes) -> None:
         try:
             written = os.write(fd, view)
         except BrokenPipeError:
-            return  # the client went away; shutdown follows from stdin's EOF
+            return
         view = view[written:]
 
 

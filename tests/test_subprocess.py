@@ -81,3 +81,42 @@ def test_ask_with_tools_and_errors(home, tmp_path):
     assert "ANTHROPIC_API_KEY" in failed.stderr and "Traceback" not in failed.stderr
     unknown = _ask(home, "--model", "mock/nope", "hi")
     assert unknown.returncode == 1 and "Unknown model" in unknown.stderr
+
+
+def test_a_slow_reader_loses_and_reorders_nothing(home):
+    """The client stops reading while a long turn streams: the pipe fills, the daemon waits."""
+    import time
+
+    import msgspec
+
+    env = {**os.environ, **subprocess_env(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(obj):
+        proc.stdin.write(msgspec.json.encode(obj) + b"\n")
+        proc.stdin.flush()
+
+    def read():
+        return msgspec.json.decode(proc.stdout.readline())
+
+    send({"jsonrpc": "2.0", "id": 1, "method": "session/start", "params": {"model_id": "mock/thinker", "thinking_level": "max"}})
+    session_id = read()["result"]["session"]["session_id"]
+    for i in range(12):  # a dozen turns queue up: thousands of events, far more than a pipe holds
+        send({"jsonrpc": "2.0", "id": 10 + i, "method": "session/prompt", "params": {"session_id": session_id, "text": f"q{i}"}})
+    time.sleep(2)  # not reading: the daemon must block on the full pipe, not drop or reorder
+    seqs, ends, answered = [], 0, set()
+    while ends < 12:
+        message = read()
+        if message.get("method") == "agent/event":
+            seqs.append(message["params"]["seq"])
+            ends += message["params"]["type"] == "turn_end"
+        elif "id" in message:
+            answered.add(message["id"])
+    proc.stdin.close()
+    assert proc.wait(timeout=20) == 0
+    proc.stdout.close()
+    assert answered == set(range(10, 22))
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) > 2000  # ~0.7 MB through a 64 KiB pipe

@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 import httpx
+from httpx_sse import ServerSentEvent, SSEError
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the decoders aiter_sse uses, comments kept
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 
@@ -25,6 +27,9 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 def make_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=30.0, pool=30.0),
+        # Every live turn holds one streaming connection for its whole reply; httpx's default
+        # pool of 100 would make the 101st concurrent session wait (and time out after 30 s).
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
         follow_redirects=False,
     )
 
@@ -164,3 +169,26 @@ async def close_response(response: httpx.Response, reader: AsyncIterator[Any] | 
                     await reader.__anext__()
             except Exception:  # StopAsyncIteration, or the read on the closed connection
                 pass
+
+
+async def aiter_sse(response: httpx.Response) -> AsyncIterator[ServerSentEvent | None]:
+    """``EventSource(response).aiter_sse()``, plus ``None`` for every comment line.
+
+    httpx-sse swallows comments (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``),
+    yet they are how a server says "still here" while a model thinks; adapters yield them as
+    ``KeepAlive`` so the agent's stall watchdog does not abort a quiet but living stream.
+    Lines and events are decoded by httpx-sse's own decoders, so nothing else changes.
+    """
+    content_type = response.headers.get("content-type", "").partition(";")[0]
+    if "text/event-stream" not in content_type:
+        raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}")
+    lines, events = SSELineDecoder(), SSEDecoder()
+    async for text in response.aiter_text():
+        for line in lines.decode(text):
+            if line.startswith(":"):
+                yield None
+            elif (event := events.decode(line)) is not None:
+                yield event
+    for line in lines.flush():
+        if not line.startswith(":") and (event := events.decode(line)) is not None:
+            yield event
