@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -50,7 +50,11 @@ class MockProvider:
 
     @asynccontextmanager
     async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:
-        yield self._events(request)
+        events = self._events(request)
+        try:
+            yield events
+        finally:
+            await events.aclose()  # a cancelled turn must not leave the generator for the GC
 
     async def aclose(self) -> None:
         pass
@@ -62,8 +66,9 @@ class MockProvider:
         level = request.thinking.effective
         if SENTENCES_PER_LEVEL.get(level, 0):
             text = _thinking_passage(prompt, level)
-            async for event in self._block(index, "thinking", text):
-                yield event
+            async with aclosing(self._block(index, "thinking", text)) as block:
+                async for event in block:
+                    yield event
             signature = "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32]
             yield BlockEnd(
                 index=index,
@@ -90,8 +95,9 @@ class MockProvider:
             return
 
         answer = _answer(request.model, prompt, turn)
-        async for event in self._block(index, "text", answer):
-            yield event
+        async with aclosing(self._block(index, "text", answer)) as block:
+            async for event in block:
+                yield event
         yield BlockEnd(index=index, part=Part(type="text", text=answer))
         output_words += len(answer.split())
         yield UsageUpdate(usage=_usage(request.messages, output_words))
