@@ -14,6 +14,7 @@ import pytest
 from daemon import agent
 from tests.support.faults import (
     MESSAGE_START,
+    MODEL,
     PING,
     anthropic_env,
     block_stop,
@@ -196,6 +197,28 @@ async def test_keep_alive_pings_are_life_for_the_stall_watchdog(home, tmp_path, 
         home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.5)
     ) as (client, _):
         session_id = await start_session(client, str(tmp_path))
+        events = await prompt(client, session_id, "take your time")
+    assert not of_type(events, "retry") and len(replay_server.requests) == 1
+    assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "patience pays"
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "deepseek"])
+async def test_keep_alive_comments_are_life_too(home, tmp_path, replay_server, provider):
+    # SSE comment lines (": keep-alive", OpenRouter's ": OPENROUTER PROCESSING") for 1.2 s
+    comments = [": OPENROUTER PROCESSING\n\n"] * 8
+    if provider == "anthropic":
+        env = anthropic_env(replay_server)
+        head, tail, model = sse(MESSAGE_START), text_reply("patience ", "pays")[len(sse(MESSAGE_START)) :], MODEL
+    else:
+        env = {"DEEPSEEK_API_KEY": "sk-deepseek-test", "DEEPSEEK_BASE_URL": replay_server.url}
+        chunk = 'data: {"choices": [{"index": 0, "delta": {"content": "%s"}}]}\n\n'
+        done = 'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+        head, tail, model = b"", (chunk % "patience " + chunk % "pays" + done).encode(), "deepseek/deepseek-chat"
+    body = head + "".join(comments).encode() + tail
+    cuts = [len(head) + len("".join(comments[:n])) for n in range(1, len(comments) + 1)]
+    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.15))
+    async with in_memory_daemon(home, env=env, configure=lambda c: quick(c, stall_s=0.5)) as (client, _):
+        session_id = await start_session(client, str(tmp_path), model_id=model)
         events = await prompt(client, session_id, "take your time")
     assert not of_type(events, "retry") and len(replay_server.requests) == 1
     assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "patience pays"

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 import msgspec
-from httpx_sse import EventSource, SSEError
+from httpx_sse import SSEError
 
 from daemon.config import ProviderConfig
 from daemon.conversation import ChatMessage, Part
@@ -45,7 +45,14 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
-from daemon.providers.http import close_response, connection_error, make_client, read_error_body, status_error
+from daemon.providers.http import (
+    aiter_sse,
+    close_response,
+    connection_error,
+    LazyClient,
+    read_error_body,
+    status_error,
+)
 from protocol.objects import Thinking, Usage
 
 log = logging.getLogger("ponder.providers.anthropic")
@@ -78,12 +85,10 @@ class AnthropicProvider:
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
         self.name = config.name
-        self._client: httpx.AsyncClient | None = None
+        self._clients = LazyClient()
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
     # -- thinking ---------------------------------------------------------------------
 
@@ -182,9 +187,7 @@ class AnthropicProvider:
         body = self.build_body(request)
         headers = self.build_headers(body)
         url = self.config.base_url.rstrip("/") + "/v1/messages"
-        if self._client is None:
-            self._client = make_client()
-        client = self._client
+        client = self._clients.get()
         async with AsyncExitStack() as stack:
             try:
                 response = await stack.enter_async_context(
@@ -216,10 +219,13 @@ class AnthropicProvider:
 
     async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         parser = StreamParser(provider=self.name, request=request)
-        sse = EventSource(response).aiter_sse()
+        sse = aiter_sse(response)
         try:
             try:
                 async for event in sse:
+                    if event is None:  # a comment line: the connection is alive
+                        yield KeepAlive()
+                        continue
                     if not event.data:  # e.g. a bare ``retry:`` block; carries nothing
                         continue
                     for normalized in parser.feed(event.event, event.data):

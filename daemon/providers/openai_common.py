@@ -24,16 +24,16 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 import msgspec
-from httpx_sse import EventSource
 
 from daemon.config import BUILTIN_PROVIDERS, ProviderConfig
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import ProviderEvent, ProviderRequest
+from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
+    aiter_sse,
     close_response,
     connection_error,
-    make_client,
+    LazyClient,
     status_error,
 )
 
@@ -100,12 +100,10 @@ class OpenAIStyleProvider:
         self.config = config
         self.name = config.name
         self._extra_headers = extra_headers
-        self._client: httpx.AsyncClient | None = None
+        self._clients = LazyClient()
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
     # -- subclass hooks ----------------------------------------------------------------
 
@@ -139,9 +137,7 @@ class OpenAIStyleProvider:
         body = self.build_body(request)
         headers = await self.build_headers()
         url = self.config.base_url.rstrip("/") + self.endpoint
-        if self._client is None:
-            self._client = make_client()
-        client = self._client
+        client = self._clients.get()
         async with AsyncExitStack() as stack:
             try:
                 response = await stack.enter_async_context(
@@ -159,11 +155,13 @@ class OpenAIStyleProvider:
             yield events
 
     async def _events(self, response: httpx.Response, parser: StreamParser) -> AsyncIterator[ProviderEvent]:
-        sse = EventSource(response).aiter_sse()
+        sse = aiter_sse(response)
         try:
             async for event in sse:
-                # httpx-sse dispatches a block holding only ``retry:`` with empty data;
-                # comments (``: keep-alive``, ``: OPENROUTER PROCESSING``) never get here.
+                if event is None:  # a comment (``: keep-alive``, ``: OPENROUTER PROCESSING``)
+                    yield KeepAlive()
+                    continue
+                # httpx-sse dispatches a block holding only ``retry:`` with empty data.
                 if not event.data:
                     continue
                 for normalized in parser.feed(event.event, event.data):

@@ -21,6 +21,7 @@ from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
     BlockStart,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -170,7 +171,8 @@ async def collect(adapter: Any, request: ProviderRequest) -> Collected:
     try:
         async with adapter.stream(request) as stream:
             async for event in stream:
-                events.append(event)
+                if not isinstance(event, KeepAlive):  # comments only feed the agent's stall watchdog
+                    events.append(event)
     except ProviderError as exc:
         return Collected(events, exc)
     return Collected(events, None)
