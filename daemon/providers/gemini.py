@@ -47,7 +47,7 @@ from daemon.providers.http import (
     connection_error,
     deep_merge,
     error_message_from_body,
-    make_client,
+    LazyClient,
     read_error_body,
     status_error,
 )
@@ -75,17 +75,10 @@ class GeminiProvider:
         self.config = config
         self.name = config.name
         self._base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
+        self._clients = LazyClient()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        await self._clients.aclose()
 
     def url(self, model: str) -> str:
         return f"{self._base_url}/v1beta/models/{model.removeprefix('models/')}:streamGenerateContent?alt=sse"
@@ -104,7 +97,7 @@ class GeminiProvider:
             "accept": "text/event-stream",
         }
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
-        client = self._http()
+        client = self._clients.get()
         http_request = client.build_request("POST", self.url(request.model), headers=headers, content=content)
         try:
             response = await client.send(http_request, stream=True)

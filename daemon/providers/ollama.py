@@ -43,7 +43,7 @@ from daemon.providers.http import (
     deep_merge,
     error_message_from_body,
     iter_lines,
-    make_client,
+    LazyClient,
     read_error_body,
     status_error,
 )
@@ -83,17 +83,10 @@ class OllamaProvider:
         self.config = config
         self.name = config.name
         self._base_url = _base(config.base_url)
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
+        self._clients = LazyClient()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        await self._clients.aclose()
 
     @asynccontextmanager
     async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:
@@ -101,7 +94,7 @@ class OllamaProvider:
         if self.config.api_key is not None:  # a proxy or ollama.com in front of the server
             headers["authorization"] = f"Bearer {self.config.api_key.reveal()}"
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
-        client = self._http()
+        client = self._clients.get()
         http_request = client.build_request("POST", f"{self._base_url}/api/chat", headers=headers, content=content)
         try:
             response = await client.send(http_request, stream=True)
