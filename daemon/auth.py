@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +110,7 @@ def save_github_token(home: Path, token: Secret) -> None:
     """
     home.mkdir(parents=True, exist_ok=True)
     path = token_path(home)
-    tmp = home / f".{TOKEN_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = home / f".{TOKEN_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     data = json.dumps({"github_token": token.reveal(), "client_id": GITHUB_CLIENT_ID}).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

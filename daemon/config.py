@@ -8,7 +8,6 @@ that no repr, log line or error message can show them.
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,8 +137,10 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     path = home / "config.toml"
     if path.exists():
         try:
+            import tomllib  # only when there is a file: it costs start-up time
+
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, OSError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
             config.problems.append(f"{path}: {_toml_error(exc)}; ignoring the whole file.")
             raw = {}
     defaults = raw.get("defaults", {})
@@ -147,15 +148,19 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.default_model = _opt_str(defaults.get("model"))
         config.default_thinking_level = _opt_str(defaults.get("thinking_level"))
         config.default_approval_policy = _opt_str(defaults.get("approval_policy")) or "ask"
-        config.max_tool_steps = int(defaults.get("max_tool_steps", config.max_tool_steps))
-        config.max_queued_prompts = int(defaults.get("max_queued_prompts", config.max_queued_prompts))
+        config.max_tool_steps = _number(defaults, "defaults", "max_tool_steps", config.max_tool_steps, config.problems)
+        config.max_queued_prompts = _number(
+            defaults, "defaults", "max_queued_prompts", config.max_queued_prompts, config.problems
+        )
     reliability = raw.get("reliability", {})
     if isinstance(reliability, dict):
-        config.retry_max_attempts = int(reliability.get("max_attempts", config.retry_max_attempts))
-        config.stall_timeout_s = float(reliability.get("stall_timeout_s", config.stall_timeout_s))
+        config.retry_max_attempts = _number(reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems)
+        config.stall_timeout_s = _number(
+            reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
+        )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
-    if isinstance(mock, dict) and "delay_ms" in mock:
-        config.mock_delay_ms = float(mock["delay_ms"])
+    if isinstance(mock, dict):
+        config.mock_delay_ms = _number(mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0)
     if env.get("PONDER_MOCK_DELAY_MS"):
         try:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
@@ -219,6 +224,19 @@ def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[
             }
         providers[name] = provider
     return providers
+
+
+def _number(section: dict[str, Any], name: str, key: str, default: Any, problems: list[str], minimum: float = 1) -> Any:
+    """``section[key]`` as a number of ``default``'s type; a bad value is a problem, not a crash."""
+    value = section.get(key, default)
+    try:
+        number = type(default)(value)
+        if isinstance(value, bool) or number < minimum:
+            raise ValueError
+    except (TypeError, ValueError):
+        problems.append(f"config.toml: [{name}] {key} must be a number of at least {minimum:g}, not {value!r}; using {default}.")
+        return default
+    return number
 
 
 def _opt_str(value: Any) -> str | None:

@@ -19,12 +19,10 @@ from __future__ import annotations
 import base64
 import functools
 import os
-import secrets
 import sqlite3
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -119,7 +117,7 @@ class Lease(msgspec.Struct, kw_only=True):
 
 def new_lease_owner() -> str:
     """An owner string for this process: the pid makes a crashed owner detectable."""
-    return f"{os.getpid()}:{secrets.token_hex(8)}"
+    return f"{os.getpid()}:{os.urandom(8).hex()}"
 
 
 def rfc3339(epoch_s: float) -> str:
@@ -129,7 +127,7 @@ def rfc3339(epoch_s: float) -> str:
 
 
 def _new_message_id() -> str:
-    return f"msg_{uuid.uuid4().hex}"
+    return f"msg_{os.urandom(16).hex()}"
 
 
 def _null_if_empty(value: str | None) -> str | None:

@@ -1,6 +1,9 @@
-"""Timestamps (RFC 3339, UTC) and opaque ids; one place so tests can rely on their shape."""
+"""Timestamps (RFC 3339, UTC) and opaque ids; one place so tests can rely on their shape.
 
-import secrets
+Ids come from ``os.urandom`` directly: ``secrets`` and ``uuid`` add to every start-up.
+"""
+
+import os
 from datetime import UTC, datetime
 
 
@@ -10,4 +13,4 @@ def now_rfc3339() -> str:
 
 def new_id(prefix: str) -> str:
     """An opaque id such as ``msg_3f9c2a...``: 96 random bits, unique across daemons."""
-    return f"{prefix}_{secrets.token_hex(12)}"
+    return f"{prefix}_{os.urandom(12).hex()}"

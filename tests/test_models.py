@@ -115,3 +115,20 @@ async def test_absent_ollama_keeps_models_list_fast(home):
         models = (await client.request("models/list"))["models"]
         assert time.monotonic() - started < 2
     assert not any(m["provider"] == "ollama" for m in models)
+
+
+async def test_a_broken_config_is_reported_and_the_daemon_starts(home):
+    (home / "config.toml").write_text(
+        '[defaults]\nmax_tool_steps = "lots"\n[providers.local]\napi = "grpc"\nbase_url = "http://127.0.0.1:1"\n'
+    )
+    async with in_memory_daemon(home) as (client, daemon):
+        assert await client.request("ping") == {}
+        assert daemon.config.max_tool_steps == 50
+        problems = " ".join(daemon.config.problems)
+        assert "max_tool_steps" in problems and "unknown api 'grpc'" in problems
+        status = {p["provider"]: p for p in (await client.request("auth/status"))["providers"]}
+        assert status["local"]["configured"] is False
+    (home / "config.toml").write_text("[defaults\nmodel = 1\n")
+    async with in_memory_daemon(home) as (client, daemon):
+        assert "line 1" in daemon.config.problems[0]
+        assert (await client.request("session/start", {"model_id": "mock/echo"}))["session"]["model_id"] == "mock/echo"
