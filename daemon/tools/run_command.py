@@ -26,7 +26,7 @@ from anyio.abc import Process
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import resolve_in_cwd
-from daemon.tools.procgroup import terminate_group
+from daemon.tools.procgroup import group_alive, terminate_group
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "RunCommand", "RunCommandArgs"]
 
@@ -41,6 +41,7 @@ KILL_GRACE_S = 2.0
 # After the shell exits, how long output may keep arriving before whatever still holds
 # the pipe (a backgrounded child) is considered left behind.
 DRAIN_GRACE_S = 0.5
+ORPHAN_DRAIN_S = 1.0
 
 # A model cannot answer a pager or a password prompt: make tools print and fail instead.
 _NON_INTERACTIVE_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
@@ -135,6 +136,14 @@ async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -
                 await eof.wait()
             if eof.is_set() or output.total != received or not waiting_for_pipe:
                 continue  # output still flowing, or the listener is slow: keep draining
+            if not group_alive(process.pid):
+                # Nobody in the group can be holding the pipe: the rest of the output is in
+                # flight (a loaded machine can be slow to deliver it). Wait longer; only a
+                # holder that left the group (setsid) keeps it open past this.
+                with anyio.move_on_after(ORPHAN_DRAIN_S):
+                    await eof.wait()
+                if eof.is_set():
+                    continue
             left_behind = True
             await terminate_group(process, KILL_GRACE_S)
             # Whatever it wrote before dying is still in the pipe. A holder that left
