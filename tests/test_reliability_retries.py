@@ -60,7 +60,7 @@ async def test_failures_before_output_are_retried_until_one_succeeds(home, tmp_p
         streamed(sse(MESSAGE_START, PING, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
     )
     replay_server.enqueue_fixture("anthropic", "thinking-text", split_every=17)
-    async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=quick) as (client, _):
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):  # default config
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "Where should I get coffee near the Louvre?")
         stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
@@ -236,6 +236,31 @@ async def test_retries_stop_when_the_turn_is_cancelled(home, tmp_path, replay_se
                 assert event["delay_ms"] == 30_000
                 await client.request("session/cancel", {"session_id": session_id})
     assert events[-1]["stop_reason"] == "cancelled" and len(replay_server.requests) == 1
+
+
+def test_every_http_client_has_explicit_timeouts():
+    """No httpx client is built on library defaults: each names its timeouts, and the
+    providers' streaming client has explicit connect and read timeouts."""
+    import ast
+    from pathlib import Path
+
+    import httpx
+
+    from daemon.providers.http import make_client
+
+    root = Path(__file__).resolve().parents[1] / "daemon"
+    clients = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("AsyncClient", "Client"):
+                clients.append(path.name)
+                timeout = next((k.value for k in node.keywords if k.arg == "timeout"), None)
+                assert timeout is not None and not (isinstance(timeout, ast.Constant) and timeout.value is None), (
+                    f"{path}:{node.lineno} builds an httpx client without an explicit timeout"
+                )
+    assert "http.py" in clients
+    timeout: httpx.Timeout = make_client().timeout
+    assert (timeout.connect, timeout.read) == (15.0, 300.0)
 
 
 def test_backoff_is_exponential_with_jitter_capped_and_honours_retry_after(monkeypatch):
