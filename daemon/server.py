@@ -46,6 +46,7 @@ class Daemon:
         self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
         self.sessions.tool_sources.append(self.mcp)
         self.sessions.discover_models = self._discover_for
+        self._device_logins: DeviceLogins | None = None  # made on the first auth/login
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
             log.warning("%s", problem)
@@ -230,11 +231,9 @@ class Daemon:
     async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
         # Created on first use; its background polls run in the sessions' task group, which
         # lives as long as the daemon serves. The code is answered at once (see daemon.auth).
-        logins: DeviceLogins | None = getattr(self, "_device_logins", None)
-        if logins is None:
-            logins = self._device_logins = DeviceLogins(
-                self.config, self.connection.notify, lambda: None if self.sessions.shutting_down else self.sessions._tg
-            )
+        if self._device_logins is None:
+            self._device_logins = DeviceLogins(self.config, self.connection.notify, self.sessions.background_task_group)
+        logins = self._device_logins
         return await logins.start(params.provider)
 
 

@@ -156,6 +156,10 @@ class SessionManager:
                 live.inbox_send.close()
                 live.inbox_receive.close()
 
+    def background_task_group(self) -> TaskGroup | None:
+        """Where daemon-lifetime background work (a device-login poll) runs; None once shutting down."""
+        return None if self.shutting_down else self._tg
+
     async def shutdown(self, timeout_s: float = 1.5) -> None:
         """Cancel every running turn and wait (bounded) for them to persist and end."""
         self.shutting_down = True
