@@ -28,7 +28,7 @@ from tests.support.faults import (
     text_start,
 )
 from tests.support.harness import in_memory_daemon
-from tests.support.replay import ScriptedResponse
+from tests.support.replay import ScriptedResponse, load_fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -195,3 +195,29 @@ async def test_openai_style_streams_survive_the_same_faults(home, tmp_path, repl
     assistants = [m for m in stored if m["role"] == "assistant"]
     assert [m["status"] for m in assistants] == ["error", "error", "complete"]
     assert assistants[0]["content"] == assistants[1]["content"] == [{"type": "text", "text": "so far"}]
+
+
+async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_ones(home, tmp_path, replay_server, caplog):
+    caplog.set_level(logging.DEBUG, logger="ponder.providers.openai_responses")
+    meta, body = load_fixture("openai-responses", "reasoning-summary-text")
+    blocks = body.decode().split("\n\n")
+    first_text = next(i for i, b in enumerate(blocks) if '"type":"response.output_text.delta"' in b)
+    unknown = 'event: response.brand_new_thing\ndata: {"type": "response.brand_new_thing", "sequence_number": 99}'
+    malformed = 'event: response.output_item.added\ndata: {"type": "response.output_item.added", "output_index": 7, "item": "oops"}'
+    with_unknown = "\n\n".join([*blocks[: first_text + 1], unknown, *blocks[first_text + 1 :]]).encode()
+    cut_off = "\n\n".join([*blocks[: first_text + 1], malformed, *blocks[first_text + 1 :]]).encode()
+    for response_body in (with_unknown, cut_off):
+        replay_server.enqueue(ScriptedResponse(status=200, headers=dict(meta["response"]["headers"]), body=response_body))
+    env = {"OPENAI_API_KEY": "sk-openai-test", "OPENAI_BASE_URL": replay_server.url}
+    async with in_memory_daemon(home, env=env) as (client, _):
+        session_id = await start_session(client, str(tmp_path), model_id="openai/gpt-5.2")
+        skipped = await prompt(client, session_id, "one")
+        broken = await prompt(client, session_id, "two")
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert skipped[-1]["stop_reason"] == "end_turn" and streamed_text(skipped) == meta["expected"]["text"]
+    assert "ignoring a openai stream event of type 'response.brand_new_thing'" in caplog.text
+    end = broken[-1]
+    assert end["stop_reason"] == "error" and end["error"]["message"] == "openai sent a malformed response.output_item.added event."
+    first_delta = json.loads(blocks[first_text].split("data: ", 1)[1])["delta"]
+    assert streamed_text(broken) == first_delta
+    assert stored[-1]["status"] == "error" and stored[-1]["content"][-1] == {"type": "text", "text": first_delta}

@@ -28,10 +28,12 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §3.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.conversation import ChatMessage, Part
+from daemon.errors import ProviderError
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -54,6 +56,8 @@ from daemon.providers.openai_common import (
     stream_error,
 )
 from protocol.objects import Usage
+
+log = logging.getLogger("ponder.providers.openai_responses")
 
 SUMMARY_SEPARATOR = "\n\n"
 _INCOMPLETE_REASONS: dict[str, StopKind] = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
@@ -219,7 +223,16 @@ class ResponsesStreamParser:
             return []
         kind = str(payload.get("type") or name)
         handler = _HANDLERS.get(kind)
-        return handler(self, payload) if handler is not None else []  # other families are not ours
+        if handler is None:  # other families are not ours, and new types appear
+            log.debug("ignoring a %s stream event of type %r", self.provider, kind)
+            return []
+        try:
+            return handler(self, payload)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # A field missing or of the wrong type (``"item": "x"``, ``"output_index": null``).
+            raise ProviderError(
+                f"{self.provider} sent a malformed {kind} event.", provider=self.provider, kind="invalid_event"
+            ) from exc
 
     def at_eof(self) -> list[ProviderEvent]:
         raise ended_early(self.provider, "response.completed")
