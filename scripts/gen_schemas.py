@@ -60,7 +60,8 @@ def build() -> dict[str, Any]:
             "result": {
                 "type": "object",
                 "required": ["jsonrpc", "id", "result"],
-                "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]}},
+                # JSON-RPC 2.0 allows (and discourages) a null request id; the answer echoes it.
+                "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}},
             },
             "error": {
                 "type": "object",

@@ -46,10 +46,11 @@ from daemon.providers.base import (
     replayable,
 )
 from daemon.providers.http import (
+    LazyClient,
     aiter_sse,
     close_response,
     connection_error,
-    LazyClient,
+    ended_early,
     read_error_body,
     status_error,
 )
@@ -242,12 +243,7 @@ class AnthropicProvider:
                 ) from exc
             except httpx.RequestError as exc:
                 raise connection_error(self.name, exc, midstream=True) from exc
-            raise ProviderError(
-                f"The {self.name} stream ended early (no message_stop); the response is incomplete.",
-                provider=self.name,
-                retryable=False,
-                kind="stream_ended_early",
-            )
+            raise ended_early(self.name, "message_stop")
         finally:
             # Unwinds httpx's nested body generators whether we finished, failed or were
             # abandoned; trio warns about any left suspended (see close_response).

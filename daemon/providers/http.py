@@ -13,7 +13,10 @@ from typing import Any
 import anyio
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder  # the decoders aiter_sse uses, comments kept
+from httpx_sse._decoders import (  # the decoders aiter_sse uses, comments kept
+    SSEDecoder,
+    SSELineDecoder,
+)
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 
@@ -209,3 +212,14 @@ async def aiter_sse(response: httpx.Response) -> AsyncIterator[ServerSentEvent |
     for line in lines.flush():
         if not line.startswith(":") and (event := events.decode(line)) is not None:
             yield event
+
+
+def ended_early(provider: str, terminal: str) -> ProviderError:
+    # Retryable: a proxy or load balancer dropping a long stream is the usual cause, and
+    # the agent only retries when nothing of the reply was shown yet.
+    return ProviderError(
+        f"The {provider} stream ended early (no {terminal}); the response is incomplete.",
+        provider=provider,
+        retryable=True,
+        kind="stream_ended_early",
+    )

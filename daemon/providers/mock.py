@@ -25,7 +25,15 @@ import anyio
 import anyio.lowlevel
 
 from daemon.conversation import ChatMessage, Part
-from daemon.providers.base import BlockDelta, BlockEnd, BlockStart, ProviderEvent, ProviderRequest, Stop, UsageUpdate
+from daemon.providers.base import (
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    ProviderEvent,
+    ProviderRequest,
+    Stop,
+    UsageUpdate,
+)
 from protocol.objects import Usage
 
 # How many thinking sentences each level produces (the passage grows with the level).

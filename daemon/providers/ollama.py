@@ -38,12 +38,12 @@ from daemon.providers.base import (
     replayable,
 )
 from daemon.providers.http import (
+    LazyClient,
     close_response,
     connection_error,
     deep_merge,
     error_message_from_body,
     iter_lines,
-    LazyClient,
     read_error_body,
     status_error,
 )

@@ -30,10 +30,11 @@ from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
+    LazyClient,
     aiter_sse,
     close_response,
     connection_error,
-    LazyClient,
+    ended_early,
     status_error,
 )
 
@@ -344,16 +345,6 @@ def replay_arguments(arguments: dict[str, Any] | None, provider_data: dict[str, 
                 return data[key]
     return msgspec.json.encode(arguments or {}).decode()
 
-
-def ended_early(provider: str, terminal: str) -> ProviderError:
-    # Retryable: a proxy or load balancer dropping a long stream is the usual cause, and
-    # the agent only retries when nothing of the reply was shown yet.
-    return ProviderError(
-        f"The {provider} stream ended early (no {terminal}); the response is incomplete.",
-        provider=provider,
-        retryable=True,
-        kind="stream_ended_early",
-    )
 
 
 __all__ = [
