@@ -23,13 +23,27 @@ from daemon import agent, thinking
 from daemon.catalog import Catalog, ModelSpec
 from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, PonderError, SessionBusy, SessionNotFound, ShuttingDown
+from daemon.errors import (
+    InvalidParams,
+    PonderError,
+    SessionBusy,
+    SessionNotFound,
+    ShuttingDown,
+)
 from daemon.providers.base import ProviderRequest
 from daemon.providers.registry import ProviderRegistry
+from daemon.redact import SecretMask
 from daemon.rpc import ClientRequestError, Connection
 from daemon.store import AsyncStore, SessionRow, new_lease_owner
 from daemon.timeutil import new_id, now_rfc3339
-from daemon.tools import Tool, ToolError, builtin_tools, execute_tool, parse_arguments, tool_specs
+from daemon.tools import (
+    Tool,
+    ToolError,
+    builtin_tools,
+    execute_tool,
+    parse_arguments,
+    tool_specs,
+)
 from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
 from protocol import events as ev
@@ -497,7 +511,7 @@ class SessionManager:
             # Commands inherit the environment and files may hold keys (``env``, ``.env``):
             # what a tool prints reaches events, the store and the model, so credentials are
             # masked on the way out.
-            mask = _SecretMask(secrets)
+            mask = SecretMask(secrets)
 
             async def masked_output(chunk: str) -> None:
                 if text := mask.feed(chunk):
@@ -604,41 +618,6 @@ class SessionManager:
 
     def is_live(self, session_id: str) -> bool:
         return session_id in self._live
-
-
-class _SecretMask:
-    """Replaces credentials with ``***`` in streamed text, also when a chunk boundary splits one.
-
-    Only a tail that could be the start of a credential is held back, so ordinary output
-    streams as it comes. Values shorter than 8 characters are left alone (they would mangle
-    ordinary text), as ``daemon.providers.http.read_error_body`` does.
-    """
-
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
-        self.pending = ""
-
-    def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def feed(self, chunk: str) -> str:
-        if not self.secrets:
-            return chunk
-        text = self.scrub(self.pending + chunk)
-        held = 0
-        for secret in self.secrets:
-            for k in range(min(len(secret) - 1, len(text)), held, -1):
-                if text.endswith(secret[:k]):
-                    held = k
-                    break
-        self.pending = text[len(text) - held :] if held else ""
-        return text[: len(text) - held]
-
-    def flush(self) -> str:
-        text, self.pending = self.pending, ""
-        return text
 
 
 def _check_cwd(cwd: str | None) -> Path:
