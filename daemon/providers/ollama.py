@@ -45,6 +45,7 @@ from daemon.providers.http import (
     error_message_from_body,
     iter_lines,
     read_error_body,
+    ssl_context,
     status_error,
 )
 from protocol.objects import Usage
@@ -356,7 +357,7 @@ async def _discover(base: str, timeout_s: float) -> list[dict[str, Any]]:
     # server may take a moment to read model files, so reads get longer.
     timeout = httpx.Timeout(connect=timeout_s, read=max(5.0, timeout_s), write=timeout_s, pool=timeout_s)
     try:
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, verify=ssl_context()) as client:
             response = await client.get(f"{base}/api/tags")
             if response.status_code != 200:
                 return []
