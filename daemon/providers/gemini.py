@@ -42,6 +42,7 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
+from daemon.providers.blocks import TextBlocks
 from daemon.providers.http import (
     LazyClient,
     close_response,
@@ -328,10 +329,7 @@ class _StreamParser:
     def __init__(self, request: ProviderRequest) -> None:
         self.provider = request.provider
         self.model = request.model
-        self.next_index = 0
-        self.open_index: int | None = None
-        self.open_kind: BlockKind | None = None
-        self.open_text: list[str] = []
+        self.blocks = TextBlocks(request.provider, request.model)
         self.calls = 0
         self.response_id: str | None = None
         self.finish_reason: str | None = None
@@ -358,7 +356,7 @@ class _StreamParser:
         return events
 
     def finish(self, provider_name: str) -> list[ProviderEvent]:
-        events = self._close()
+        events = self.blocks.close()
         reason = self.finish_reason or self.block_reason
         if reason is None:
             raise ProviderError(
@@ -391,7 +389,7 @@ class _StreamParser:
     def _part(self, part: dict[str, Any]) -> list[ProviderEvent]:
         signature = part.get("thoughtSignature") or None
         if isinstance(part.get("functionCall"), dict):
-            return [*self._close(), *self._call(part["functionCall"], signature)]
+            return [*self.blocks.close(), *self._call(part["functionCall"], signature)]
         text = part.get("text")
         if not isinstance(text, str):
             return []  # executable code, inline data, ...: not modelled
@@ -401,37 +399,13 @@ class _StreamParser:
             if signature is None:
                 return []  # the empty closing part of a stream
             # A signature on an empty part belongs to that part: keep it separate.
-            events += self._close()
-            events += self._open(kind)
-            return events + self._close(signature)
-        if self.open_kind != kind:
-            events += self._close()
-            events += self._open(kind)
-        assert self.open_index is not None
-        self.open_text.append(text)
-        events.append(BlockDelta(index=self.open_index, delta=text))
+            events += self.blocks.close()
+            events += self.blocks.open(kind)
+            return events + self.blocks.close(signature)
+        events += self.blocks.append(kind, text)
         if signature is not None:
-            events += self._close(signature)
+            events += self.blocks.close(signature)
         return events
-
-    def _open(self, kind: BlockKind) -> list[ProviderEvent]:
-        self.open_index, self.open_kind, self.open_text = self.next_index, kind, []
-        self.next_index += 1
-        return [BlockStart(index=self.open_index, kind=kind)]
-
-    def _close(self, signature: str | None = None) -> list[ProviderEvent]:
-        if self.open_index is None or self.open_kind is None:
-            return []
-        part = Part(
-            type=self.open_kind,
-            text="".join(self.open_text),
-            provider=self.provider,
-            model=self.model,
-            signature=signature,
-        )
-        event = BlockEnd(index=self.open_index, part=part)
-        self.open_index, self.open_kind, self.open_text = None, None, []
-        return [event]
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
         name = str(call.get("name") or "")
@@ -439,8 +413,7 @@ class _StreamParser:
         gemini_id = call.get("id") or None
         call_id = gemini_id or self._call_id()
         self.calls += 1
-        index = self.next_index
-        self.next_index += 1
+        index = self.blocks.take_index()
         part = Part(
             type="tool_call",
             call_id=call_id,

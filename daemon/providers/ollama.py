@@ -29,7 +29,6 @@ from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
-    BlockKind,
     BlockStart,
     ProviderEvent,
     ProviderRequest,
@@ -37,6 +36,7 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
+from daemon.providers.blocks import TextBlocks
 from daemon.providers.http import (
     LazyClient,
     close_response,
@@ -237,10 +237,7 @@ class _StreamParser:
     def __init__(self, request: ProviderRequest) -> None:
         self.provider = request.provider
         self.model = request.model
-        self.next_index = 0
-        self.open_index: int | None = None
-        self.open_kind: BlockKind | None = None
-        self.open_text: list[str] = []
+        self.blocks = TextBlocks(request.provider, request.model)
         self.calls = 0
         self.done = False
 
@@ -250,14 +247,14 @@ class _StreamParser:
         for kind, key in (("thinking", "thinking"), ("text", "content")):
             text = message.get(key)
             if isinstance(text, str) and text:
-                events += self._text(kind, text)
+                events += self.blocks.append(kind, text)
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict):
-                events += self._close()
+                events += self.blocks.close()
                 events += self._call(call, chunk.get("created_at"))
         if chunk.get("done"):
             self.done = True
-            events += self._close()
+            events += self.blocks.close()
             # Thinking is inside eval_count; Ollama reports no separate reasoning count.
             prompt, output = _int(chunk.get("prompt_eval_count")), _int(chunk.get("eval_count"))
             usage = Usage(input_tokens=prompt, output_tokens=output)
@@ -268,26 +265,6 @@ class _StreamParser:
             else:
                 events.append(Stop(reason="max_tokens" if raw == "length" else "end_turn", raw=raw))
         return events
-
-    def _text(self, kind: BlockKind, text: str) -> list[ProviderEvent]:
-        events: list[ProviderEvent] = []
-        if self.open_kind != kind:
-            events += self._close()
-            self.open_index, self.open_kind, self.open_text = self.next_index, kind, []
-            self.next_index += 1
-            events.append(BlockStart(index=self.open_index, kind=kind))
-        assert self.open_index is not None
-        self.open_text.append(text)
-        events.append(BlockDelta(index=self.open_index, delta=text))
-        return events
-
-    def _close(self) -> list[ProviderEvent]:
-        if self.open_index is None or self.open_kind is None:
-            return []
-        part = Part(type=self.open_kind, text="".join(self.open_text), provider=self.provider, model=self.model)
-        event = BlockEnd(index=self.open_index, part=part)
-        self.open_index, self.open_kind, self.open_text = None, None, []
-        return [event]
 
     def _call(self, call: dict[str, Any], created_at: Any) -> list[ProviderEvent]:
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
@@ -302,8 +279,7 @@ class _StreamParser:
             arguments = {}
         call_id = call.get("id") or _call_id(self.model, created_at, self.calls, name)
         self.calls += 1
-        index = self.next_index
-        self.next_index += 1
+        index = self.blocks.take_index()
         part = Part(
             type="tool_call", call_id=call_id, name=name, arguments=arguments, provider=self.provider, model=self.model
         )
