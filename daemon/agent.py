@@ -30,6 +30,7 @@ from daemon.providers.base import (
     Stop,
     ToolSpec,
     UsageUpdate,
+    decode_arguments,
 )
 from daemon.timeutil import new_id, now_rfc3339
 from protocol import events as ev
@@ -337,7 +338,7 @@ class _Reply:
         for index, chunks in self.raw_args.items():
             part = message.parts[index]
             if part.type == "tool_call" and not part.arguments:
-                part.arguments = _parse_arguments("".join(chunks))
+                part.arguments = decode_arguments("".join(chunks)) or {}
         message.status = status  # type: ignore[assignment]
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage
@@ -346,14 +347,6 @@ class _Reply:
         await self.turn.save(message)
         await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
         return message
-
-
-def _parse_arguments(raw: str) -> dict[str, Any]:
-    try:
-        value = msgspec.json.decode(raw) if raw.strip() else {}
-    except msgspec.DecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def add_usage(total: Usage, more: Usage) -> Usage:

@@ -43,6 +43,7 @@ from daemon.providers.base import (
     Stop,
     StopKind,
     UsageUpdate,
+    decode_arguments,
     replayable,
 )
 from daemon.providers.http import (
@@ -495,11 +496,8 @@ class StreamParser:
         raw = "".join(block.text)
         if not raw.strip():
             return dict(block.initial_input or {}), None
-        try:
-            arguments = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            arguments = None
-        if isinstance(arguments, dict):
+        arguments = decode_arguments(raw)
+        if arguments is not None:
             return arguments, None
         # Only a truncated response (max_tokens in the middle of a call) gets here; its
         # Stop says max_tokens, so nothing runs the call. Keep the raw text for the record

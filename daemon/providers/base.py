@@ -86,6 +86,18 @@ class Provider(Protocol):
         ...
 
 
+def decode_arguments(raw: str) -> dict[str, Any] | None:
+    """A tool call's raw JSON arguments as an object; ``{}`` for empty text, None when the
+    text is not a JSON object (a call cut off mid-way)."""
+    if not raw.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def replayable(part: Part, request: ProviderRequest) -> bool:
     """Whether a part's round-trip data may be sent in ``request`` (same provider and model)."""
     return part.belongs_to(request.provider, request.model)
