@@ -47,9 +47,9 @@ from daemon.providers.openai_common import (
     OpenAIStyleProvider,
     decode_event,
     ended_early,
-    parse_arguments,
     replay_arguments,
     stream_error,
+    tool_call_part,
 )
 from protocol.objects import Usage
 
@@ -394,16 +394,7 @@ class ChatStreamParser:
             if call.block is None:  # never got a name: still a call the model made
                 events += self._start_tool(call)
             assert call.block is not None
-            arguments, data = parse_arguments("".join(call.arguments))
-            part = Part(
-                type="tool_call",
-                call_id=call.call_id,
-                name=call.name or "",
-                arguments=arguments,
-                provider=self.request.provider,
-                model=self.request.model,
-                provider_data=data,
-            )
+            part = tool_call_part(self.request, call.call_id, call.name, "".join(call.arguments))
             events.append(BlockEnd(index=call.block, part=part))
             call.ended = True  # a repeated finish_reason must not end it twice
         return events

@@ -26,8 +26,9 @@ import httpx
 import msgspec
 
 from daemon.config import BUILTIN_PROVIDERS, ProviderConfig
+from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest
+from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, decode_arguments
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
@@ -327,13 +328,26 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """
     if not raw.strip():
         return {}, None
-    try:
-        arguments = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        arguments = None
-    if isinstance(arguments, dict):
+    arguments = decode_arguments(raw)
+    if arguments is not None:
         return arguments, {"arguments_raw": raw}
     return {}, {"invalid_arguments": raw}
+
+
+def tool_call_part(request: ProviderRequest, call_id: str | None, name: str | None, raw_arguments: str, **extra: Any) -> Part:
+    """The finished tool call of a response, with its raw arguments (and ``extra``) kept."""
+    arguments, data = parse_arguments(raw_arguments)
+    if extra:
+        data = {**(data or {}), **extra}
+    return Part(
+        type="tool_call",
+        call_id=call_id,
+        name=name or "",
+        arguments=arguments,
+        provider=request.provider,
+        model=request.model,
+        provider_data=data,
+    )
 
 
 def replay_arguments(arguments: dict[str, Any] | None, provider_data: dict[str, Any] | None, same_model: bool) -> str:
@@ -357,6 +371,7 @@ __all__ = [
     "error_retryable",
     "http_error",
     "parse_arguments",
+    "tool_call_part",
     "parse_duration",
     "rate_limit_wait",
     "replay_arguments",

@@ -51,9 +51,9 @@ from daemon.providers.openai_common import (
     OpenAIStyleProvider,
     decode_event,
     ended_early,
-    parse_arguments,
     replay_arguments,
     stream_error,
+    tool_call_part,
 )
 from protocol.objects import Usage
 
@@ -392,18 +392,9 @@ class ResponsesStreamParser:
             item.name = raw.get("name") or item.name
             final = raw["arguments"] if isinstance(raw.get("arguments"), str) else streamed
             events = self._catch_up(item, streamed, final, show=True)
-            arguments, data = parse_arguments(final)
-            if item.item_id:
-                data = {**(data or {}), "item_id": item.item_id}  # for store=true item references
-            part = Part(
-                type="tool_call",
-                call_id=item.call_id,
-                name=item.name or "",
-                arguments=arguments,
-                provider=self.request.provider,
-                model=self.request.model,
-                provider_data=data,
-            )
+            # the item id, for store=true item references
+            extra = {"item_id": item.item_id} if item.item_id else {}
+            part = tool_call_part(self.request, item.call_id, item.name, final, **extra)
         if item.block is None:
             return events  # nothing to show and nothing to keep
         return [*events, BlockEnd(index=item.block, part=part)]
