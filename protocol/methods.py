@@ -225,6 +225,8 @@ class CancelRequestParams(msgspec.Struct, kw_only=True):
 
 # --- daemon → client requests --------------------------------------------------------
 
+PermissionDecision = Literal["allow_once", "allow_session", "deny"]
+
 
 class PermissionRequestParams(msgspec.Struct, kw_only=True):
     session_id: str
@@ -233,11 +235,11 @@ class PermissionRequestParams(msgspec.Struct, kw_only=True):
     tool: str
     arguments: dict[str, Any]
     title: str
-    options: list[Literal["allow_once", "allow_session", "deny"]]
+    options: list[PermissionDecision]
 
 
 class PermissionRequestResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    decision: Literal["allow_once", "allow_session", "deny"]
+    decision: PermissionDecision
 
 
 # --- the method table ------------------------------------------------------------------

@@ -1,12 +1,41 @@
 """Shared wire objects: Model, Thinking, Session, Message and its content blocks, Usage."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "max"]
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
-StopReason = Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error"]
+StopReason = Annotated[
+    Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"],
+    msgspec.Meta(
+        description=(
+            "Why a turn ended (`turn_end.stop_reason`). "
+            "`end_turn`: the model finished its reply and asked for no more tools. "
+            "`max_tokens`: the model's last reply was cut at its output-token limit (or its context window). "
+            "`tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. "
+            "`refusal`: the provider refused or filtered the reply. "
+            "`cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. "
+            "`error`: the turn failed; `error` says why. "
+            "`budget`: the session's budget was reached before the next model call (reserved: this daemon "
+            "does not send it yet)."
+        )
+    ),
+]
+MessageStopReason = Annotated[
+    Literal["end_turn", "max_tokens", "tool_use", "refusal", "interrupted", "error"],
+    msgspec.Meta(
+        description=(
+            "Why an assistant message ended (`Message.stop_reason`). "
+            "`end_turn`: the reply is complete and asks for no tools. "
+            "`max_tokens`: the reply was cut at the model's output-token limit (or its context window). "
+            "`tool_use`: the reply asks for tool calls; a `tool` message with their results follows. "
+            "`refusal`: the provider refused or filtered the reply. "
+            "`interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). "
+            "`error`: the stream failed mid-way; the partial reply is kept (`status: error`)."
+        )
+    ),
+]
 
 
 class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -88,7 +117,15 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking: str | None
     model_id: str | None
     thinking_level: ThinkingLevel | None
-    stop_reason: str | None
+    stop_reason: Annotated[
+        MessageStopReason | None,
+        msgspec.Meta(
+            description=(
+                "Set on assistant messages; null on user and tool messages, and on an assistant message that a "
+                "daemon saved mid-stream and never finished (it stopped): that one has `status: interrupted`."
+            )
+        ),
+    ]
     usage: Usage | None
     status: Literal["complete", "interrupted", "error"]
     created_at: str

@@ -1,14 +1,29 @@
 """Write ``schemas/protocol.json``, the JSON Schema of the ponder wire protocol, from ``protocol/``.
 
-One bundle: every type under ``$defs``, and maps from each method to its params and
-result, each notification to its params, and each daemon → client request to its
-params and result. ``--check`` exits non-zero when the committed file is stale.
+One JSON Schema 2020-12 document whose ``$defs`` hold everything, so that code generators
+(datamodel-code-generator, quicktype, json-schema-to-typescript, ``scripts/gen_typescript.py``)
+see all of it:
+
+- every wire object, tagged unions (``AgentEvent`` and ``Block``, discriminated by ``type``)
+  as ``oneOf`` + ``const`` tags + a ``discriminator`` mapping, and the named enums;
+- three tables, ``Methods`` (client → daemon requests), ``Notifications`` and
+  ``DaemonRequests`` (daemon → client requests): an object whose property per method name
+  refers to one named type per method, ``{method, params, result}`` (``{method, params}``
+  for a notification). They describe types, not messages;
+- the JSON-RPC 2.0 envelopes every message fits (``JsonRpcRequest``, ``JsonRpcNotification``,
+  ``JsonRpcResponse``, ``JsonRpcErrorResponse``).
+
+A field of a daemon → client object is required: msgspec writes every field, defaults
+included, so it is always sent. Client → daemon params keep their defaults optional.
+
+``--check`` exits non-zero when the committed file is stale.
 
     uv run python scripts/gen_schemas.py [--check]
 """
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,100 +31,265 @@ import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-from protocol import PROTOCOL_VERSION  # noqa: E402
-from protocol.events import NOTIFICATIONS  # noqa: E402
-from protocol.methods import CLIENT_REQUESTS, METHODS, CancelRequestParams  # noqa: E402
+import gen_typescript  # noqa: E402
+
+from protocol import PROTOCOL_VERSION, events, methods, objects  # noqa: E402
+from protocol.events import NOTIFICATIONS, AgentEvent  # noqa: E402
+from protocol.methods import CLIENT_REQUESTS, METHODS, CancelRequestParams, PermissionDecision  # noqa: E402
+from protocol.objects import ApprovalPolicy, Block, MessageStopReason, StopReason, ThinkingLevel  # noqa: E402
 
 OUTPUT = ROOT / "schemas" / "protocol.json"
 REF = "#/$defs/{name}"
 
+# Unions and enums that have no class of their own but deserve a name in every generated
+# language; wherever their schema appears inline it becomes a $ref to the named one.
+NAMED: dict[str, tuple[Any, str]] = {
+    "AgentEvent": (AgentEvent, "Params of `agent/event`: one event of a session, discriminated by `type`."),
+    "Block": (Block, "One content block of a Message, discriminated by `type`."),
+    "StopReason": (StopReason, ""),
+    "MessageStopReason": (MessageStopReason, ""),
+    "ThinkingLevel": (ThinkingLevel, "How hard a model thinks, in order from `off` to `max`."),
+    "ApprovalPolicy": (ApprovalPolicy, "Which tools run without asking: see PROTOCOL.md, Approval policies."),
+    "PermissionDecision": (PermissionDecision, "The person's answer to a `permission/request`."),
+}
+
+ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it
+ENVELOPES: dict[str, dict[str, Any]] = {
+    "JsonRpcRequest": {
+        "description": "A request: `method` names an entry of `Methods` (client → daemon) or `DaemonRequests`.",
+        "type": "object",
+        "required": ["jsonrpc", "id", "method", "params"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "id": ID, "method": {"type": "string"}, "params": {}},
+    },
+    "JsonRpcNotification": {
+        "description": "A notification: `method` names an entry of `Notifications`; it has no `id`.",
+        "type": "object",
+        "required": ["jsonrpc", "method", "params"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"}, "params": {}},
+        "not": {"required": ["id"]},
+    },
+    "JsonRpcResponse": {
+        "description": "The answer to a request: `result` is the `result` of its method's table entry.",
+        "type": "object",
+        "required": ["jsonrpc", "id", "result"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "id": ID, "result": {}},
+    },
+    "JsonRpcErrorResponse": {
+        "description": "A request that failed (or a message that could not be read: then `id` is null).",
+        "type": "object",
+        "required": ["jsonrpc", "id", "error"],
+        "properties": {"jsonrpc": {"const": "2.0"}, "id": ID, "error": {"$ref": "#/$defs/JsonRpcError"}},
+    },
+    "JsonRpcError": {
+        "description": "`code`: see PROTOCOL.md, Errors; `message`: one sentence a person can act on.",
+        "type": "object",
+        "required": ["code", "message", "data"],
+        "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {"type": "object"}},
+    },
+}
+
+# (table, description, per-method type suffix, method -> (params, result or None))
+TABLES: list[tuple[str, str, str, dict[str, tuple[Any, Any]]]] = [
+    (
+        "Methods",
+        "Every client → daemon request: method name → its params and result.",
+        "Method",
+        {m: types for m, types in METHODS.items() if types[1] is not None},
+    ),
+    (
+        "Notifications",
+        "Every notification: method name → its params. All go daemon → client except `$/cancelRequest`, "
+        "which both sides send.",
+        "Notification",
+        {**{m: (p, None) for m, p in NOTIFICATIONS.items()}, "$/cancelRequest": (CancelRequestParams, None)},
+    ),
+    (
+        "DaemonRequests",
+        "Every daemon → client request: method name → its params and the result the client answers with.",
+        "Method",
+        dict(CLIENT_REQUESTS),
+    ),
+]
+OUTGOING = {("Methods", "result"), ("Notifications", "params"), ("DaemonRequests", "params")}
+
+
+def type_name(method: str, suffix: str) -> str:
+    """``session/start`` → ``SessionStartMethod``; ``$/cancelRequest`` → ``CancelRequestNotification``."""
+    words = [w for part in method.split("/") for w in part.split("_") if w and w != "$"]
+    return "".join(w[0].upper() + w[1:] for w in words) + suffix
+
+
+def walk(node: Any) -> Iterator[dict[str, Any]]:
+    """Every schema object inside ``node``, ``node`` included."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk(value)
+
+
+def lift_named(node: Any, named: dict[str, Any]) -> Any:
+    """``node`` with every inline copy of a named schema replaced by a ``$ref`` to it."""
+    inline = {json.dumps(schema, sort_keys=True): name for name, schema in named.items()}
+
+    def replace(node: Any) -> Any:
+        if isinstance(node, dict):
+            name = inline.get(json.dumps(node, sort_keys=True))
+            if name is not None:
+                return {"$ref": REF.format(name=name)}
+            return {key: replace(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [replace(value) for value in node]
+        return node
+
+    return replace(node)
+
+
+def referenced(defs: dict[str, Any], roots: list[Any]) -> set[str]:
+    """Names of the ``$defs`` reachable from ``roots`` through ``$ref``s."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        for node in walk(stack.pop()):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                name = ref.rsplit("/", 1)[1]
+                if name not in seen:
+                    seen.add(name)
+                    stack.append(defs[name])
+    return seen
+
+
+def struct_classes() -> dict[str, type[msgspec.Struct]]:
+    modules = (objects, events, methods)
+    return {
+        name: value
+        for module in modules
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, msgspec.Struct)
+    }
+
+
+def require_sent_fields(defs: dict[str, Any], outgoing: set[str], incoming: set[str]) -> None:
+    """Mark every field of a daemon → client object required: it is always on the wire."""
+    classes = struct_classes()
+    for name in sorted(outgoing):
+        schema = defs[name]
+        if schema.get("type") != "object" or "properties" not in schema:
+            continue
+        optional = [p for p in schema["properties"] if p not in schema.get("required", [])]
+        if not optional:
+            continue
+        if name in incoming:
+            raise SystemExit(f"{name} is both sent and received, and has optional fields {optional}: split it in two")
+        if classes[name].__struct_config__.omit_defaults:
+            raise SystemExit(f"{name} omits defaults, so {optional} are not always sent")
+        schema["required"] = list(schema["properties"])
+        for prop in schema["properties"].values():
+            prop.pop("default", None)
+
+
+def type_schemas() -> tuple[dict[str, Any], dict[tuple[str, str, str], Any]]:
+    """The ``$defs`` of every type, and the schema of each (table, method, "params"|"result")."""
+    roots: list[tuple[str, str, str]] = []
+    types: list[Any] = []
+    for table, _, _, entries in TABLES:
+        for method, (params, result) in entries.items():
+            for part, type_ in (("params", params), ("result", result)):
+                if type_ is not None:
+                    roots.append((table, method, part))
+                    types.append(type_)
+    schemas, components = msgspec.json.schema_components([*types, *(t for t, _ in NAMED.values())], ref_template=REF)
+    named = dict(zip(NAMED, schemas[len(roots) :], strict=True))
+    defs: dict[str, Any] = lift_named(components, named)
+    for name, schema in named.items():
+        rest = {k: v for k, v in schema.items() if k != "description"}
+        defs[name] = {"title": name, "description": NAMED[name][1] or schema.get("description", ""), **rest}
+    return defs, dict(zip(roots, lift_named(list(schemas[: len(roots)]), named), strict=True))
+
+
+def add_tables(defs: dict[str, Any], by_root: dict[tuple[str, str, str], Any]) -> None:
+    """One named type per method, ``{method, params, result}``, and the tables that list them."""
+    for table, description, suffix, entries in TABLES:
+        properties: dict[str, Any] = {}
+        for method, (_, result) in entries.items():
+            name = type_name(method, suffix)
+            assert name not in defs, f"{name} (for {method}) collides with a type of the same name"
+            member: dict[str, Any] = {"method": {"const": method}, "params": by_root[(table, method, "params")]}
+            if result is not None:
+                member["result"] = by_root[(table, method, "result")]
+            defs[name] = {
+                "title": name,
+                "description": f"`{method}`: its params" + (" and result." if result is not None else "."),
+                "type": "object",
+                "properties": member,
+                "required": list(member),
+                "additionalProperties": False,
+            }
+            properties[method] = {"$ref": REF.format(name=name)}
+        defs[table] = {
+            "title": table,
+            "description": description,
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
 
 def build() -> dict[str, Any]:
-    entries: list[tuple[str, str, Any]] = []  # (section, key, type)
-    for method, (params, result) in METHODS.items():
-        entries.append(("methods.params", method, params))
-        if result is not None:
-            entries.append(("methods.result", method, result))
-    for method, params in NOTIFICATIONS.items():
-        entries.append(("notifications", method, params))
-    entries.append(("notifications", "$/cancelRequest", CancelRequestParams))
-    for method, (params, result) in CLIENT_REQUESTS.items():
-        entries.append(("client_requests.params", method, params))
-        entries.append(("client_requests.result", method, result))
-    schemas, components = msgspec.json.schema_components([t for _, _, t in entries], ref_template=REF)
-    methods: dict[str, dict[str, Any]] = {}
-    notifications: dict[str, Any] = {}
-    client_requests: dict[str, dict[str, Any]] = {}
-    for (section, key, _), schema in zip(entries, schemas, strict=True):
-        if section == "notifications":
-            notifications[key] = schema
-        elif section.startswith("methods"):
-            methods.setdefault(key, {})[section.split(".")[1]] = schema
-        else:
-            client_requests.setdefault(key, {})[section.split(".")[1]] = schema
+    defs, by_root = type_schemas()
+    sent = [schema for (table, _, part), schema in by_root.items() if (table, part) in OUTGOING]
+    received = [schema for (table, _, part), schema in by_root.items() if (table, part) not in OUTGOING]
+    require_sent_fields(defs, referenced(defs, sent), referenced(defs, received))
+    add_tables(defs, by_root)
+    for name, schema in ENVELOPES.items():
+        assert name not in defs, name
+        defs[name] = {"title": name, **schema}
+    for node in walk(defs):
+        # A one-value enum is a const: generators then type it as a literal, not as an enum class.
+        if isinstance(node.get("enum"), list) and len(node["enum"]) == 1:
+            node["const"] = node.pop("enum")[0]
+        # A tagged union's members exclude each other by their tag.
+        if "discriminator" in node and "anyOf" in node:
+            node["oneOf"] = node.pop("anyOf")
+            node["discriminator"] = node.pop("discriminator")
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://ponder.dev/schemas/protocol.json",
         "title": f"ponder wire protocol, version {PROTOCOL_VERSION}",
-        "description": "Generated from protocol/ by scripts/gen_schemas.py; do not edit by hand.",
-        "methods": methods,
-        "notifications": notifications,
-        "client_requests": client_requests,
-        "envelopes": {
-            "result": {
-                "type": "object",
-                "required": ["jsonrpc", "id", "result"],
-                # JSON-RPC 2.0 allows (and discourages) a null request id; the answer echoes it.
-                "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}},
-            },
-            "error": {
-                "type": "object",
-                "required": ["jsonrpc", "id", "error"],
-                "properties": {
-                    "jsonrpc": {"const": "2.0"},
-                    "id": {"type": ["string", "integer", "null"]},
-                    "error": {
-                        "type": "object",
-                        "required": ["code", "message", "data"],
-                        "properties": {
-                            "code": {"type": "integer"},
-                            "message": {"type": "string"},
-                            "data": {"type": "object"},
-                        },
-                    },
-                },
-            },
-            "notification": {
-                "type": "object",
-                "required": ["jsonrpc", "method", "params"],
-                "properties": {"jsonrpc": {"const": "2.0"}, "method": {"type": "string"}},
-                "not": {"required": ["id"]},
-            },
-            "request": {
-                "type": "object",
-                "required": ["jsonrpc", "id", "method", "params"],
-                "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": "string"}, "method": {"type": "string"}},
-            },
-        },
-        "$defs": dict(sorted(components.items())),
+        "description": "Generated from protocol/ by scripts/gen_schemas.py; do not edit by hand. Everything is in "
+        "$defs; the tables Methods, Notifications and DaemonRequests name each method's params and result.",
+        "$defs": dict(sorted(defs.items())),
     }
 
 
-def render() -> str:
-    return json.dumps(build(), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+def render() -> dict[Path, str]:
+    """The generated files and their text: the JSON Schema and the TypeScript declarations made from it."""
+    schema = build()
+    return {
+        OUTPUT: json.dumps(schema, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
+        gen_typescript.OUTPUT: gen_typescript.render(schema),
+    }
 
 
 def main() -> int:
-    text = render()
+    outputs = render()
     if "--check" in sys.argv:
-        if not OUTPUT.exists() or OUTPUT.read_text(encoding="utf-8") != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale: run `uv run python scripts/gen_schemas.py`", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.parent.mkdir(exist_ok=True)
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+        stale = [
+            path for path, text in outputs.items() if not path.exists() or path.read_text(encoding="utf-8") != text
+        ]
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run `uv run python scripts/gen_schemas.py`", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

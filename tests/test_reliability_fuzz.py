@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.harness import subprocess_env
-from tests.support.wire import SCHEMA_PATH, validate_message
+from tests.support.wire import SCHEMA_PATH, member_pointer, validate_message
 
 pytestmark = pytest.mark.slow
 
@@ -43,20 +43,25 @@ def _schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def _methods() -> dict[str, Any]:
+    """The schema's table of client → daemon methods: name → {"$ref": its {method, params, result} type}."""
+    return _schema()["$defs"]["Methods"]["properties"]
+
+
 @cache
 def _params_validator(method: str) -> jsonschema.Draft202012Validator:
-    pointer = "#/methods/" + method.replace("~", "~0").replace("/", "~1") + "/params"
-    return jsonschema.Draft202012Validator({**_schema(), "$ref": pointer})
+    return jsonschema.Draft202012Validator({**_schema(), "$ref": member_pointer("Methods", method, "params")})
 
 
 @cache
 def _param_names(method: str) -> tuple[str, ...]:
-    ref = _schema()["methods"][method]["params"]["$ref"].rsplit("/", 1)[1]
+    entry = _schema()["$defs"][_methods()[method]["$ref"].rsplit("/", 1)[1]]
+    ref = entry["properties"]["params"]["$ref"].rsplit("/", 1)[1]
     return tuple(_schema()["$defs"][ref].get("properties", {}))
 
 
 # ``shutdown`` would end the run; ``auth/login`` for copilot starts a device flow.
-METHODS = sorted(m for m in _schema()["methods"] if m not in ("shutdown", "$/cancelRequest"))
+METHODS = sorted(m for m in _methods() if m != "shutdown")
 
 
 # --- the oracle ------------------------------------------------------------------------------
@@ -124,7 +129,7 @@ def _expected_single(message: Any) -> list[Expect]:
         return [Expect(reply_id, {-32600})]
     if method == "$/cancelRequest" or request_id is _UNSET:
         return []  # notifications are never answered
-    if method not in _schema()["methods"]:
+    if method not in _methods():
         return [Expect(request_id, {-32601})]
     params = message.get("params", _UNSET)
     if params is _UNSET or params is None:

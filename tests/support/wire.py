@@ -29,8 +29,13 @@ def _check(instance: Any, pointer: str) -> None:
         raise AssertionError(f"daemon wrote a message that does not match {pointer}: {details}\n{instance!r}"[:2000])
 
 
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
+def member_pointer(table: str, method: str, part: str) -> str:
+    """JSON pointer to the ``params`` or ``result`` schema of ``method`` in a table of the schema
+    (``Methods``, ``Notifications``, ``DaemonRequests``)."""
+    entry = _root()["$defs"][table]["properties"].get(method)
+    if entry is None:
+        raise AssertionError(f"{method!r} is not in {table} of {SCHEMA_PATH.name}")
+    return f"{entry['$ref']}/properties/{part}"
 
 
 def validate_message(message: Any, method_of_id: dict[Any, str]) -> None:
@@ -42,15 +47,15 @@ def validate_message(message: Any, method_of_id: dict[Any, str]) -> None:
         return
     assert isinstance(message, dict), f"not a JSON-RPC object: {message!r}"
     if "method" in message and "id" in message:
-        _check(message, "#/envelopes/request")
-        _check(message["params"], f"#/client_requests/{_escape(message['method'])}/params")
+        _check(message, "#/$defs/JsonRpcRequest")
+        _check(message["params"], member_pointer("DaemonRequests", message["method"], "params"))
     elif "method" in message:
-        _check(message, "#/envelopes/notification")
-        _check(message["params"], f"#/notifications/{_escape(message['method'])}")
+        _check(message, "#/$defs/JsonRpcNotification")
+        _check(message["params"], member_pointer("Notifications", message["method"], "params"))
     elif "error" in message:
-        _check(message, "#/envelopes/error")
+        _check(message, "#/$defs/JsonRpcErrorResponse")
     else:
-        _check(message, "#/envelopes/result")
+        _check(message, "#/$defs/JsonRpcResponse")
         method = method_of_id.get(message["id"])
         if method is not None:
-            _check(message["result"], f"#/methods/{_escape(method)}/result")
+            _check(message["result"], member_pointer("Methods", method, "result"))

@@ -1,0 +1,770 @@
+// ponder wire protocol, version 1: TypeScript declarations.
+// Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
+
+/** Params of `agent/event`: one event of a session, discriminated by `type`. */
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | TurnEnd;
+
+/** `agent/event`: its params. */
+export interface AgentEventNotification {
+  method: "agent/event";
+  params: AgentEvent;
+}
+
+/** Which tools run without asking: see PROTOCOL.md, Approval policies. */
+export type ApprovalPolicy = "ask" | "auto" | "read_only";
+
+export interface AuthCompleted {
+  provider: string;
+  ok: boolean;
+  error: string | null;
+}
+
+/** `auth/completed`: its params. */
+export interface AuthCompletedNotification {
+  method: "auth/completed";
+  params: AuthCompleted;
+}
+
+/** `auth/login`: its params and result. */
+export interface AuthLoginMethod {
+  method: "auth/login";
+  params: AuthLoginParams;
+  result: AuthLoginResult;
+}
+
+export interface AuthLoginParams {
+  provider: string;
+}
+
+export interface AuthLoginResult {
+  user_code: string;
+  verification_uri: string;
+  expires_in: number;
+}
+
+export interface AuthProvider {
+  provider: string;
+  configured: boolean;
+  source: "config" | "env" | "login" | null;
+}
+
+/** `auth/status`: its params and result. */
+export interface AuthStatusMethod {
+  method: "auth/status";
+  params: Empty;
+  result: AuthStatusResult;
+}
+
+export interface AuthStatusResult {
+  providers: AuthProvider[];
+}
+
+/** One content block of a Message, discriminated by `type`. */
+export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock;
+
+/** `$/cancelRequest`: its params. */
+export interface CancelRequestNotification {
+  method: "$/cancelRequest";
+  params: CancelRequestParams;
+}
+
+export interface CancelRequestParams {
+  id: number | string;
+}
+
+export interface ClientCapabilities {
+  permission_requests?: boolean;
+}
+
+export interface ClientInfo {
+  name: string;
+  version?: string | null;
+}
+
+/** Every daemon → client request: method name → its params and the result the client answers with. */
+export interface DaemonRequests {
+  "permission/request": PermissionRequestMethod;
+}
+
+/** No params / an empty result: ``{}``. */
+export interface Empty {
+}
+
+/** A failure reported inside an event (``turn_end.error``, ``retry.error``). */
+export interface ErrorInfo {
+  code: number;
+  message: string;
+  provider_status: number | null;
+}
+
+/** `initialize`: its params and result. */
+export interface InitializeMethod {
+  method: "initialize";
+  params: InitializeParams;
+  result: InitializeResult;
+}
+
+export interface InitializeParams {
+  protocol_version: number;
+  client_info?: ClientInfo | null;
+  capabilities?: ClientCapabilities | null;
+}
+
+export interface InitializeResult {
+  protocol_version: number;
+  server_info: ServerInfo;
+  capabilities: ServerCapabilities;
+  home: string;
+}
+
+/** `code`: see PROTOCOL.md, Errors; `message`: one sentence a person can act on. */
+export interface JsonRpcError {
+  code: number;
+  message: string;
+  data: { [key: string]: unknown };
+}
+
+/** A request that failed (or a message that could not be read: then `id` is null). */
+export interface JsonRpcErrorResponse {
+  jsonrpc: "2.0";
+  id: string | number | null;
+  error: JsonRpcError;
+}
+
+/** A notification: `method` names an entry of `Notifications`; it has no `id`. */
+export interface JsonRpcNotification {
+  jsonrpc: "2.0";
+  method: string;
+  params: unknown;
+}
+
+/** A request: `method` names an entry of `Methods` (client → daemon) or `DaemonRequests`. */
+export interface JsonRpcRequest {
+  jsonrpc: "2.0";
+  id: string | number | null;
+  method: string;
+  params: unknown;
+}
+
+/** The answer to a request: `result` is the `result` of its method's table entry. */
+export interface JsonRpcResponse {
+  jsonrpc: "2.0";
+  id: string | number | null;
+  result: unknown;
+}
+
+/** `mcp/list`: its params and result. */
+export interface McpListMethod {
+  method: "mcp/list";
+  params: McpListParams;
+  result: McpListResult;
+}
+
+export interface McpListParams {
+  session_id?: string | null;
+}
+
+export interface McpListResult {
+  servers: McpServer[];
+}
+
+export interface McpServer {
+  name: string;
+  status: "failed" | "ready" | "starting" | "stopped";
+  error: string | null;
+  tools: McpTool[];
+}
+
+export interface McpTool {
+  name: string;
+  description: string | null;
+}
+
+export interface Message {
+  message_id: string;
+  session_id: string;
+  seq: number;
+  role: "assistant" | "tool" | "user";
+  content: Block[];
+  thinking: string | null;
+  model_id: string | null;
+  thinking_level: ThinkingLevel | null;
+  /** Set on assistant messages; null on user and tool messages, and on an assistant message that a daemon saved mid-stream and never finished (it stopped): that one has `status: interrupted`. */
+  stop_reason: MessageStopReason | null;
+  usage: Usage | null;
+  status: "complete" | "error" | "interrupted";
+  created_at: string;
+}
+
+export interface MessageEnd {
+  type: "message_end";
+  message: Message;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface MessageStart {
+  type: "message_start";
+  message_id: string;
+  role: "assistant" | "tool";
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** Why an assistant message ended (`Message.stop_reason`). `end_turn`: the reply is complete and asks for no tools. `max_tokens`: the reply was cut at the model's output-token limit (or its context window). `tool_use`: the reply asks for tool calls; a `tool` message with their results follows. `refusal`: the provider refused or filtered the reply. `interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). `error`: the stream failed mid-way; the partial reply is kept (`status: error`). */
+export type MessageStopReason = "end_turn" | "error" | "interrupted" | "max_tokens" | "refusal" | "tool_use";
+
+/** Every client → daemon request: method name → its params and result. */
+export interface Methods {
+  initialize: InitializeMethod;
+  shutdown: ShutdownMethod;
+  ping: PingMethod;
+  "models/list": ModelsListMethod;
+  "model/set": ModelSetMethod;
+  "thinking/set": ThinkingSetMethod;
+  "session/start": SessionStartMethod;
+  "session/resume": SessionResumeMethod;
+  "session/list": SessionListMethod;
+  "session/get": SessionGetMethod;
+  "session/messages": SessionMessagesMethod;
+  "session/prompt": SessionPromptMethod;
+  "session/cancel": SessionCancelMethod;
+  "session/fork": SessionForkMethod;
+  "session/rename": SessionRenameMethod;
+  "session/delete": SessionDeleteMethod;
+  "mcp/list": McpListMethod;
+  "auth/status": AuthStatusMethod;
+  "auth/login": AuthLoginMethod;
+}
+
+export interface Model {
+  id: string;
+  provider: string;
+  model: string;
+  name: string;
+  api: string;
+  supports_thinking: boolean;
+  thinking_levels: ThinkingLevel[];
+  default_thinking_level: ThinkingLevel;
+  context_window: number | null;
+  max_output_tokens: number | null;
+  supports_tools: boolean;
+  available: boolean;
+}
+
+/** `model/set`: its params and result. */
+export interface ModelSetMethod {
+  method: "model/set";
+  params: ModelSetParams;
+  result: ModelSetResult;
+}
+
+export interface ModelSetParams {
+  session_id: string;
+  model_id: string;
+  thinking_level?: string | null;
+}
+
+export interface ModelSetResult {
+  session_id: string;
+  model: Model;
+  thinking: Thinking;
+}
+
+/** `models/list`: its params and result. */
+export interface ModelsListMethod {
+  method: "models/list";
+  params: ModelsListParams;
+  result: ModelsListResult;
+}
+
+export interface ModelsListParams {
+  provider?: string | null;
+}
+
+export interface ModelsListResult {
+  models: Model[];
+}
+
+/** Every notification: method name → its params. All go daemon → client except `$/cancelRequest`, which both sides send. */
+export interface Notifications {
+  "agent/event": AgentEventNotification;
+  "auth/completed": AuthCompletedNotification;
+  "session/updated": SessionUpdatedNotification;
+  "$/cancelRequest": CancelRequestNotification;
+}
+
+/** The person's answer to a `permission/request`. */
+export type PermissionDecision = "allow_once" | "allow_session" | "deny";
+
+/** `permission/request`: its params and result. */
+export interface PermissionRequestMethod {
+  method: "permission/request";
+  params: PermissionRequestParams;
+  result: PermissionRequestResult;
+}
+
+export interface PermissionRequestParams {
+  session_id: string;
+  turn_id: string;
+  call_id: string;
+  tool: string;
+  arguments: { [key: string]: unknown };
+  title: string;
+  options: PermissionDecision[];
+}
+
+export interface PermissionRequestResult {
+  decision: PermissionDecision;
+}
+
+/** `ping`: its params and result. */
+export interface PingMethod {
+  method: "ping";
+  params: Empty;
+  result: Empty;
+}
+
+export interface Retry {
+  type: "retry";
+  attempt: number;
+  max_attempts: number;
+  delay_ms: number;
+  error: ErrorInfo;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ServerCapabilities {
+  thinking_levels: string[];
+  approval_policies: string[];
+  batches: boolean;
+  cancel_request: boolean;
+}
+
+export interface ServerInfo {
+  name: string;
+  version: string;
+}
+
+export interface Session {
+  session_id: string;
+  title: string | null;
+  cwd: string;
+  model_id: string;
+  thinking_level: ThinkingLevel;
+  approval_policy: ApprovalPolicy;
+  created_at: string;
+  updated_at: string;
+  message_count: number;
+  parent_id: string | null;
+  status: "idle" | "running";
+}
+
+/** `session/cancel`: its params and result. */
+export interface SessionCancelMethod {
+  method: "session/cancel";
+  params: SessionIdParams;
+  result: SessionCancelResult;
+}
+
+export interface SessionCancelResult {
+  cancelled: boolean;
+  dropped_queued: number;
+}
+
+/** `session/delete`: its params and result. */
+export interface SessionDeleteMethod {
+  method: "session/delete";
+  params: SessionIdParams;
+  result: SessionDeleteResult;
+}
+
+export interface SessionDeleteResult {
+  deleted: boolean;
+}
+
+/** `session/fork`: its params and result. */
+export interface SessionForkMethod {
+  method: "session/fork";
+  params: SessionForkParams;
+  result: SessionOnlyResult;
+}
+
+export interface SessionForkParams {
+  session_id: string;
+  message_id?: string | null;
+}
+
+/** `session/get`: its params and result. */
+export interface SessionGetMethod {
+  method: "session/get";
+  params: SessionIdParams;
+  result: SessionResult;
+}
+
+/** Params of the methods that take only ``session_id``. */
+export interface SessionIdParams {
+  session_id: string;
+}
+
+/** `session/list`: its params and result. */
+export interface SessionListMethod {
+  method: "session/list";
+  params: SessionListParams;
+  result: SessionListResult;
+}
+
+export interface SessionListParams {
+  cwd?: string | null;
+  limit?: number;
+  cursor?: string | null;
+}
+
+export interface SessionListResult {
+  sessions: Session[];
+  next_cursor: string | null;
+}
+
+/** `session/messages`: its params and result. */
+export interface SessionMessagesMethod {
+  method: "session/messages";
+  params: SessionMessagesParams;
+  result: SessionMessagesResult;
+}
+
+export interface SessionMessagesParams {
+  session_id: string;
+  after_seq?: number | null;
+  limit?: number | null;
+}
+
+export interface SessionMessagesResult {
+  messages: Message[];
+  next_seq: number | null;
+}
+
+/** Result of ``session/fork`` and ``session/rename``. */
+export interface SessionOnlyResult {
+  session: Session;
+}
+
+/** `session/prompt`: its params and result. */
+export interface SessionPromptMethod {
+  method: "session/prompt";
+  params: SessionPromptParams;
+  result: SessionPromptResult;
+}
+
+export interface SessionPromptParams {
+  session_id: string;
+  text: string;
+}
+
+export interface SessionPromptResult {
+  turn_id: string;
+  queued: boolean;
+}
+
+/** `session/rename`: its params and result. */
+export interface SessionRenameMethod {
+  method: "session/rename";
+  params: SessionRenameParams;
+  result: SessionOnlyResult;
+}
+
+export interface SessionRenameParams {
+  session_id: string;
+  title: string;
+}
+
+/** Result of ``session/start`` and ``session/get``. */
+export interface SessionResult {
+  session: Session;
+  thinking: Thinking;
+}
+
+/** `session/resume`: its params and result. */
+export interface SessionResumeMethod {
+  method: "session/resume";
+  params: SessionIdParams;
+  result: SessionResumeResult;
+}
+
+export interface SessionResumeResult {
+  session: Session;
+  thinking: Thinking;
+  messages: Message[];
+}
+
+/** `session/start`: its params and result. */
+export interface SessionStartMethod {
+  method: "session/start";
+  params: SessionStartParams;
+  result: SessionResult;
+}
+
+export interface SessionStartParams {
+  model_id?: string | null;
+  thinking_level?: string | null;
+  cwd?: string | null;
+  title?: string | null;
+  system_prompt?: string | null;
+  approval_policy?: ApprovalPolicy | null;
+}
+
+export interface SessionUpdated {
+  session: Session;
+}
+
+/** `session/updated`: its params. */
+export interface SessionUpdatedNotification {
+  method: "session/updated";
+  params: SessionUpdated;
+}
+
+/** `shutdown`: its params and result. */
+export interface ShutdownMethod {
+  method: "shutdown";
+  params: Empty;
+  result: Empty;
+}
+
+/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call (reserved: this daemon does not send it yet). */
+export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
+
+export interface TextBlock {
+  type: "text";
+  text: string;
+}
+
+export interface TextDelta {
+  type: "text_delta";
+  message_id: string;
+  index: number;
+  delta: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface TextEnd {
+  type: "text_end";
+  message_id: string;
+  index: number;
+  text: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface TextStart {
+  type: "text_start";
+  message_id: string;
+  index: number;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface Thinking {
+  requested: ThinkingLevel;
+  effective: ThinkingLevel;
+  supported: ThinkingLevel[];
+  reason: string | null;
+  budget_tokens: number | null;
+  request_params: { [key: string]: unknown };
+}
+
+export interface ThinkingBlock {
+  type: "thinking";
+  text: string;
+  redacted: boolean;
+}
+
+export interface ThinkingDelta {
+  type: "thinking_delta";
+  message_id: string;
+  index: number;
+  delta: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ThinkingEnd {
+  type: "thinking_end";
+  message_id: string;
+  index: number;
+  text: string;
+  redacted: boolean;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** How hard a model thinks, in order from `off` to `max`. */
+export type ThinkingLevel = "high" | "low" | "max" | "medium" | "minimal" | "off";
+
+/** `thinking/set`: its params and result. */
+export interface ThinkingSetMethod {
+  method: "thinking/set";
+  params: ThinkingSetParams;
+  result: ThinkingSetResult;
+}
+
+export interface ThinkingSetParams {
+  session_id: string;
+  level: string;
+}
+
+export interface ThinkingSetResult {
+  session_id: string;
+  thinking: Thinking;
+}
+
+export interface ThinkingStart {
+  type: "thinking_start";
+  message_id: string;
+  index: number;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolCallBlock {
+  type: "tool_call";
+  call_id: string;
+  name: string;
+  arguments: { [key: string]: unknown };
+}
+
+export interface ToolCallDelta {
+  type: "tool_call_delta";
+  message_id: string;
+  index: number;
+  call_id: string;
+  delta: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolCallEnd {
+  type: "tool_call_end";
+  message_id: string;
+  index: number;
+  call_id: string;
+  name: string;
+  arguments: { [key: string]: unknown };
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolCallStart {
+  type: "tool_call_start";
+  message_id: string;
+  index: number;
+  call_id: string;
+  name: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolExecutionEnd {
+  type: "tool_execution_end";
+  call_id: string;
+  name: string;
+  is_error: boolean;
+  result: string;
+  message_id: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolExecutionOutput {
+  type: "tool_execution_output";
+  call_id: string;
+  chunk: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolExecutionStart {
+  type: "tool_execution_start";
+  call_id: string;
+  name: string;
+  arguments: { [key: string]: unknown };
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface ToolResultBlock {
+  type: "tool_result";
+  call_id: string;
+  is_error: boolean;
+  text: string;
+}
+
+export interface TurnEnd {
+  type: "turn_end";
+  stop_reason: StopReason;
+  usage: Usage | null;
+  error: ErrorInfo | null;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface TurnStart {
+  type: "turn_start";
+  model_id: string;
+  thinking: Thinking;
+  user_message_id: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface Usage {
+  input_tokens: number | null;
+  output_tokens: number | null;
+  reasoning_tokens: number | null;
+  cache_read_tokens: number | null;
+  cache_write_tokens: number | null;
+}
+
+// --- helpers over the tables ---------------------------------------------------------------
+
+/** A client → daemon method name. */
+export type MethodName = keyof Methods;
+/** The params a client sends with method `M`. */
+export type ParamsOf<M extends MethodName> = Methods[M]["params"];
+/** The result the daemon answers method `M` with. */
+export type ResultOf<M extends MethodName> = Methods[M]["result"];
+
+/** The request a client sends for method `M`. */
+export interface RequestMessage<M extends MethodName = MethodName> {
+  jsonrpc: "2.0";
+  id: string | number;
+  method: M;
+  params: ParamsOf<M>;
+}
+
+/** Any notification, discriminated by `method`: `switch (message.method)` narrows `params`. */
+export type NotificationMessage = {
+  [M in keyof Notifications]: { jsonrpc: "2.0"; method: M; params: Notifications[M]["params"] };
+}[keyof Notifications];
+
+/** Any daemon → client request, discriminated by `method`; answer it with `DaemonRequests[M]["result"]`. */
+export type DaemonRequestMessage = {
+  [M in keyof DaemonRequests]: { jsonrpc: "2.0"; id: string; method: M; params: DaemonRequests[M]["params"] };
+}[keyof DaemonRequests];
