@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 
 from protocol.events import NOTIFICATIONS, AgentEvent
@@ -88,6 +89,13 @@ def test_fields_the_daemon_always_sends_are_required_and_client_params_stay_opti
         assert DEFS[name]["required"] == list(DEFS[name]["properties"]), name
     assert DEFS["SessionListParams"]["required"] == []
     assert DEFS["InitializeParams"]["required"] == ["protocol_version"]
+    # the premise: the daemon's encoder writes fields left at their defaults too
+    from protocol.events import TurnEnd
+    from protocol.objects import Usage
+
+    assert msgspec.json.decode(msgspec.json.encode(Usage())) == dict.fromkeys(DEFS["Usage"]["properties"])
+    end = TurnEnd(session_id="s", turn_id="t", seq=1, stop_reason="end_turn", usage=None)
+    assert set(msgspec.json.decode(msgspec.json.encode(end))) == set(DEFS["TurnEnd"]["properties"])
 
 
 def test_stop_reasons_are_enums_with_every_value_documented():
