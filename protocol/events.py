@@ -10,6 +10,8 @@ import msgspec
 
 from protocol.objects import ErrorInfo, Message, Session, StopReason, Thinking, Usage
 
+ReplyRole = Literal["assistant", "tool"]
+
 
 class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
     session_id: str
@@ -25,7 +27,7 @@ class TurnStart(_Event, tag="turn_start"):
 
 class MessageStart(_Event, tag="message_start"):
     message_id: str
-    role: Literal["assistant", "tool"]
+    role: ReplyRole
 
 
 class ThinkingStart(_Event, tag="thinking_start"):

@@ -180,6 +180,10 @@ class McpListParams(msgspec.Struct, kw_only=True):
     session_id: str | None = None
 
 
+McpServerStatus = Literal["starting", "ready", "failed", "stopped"]
+CredentialSource = Literal["env", "config", "login"]
+
+
 class McpTool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
     description: str | None
@@ -187,7 +191,7 @@ class McpTool(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class McpServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str
-    status: Literal["starting", "ready", "failed", "stopped"]
+    status: McpServerStatus
     error: str | None
     tools: list[McpTool]
 
@@ -199,7 +203,7 @@ class McpListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class AuthProvider(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     provider: str
     configured: bool
-    source: Literal["env", "config", "login"] | None
+    source: CredentialSource | None
 
 
 class AuthStatusResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

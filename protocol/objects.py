@@ -6,6 +6,9 @@ import msgspec
 
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "max"]
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
+Role = Literal["user", "assistant", "tool"]
+MessageStatus = Literal["complete", "interrupted", "error"]
+SessionStatus = Literal["idle", "running"]
 StopReason = Annotated[
     Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"],
     msgspec.Meta(
@@ -73,7 +76,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     updated_at: str
     message_count: int
     parent_id: str | None
-    status: Literal["idle", "running"]
+    status: SessionStatus
 
 
 class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -112,7 +115,7 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_id: str
     session_id: str
     seq: int
-    role: Literal["user", "assistant", "tool"]
+    role: Role
     content: list[Block]
     thinking: str | None
     model_id: str | None
@@ -127,7 +130,7 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         ),
     ]
     usage: Usage | None
-    status: Literal["complete", "interrupted", "error"]
+    status: MessageStatus
     created_at: str
 
 

@@ -1,4 +1,4 @@
-// ponder wire protocol, version 1: TypeScript declarations.
+// ponder wire protocol: TypeScript declarations. Version 1.
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
@@ -45,7 +45,7 @@ export interface AuthLoginResult {
 export interface AuthProvider {
   provider: string;
   configured: boolean;
-  source: "config" | "env" | "login" | null;
+  source: CredentialSource | null;
 }
 
 /** `auth/status`: its params and result. */
@@ -80,6 +80,9 @@ export interface ClientInfo {
   name: string;
   version?: string | null;
 }
+
+/** Where a provider's credentials come from (never the secret itself). */
+export type CredentialSource = "config" | "env" | "login";
 
 /** Every daemon → client request: method name → its params and the result the client answers with. */
 export interface DaemonRequests {
@@ -170,10 +173,13 @@ export interface McpListResult {
 
 export interface McpServer {
   name: string;
-  status: "failed" | "ready" | "starting" | "stopped";
+  status: McpServerStatus;
   error: string | null;
   tools: McpTool[];
 }
+
+/** Where an MCP server is in its life: `error` says why it `failed`. */
+export type McpServerStatus = "failed" | "ready" | "starting" | "stopped";
 
 export interface McpTool {
   name: string;
@@ -184,7 +190,7 @@ export interface Message {
   message_id: string;
   session_id: string;
   seq: number;
-  role: "assistant" | "tool" | "user";
+  role: Role;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -192,7 +198,7 @@ export interface Message {
   /** Set on assistant messages; null on user and tool messages, and on an assistant message that a daemon saved mid-stream and never finished (it stopped): that one has `status: interrupted`. */
   stop_reason: MessageStopReason | null;
   usage: Usage | null;
-  status: "complete" | "error" | "interrupted";
+  status: MessageStatus;
   created_at: string;
 }
 
@@ -207,11 +213,14 @@ export interface MessageEnd {
 export interface MessageStart {
   type: "message_start";
   message_id: string;
-  role: "assistant" | "tool";
+  role: ReplyRole;
   session_id: string;
   turn_id: string;
   seq: number;
 }
+
+/** `complete`, or cut short: `interrupted` (cancelled) or `error` (it failed). */
+export type MessageStatus = "complete" | "error" | "interrupted";
 
 /** Why an assistant message ended (`Message.stop_reason`). `end_turn`: the reply is complete and asks for no tools. `max_tokens`: the reply was cut at the model's output-token limit (or its context window). `tool_use`: the reply asks for tool calls; a `tool` message with their results follows. `refusal`: the provider refused or filtered the reply. `interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). `error`: the stream failed mid-way; the partial reply is kept (`status: error`). */
 export type MessageStopReason = "end_turn" | "error" | "interrupted" | "max_tokens" | "refusal" | "tool_use";
@@ -327,6 +336,9 @@ export interface PingMethod {
   result: Empty;
 }
 
+/** Who a message streamed during a turn is from: the model, or the tools (their results). */
+export type ReplyRole = "assistant" | "tool";
+
 export interface Retry {
   type: "retry";
   attempt: number;
@@ -337,6 +349,9 @@ export interface Retry {
   turn_id: string;
   seq: number;
 }
+
+/** Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results). */
+export type Role = "assistant" | "tool" | "user";
 
 export interface ServerCapabilities {
   thinking_levels: string[];
@@ -361,7 +376,7 @@ export interface Session {
   updated_at: string;
   message_count: number;
   parent_id: string | null;
-  status: "idle" | "running";
+  status: SessionStatus;
 }
 
 /** `session/cancel`: its params and result. */
@@ -515,6 +530,9 @@ export interface SessionStartParams {
   system_prompt?: string | null;
   approval_policy?: ApprovalPolicy | null;
 }
+
+/** `running` while a turn runs in the session, else `idle`. */
+export type SessionStatus = "idle" | "running";
 
 export interface SessionUpdated {
   session: Session;

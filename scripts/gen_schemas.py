@@ -36,9 +36,25 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gen_typescript  # noqa: E402
 
 from protocol import PROTOCOL_VERSION, events, methods, objects  # noqa: E402
-from protocol.events import NOTIFICATIONS, AgentEvent  # noqa: E402
-from protocol.methods import CLIENT_REQUESTS, METHODS, CancelRequestParams, PermissionDecision  # noqa: E402
-from protocol.objects import ApprovalPolicy, Block, MessageStopReason, StopReason, ThinkingLevel  # noqa: E402
+from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole  # noqa: E402
+from protocol.methods import (  # noqa: E402
+    CLIENT_REQUESTS,
+    METHODS,
+    CancelRequestParams,
+    CredentialSource,
+    McpServerStatus,
+    PermissionDecision,
+)
+from protocol.objects import (  # noqa: E402
+    ApprovalPolicy,
+    Block,
+    MessageStatus,
+    MessageStopReason,
+    Role,
+    SessionStatus,
+    StopReason,
+    ThinkingLevel,
+)
 
 OUTPUT = ROOT / "schemas" / "protocol.json"
 REF = "#/$defs/{name}"
@@ -53,6 +69,12 @@ NAMED: dict[str, tuple[Any, str]] = {
     "ThinkingLevel": (ThinkingLevel, "How hard a model thinks, in order from `off` to `max`."),
     "ApprovalPolicy": (ApprovalPolicy, "Which tools run without asking: see PROTOCOL.md, Approval policies."),
     "PermissionDecision": (PermissionDecision, "The person's answer to a `permission/request`."),
+    "Role": (Role, "Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results)."),
+    "ReplyRole": (ReplyRole, "Who a message streamed during a turn is from: the model, or the tools (their results)."),
+    "MessageStatus": (MessageStatus, "`complete`, or cut short: `interrupted` (cancelled) or `error` (it failed)."),
+    "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
+    "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
+    "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
 }
 
 ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it
@@ -261,9 +283,10 @@ def build() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://ponder.dev/schemas/protocol.json",
-        "title": f"ponder wire protocol, version {PROTOCOL_VERSION}",
-        "description": "Generated from protocol/ by scripts/gen_schemas.py; do not edit by hand. Everything is in "
-        "$defs; the tables Methods, Notifications and DaemonRequests name each method's params and result.",
+        "title": "ponder wire protocol",
+        "description": f"Version {PROTOCOL_VERSION}. Generated from protocol/ by scripts/gen_schemas.py; do not edit "
+        "by hand. Everything is in $defs; the tables Methods, Notifications and DaemonRequests name each method's "
+        "params and result.",
         "$defs": dict(sorted(defs.items())),
     }
 

@@ -118,7 +118,7 @@ def declaration(name: str, schema: dict[str, Any]) -> str:
 
 def render(schema: dict[str, Any]) -> str:
     header = (
-        f"// {schema['title']}: TypeScript declarations.\n"
+        f"// {schema['title']}: TypeScript declarations. {schema['description'].split('. ')[0]}.\n"
         "// Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.\n"
     )
     body = "\n".join(declaration(name, s) for name, s in schema["$defs"].items())

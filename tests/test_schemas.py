@@ -178,6 +178,9 @@ def test_python_generator_makes_one_named_type_per_method(generated: Any):
             for part in ("params", "result"):
                 expected = getattr(generated, entry["properties"][part]["$ref"].rsplit("/", 1)[1])
                 assert fields[part].annotation is expected, (method, part)
+    # every enum and union has a name of its own: no Type1, Status2, ... for a person to rename by hand
+    classes = [name for name, value in vars(generated).items() if isinstance(value, type)]
+    assert [name for name in classes if re.search(r"\d$", name)] == []
     assert all(field.is_required() for field in generated.Usage.model_fields.values())
     stop_reason = generated.Message.model_fields["stop_reason"].annotation
     assert set(typing.get_args(stop_reason)) == {generated.MessageStopReason, type(None)}
