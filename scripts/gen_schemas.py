@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gen_typescript  # noqa: E402
 
 from protocol import PROTOCOL_VERSION, events, methods, objects  # noqa: E402
+from protocol.errors import ErrorCode  # noqa: E402
 from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole  # noqa: E402
 from protocol.methods import (  # noqa: E402
     CLIENT_REQUESTS,
@@ -105,10 +106,15 @@ ENVELOPES: dict[str, dict[str, Any]] = {
         "properties": {"jsonrpc": {"const": "2.0"}, "id": ID, "error": {"$ref": "#/$defs/JsonRpcError"}},
     },
     "JsonRpcError": {
-        "description": "`code`: see PROTOCOL.md, Errors; `message`: one sentence a person can act on.",
+        "description": "`code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` "
+        "is one sentence a person can act on.",
         "type": "object",
         "required": ["code", "message", "data"],
-        "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {"type": "object"}},
+        "properties": {
+            "code": {"type": "integer", "description": ", ".join(f"{c.value} {c.name.lower()}" for c in ErrorCode)},
+            "message": {"type": "string"},
+            "data": {"type": "object"},
+        },
     },
 }
 
