@@ -74,13 +74,21 @@ class SecretMask:
         text = self.scrub(self.pending + chunk)
         held = 0
         for secret in self.secrets:
-            for k in range(min(len(secret) - 1, len(text)), held, -1):
-                if text.endswith(secret[:k]):
-                    held = k
-                    break
+            held = max(held, _overlap(text, secret))
         self.pending = text[len(text) - held :] if held else ""
         return text[: len(text) - held]
 
     def flush(self) -> str:
         text, self.pending = self.pending, ""
         return text
+
+
+def _overlap(text: str, secret: str) -> int:
+    """The length of the longest end of ``text`` that is a (proper) start of ``secret``."""
+    tail = text[-(len(secret) - 1) :]
+    start = tail.find(secret[0])
+    while start != -1:
+        if secret.startswith(tail[start:]):
+            return len(tail) - start
+        start = tail.find(secret[0], start + 1)
+    return 0

@@ -2,12 +2,16 @@
 end-to-end check is tests/test_reliability_secrets.py)."""
 
 import logging
+import time
 import uuid
+
+import pytest
 
 from daemon import redact
 from daemon.config import child_env, load_config
 from daemon.logs import setup_logging
 from daemon.mcp.spec import parse_acp_server, parse_config_server
+from daemon.providers.copilot import CopilotTokens
 
 
 def planted(name: str) -> str:
@@ -90,3 +94,21 @@ def test_log_lines_never_carry_a_known_credential(tmp_path, capsys):
     written = (tmp_path / "logs" / "ponder.log").read_text() + capsys.readouterr().err
     assert "header was ***" in written and "ValueError: bad key ***" in written
     assert secret not in written
+
+
+@pytest.mark.anyio
+async def test_the_exchanged_copilot_token_is_known(replay_server, home):
+    from tests.test_provider_copilot import FakeGitHub, _json, copilot_settings
+
+    github = FakeGitHub(replay_server)
+    token = planted("copilot")
+    github.exchange_answers.append(
+        _json(200, {"token": token, "expires_at": int(time.time()) + 1800, "endpoints": {"api": github.url}})
+    )
+    tokens = CopilotTokens(copilot_settings(github), home)
+    assert token not in redact.known()
+    try:
+        await tokens.get()
+    finally:
+        await tokens.aclose()
+    assert token in redact.known()
