@@ -125,7 +125,8 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
     assert ends["401-deepseek"][-1]["error"]["provider_status"] == 401
     assert ends["ok"][-1]["stop_reason"] == "end_turn"
     outputs = [e["result"] for e in of_type(ends["tools"], "tool_execution_end")]
-    assert "key=***" in outputs[0] and "ANTHROPIC_API_KEY=***" in outputs[1], outputs
+    # The command never got the key (it is kept from children); the file's copy is masked.
+    assert "key=\n" in outputs[0] and "ANTHROPIC_API_KEY=***" in outputs[1], outputs
     assert ends["unreachable"][-1]["error"]["message"] == "Could not reach anthropic: ConnectError."
     # the key did go where it belongs: to the provider, in its header
     assert replay_server.requests[1].headers["x-api-key"] == KEY
