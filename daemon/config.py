@@ -207,8 +207,8 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             config.pass_env = tuple(pass_env)
         else:
             config.problems.append(
-                f'config.toml: [tools] pass_env must be a list of variable names, e.g. ["GITHUB_TOKEN"], not {pass_env!r}; '
-                "passing none."
+                "config.toml: [tools] pass_env must be a list of variable names, e.g. "
+                f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
             )
     for var in CREDENTIAL_ENV_VARS:  # every alias, not only the one a provider uses
         if env.get(var):

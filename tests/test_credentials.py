@@ -52,11 +52,12 @@ def test_child_env_drops_credentials_by_name_and_by_value(tmp_path):
     custom = planted("custom")
     (tmp_path / "config.toml").write_text('[providers.myco]\napi = "openai-chat"\napi_key_env = "MYCO_KEY"\n')
     load_config(tmp_path, env={"MYCO_KEY": custom})
-    environ = {"PATH": "/bin", "GITHUB_TOKEN": "ghp_whatever_123", "ANTHROPIC_API_KEY": "sk-x-123456789", "MYCO_KEY": custom}
+    gh = "ghp_whatever_1"
+    environ = {"PATH": "/bin", "GITHUB_TOKEN": gh, "ANTHROPIC_API_KEY": "sk-x-1234567", "MYCO_KEY": custom}
     assert child_env(environ) == {"PATH": "/bin"}
     assert child_env(environ, pass_env=["GITHUB_TOKEN", "MYCO_KEY"]) == {
         "PATH": "/bin",
-        "GITHUB_TOKEN": "ghp_whatever_123",
+        "GITHUB_TOKEN": gh,
         "MYCO_KEY": custom,
     }
 

@@ -110,7 +110,10 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         return {"decision": "allow_once"}
 
     async with in_memory_daemon(
-        home, configure=with_servers({"docs": docs_server(state, trusted=True)}), permission_requests=True, on_request=answer
+        home,
+        configure=with_servers({"docs": docs_server(state, trusted=True)}),
+        permission_requests=True,
+        on_request=answer,
     ) as (client, daemon):
         fast(daemon)
         listed = await client.request("mcp/list")

@@ -107,7 +107,8 @@ def test_tool_approval_follows_read_only_hint_of_trusted_servers_only():
 def test_trusted_comes_from_config_only():
     assert parse_config_server("docs", {"command": "c", "trusted": True}).trusted is True  # type: ignore[union-attr]
     assert parse_config_server("docs", {"command": "c"}).trusted is False  # type: ignore[union-attr]
-    assert parse_config_server("docs", {"command": "c", "trusted": "yes"}) == "[mcp_servers.docs] trusted must be true or false."
+    bad = parse_config_server("docs", {"command": "c", "trusted": "yes"})
+    assert bad == "[mcp_servers.docs] trusted must be true or false."
     acp = parse_acp_server({"name": "docs", "command": "c", "trusted": True})
     assert acp.trusted is False  # type: ignore[union-attr]
 

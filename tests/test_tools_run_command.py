@@ -231,7 +231,10 @@ async def test_credentials_are_kept_from_the_command_unless_passed(tmp_path, mon
     for var, value in planted.items():
         monkeypatch.setenv(var, value)
     monkeypatch.setenv("PONDER_TEST_ORDINARY", "kept")
-    show = "echo gh=${GITHUB_TOKEN:-absent} google=${GOOGLE_API_KEY:-absent} openai=${OPENAI_API_KEY:-absent} ${PONDER_TEST_ORDINARY}"
+    show = (
+        "echo gh=${GITHUB_TOKEN:-absent} google=${GOOGLE_API_KEY:-absent} openai=${OPENAI_API_KEY:-absent}"
+        " ${PONDER_TEST_ORDINARY}"
+    )
     result = await run(tmp_path, show)
     assert result.text.startswith("gh=absent google=absent openai=absent kept\n"), result.text
     # [tools] pass_env lets chosen ones through

@@ -187,7 +187,9 @@ class ServerHandle:
         self.ready_since = 0.0
         self.status = "failed"
         failure = failure.rstrip(".")
-        error = failure[:1].upper() + failure[1:] + "." + (f" Its last stderr output:\n{stderr_tail}" if stderr_tail else "")
+        error = failure[:1].upper() + failure[1:] + "."
+        if stderr_tail:
+            error += f" Its last stderr output:\n{stderr_tail}"
         self.error = redact.scrub(error)  # a server's own words, which may echo its token, reach mcp/list
         log.warning(
             "MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s", self.spec.name, delay, self.error

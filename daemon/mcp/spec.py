@@ -3,9 +3,10 @@
 ``[mcp_servers.NAME]`` takes ``command``, ``args``, ``env``, ``cwd``, ``timeout_s`` (per
 tool call, default 60), ``startup_timeout_s`` (spawn to tool list, default 30),
 ``enabled`` and ``trusted`` (default false: whether its tools' ``readOnlyHint`` is
-believed, which is what lets them run without asking and under ``read_only``). ACP clients send stdio entries ``{name, command, args, env: [{name, value}]}``;
-http/sse entries are skipped (ponder speaks stdio only). A malformed entry becomes a
-one-sentence problem instead of a spec, so the manager can report it in ``mcp/list``.
+believed, which is what lets them run without asking and under ``read_only``). ACP
+clients send stdio entries ``{name, command, args, env: [{name, value}]}``; http/sse
+entries are skipped (ponder speaks stdio only). A malformed entry becomes a one-sentence
+problem instead of a spec, so the manager can report it in ``mcp/list``.
 
 The child's environment is a short list of harmless variables from ours plus the
 configured ``env``, never our whole environment: ours holds provider API keys, and an
