@@ -40,12 +40,15 @@ def test_short_values_are_not_masked():
     assert redact.MIN_SECRET_CHARS == 8
 
 
-def test_mcp_env_values_are_known_except_paths():
+def test_mcp_env_values_are_known_except_paths_and_plain_urls():
     token, acp_token = planted("mcp"), planted("acp")
-    parse_config_server("gh", {"command": "x", "env": {"TOKEN": token, "ROOT": "/srv/projects/widgets", "N": 3}})
+    with_user, with_query = f"https://bot:{token[-12:]}@example.com", f"https://example.com/x?key={token[-10:]}"
+    plain = {"ROOT": "/srv/projects/widgets", "SITE": "https://widgets.example.com/api", "N": 3}
+    env = {"TOKEN": token, "DB": with_user, "HOOK": with_query, **plain}
+    parse_config_server("gh", {"command": "x", "env": env})
     parse_acp_server({"name": "gh", "command": "x", "env": [{"name": "TOKEN", "value": acp_token}]})
-    assert token in redact.known() and acp_token in redact.known()
-    assert "/srv/projects/widgets" not in redact.known()
+    assert {token, acp_token, with_user, with_query} <= set(redact.known())
+    assert not {"/srv/projects/widgets", "https://widgets.example.com/api"} & set(redact.known())
 
 
 def test_child_env_drops_credentials_by_name_and_by_value(tmp_path):

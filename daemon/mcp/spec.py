@@ -13,8 +13,8 @@ configured ``env``, never our whole environment: ours holds provider API keys, a
 MCP server is third-party code that has no business seeing them. The configured ``env``
 values usually are credentials (tokens for the server's service): each one is added to
 ``daemon.redact``'s known credentials, so it is masked in tool output, events, the store
-and logs, except absolute paths (``/...``, ``~/...``), which are no secret and would mask
-every mention of a directory.
+and logs. Except what plainly is no secret and would mask every mention of a directory
+or a site: absolute paths (``/...``, ``~/...``) and plain http(s) URLs (no user, no query).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class ServerSpec:
 
     def __post_init__(self) -> None:
         for _, value in self.env:
-            if not value.startswith(("/", "~/")):
+            if not _plainly_no_secret(value):
                 redact.remember(value)
 
     @property
@@ -151,6 +151,13 @@ def parse_acp_server(raw: Any, cwd: str | None = None) -> ServerSpec | str | Non
             return f"MCP server {name!r} from the client: env entries must be {{name, value}} strings."
         env.append((item["name"], item["value"]))
     return ServerSpec(name=name, command=command, args=tuple(args), env=tuple(sorted(env)), cwd=cwd)
+
+
+def _plainly_no_secret(value: str) -> bool:
+    if value.startswith(("/", "~/")):
+        return True
+    scheme, sep, rest = value.partition("://")
+    return bool(sep) and scheme in ("http", "https") and not any(c in rest for c in "@?#")
 
 
 def _env_value(value: Any) -> str:
