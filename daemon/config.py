@@ -210,7 +210,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
                 "config.toml: [tools] pass_env must be a list of variable names, e.g. "
                 f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
             )
-    for var in CREDENTIAL_ENV_VARS:  # every alias, not only the one a provider uses
+    for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
         if env.get(var):
             redact.remember(env[var])
     mcp = raw.get("mcp_servers", {})

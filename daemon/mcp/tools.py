@@ -69,8 +69,8 @@ class McpTool(Tool[Any]):
             else f"The {self.tool_name} tool of the MCP server {self.server}."
         )
         annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-        self.read_only_hint = annotations.get("readOnlyHint") is True  # type: ignore[union-attr]
-        self.mutating = not (self.read_only_hint and handle.spec.trusted)  # type: ignore[misc]
+        claims_read_only = annotations.get("readOnlyHint") is True  # type: ignore[union-attr]
+        self.mutating = not (claims_read_only and handle.spec.trusted)  # type: ignore[misc]
         self._schema = provider_schema(tool.get("inputSchema"))
 
     @property
