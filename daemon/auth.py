@@ -131,9 +131,11 @@ def apply_stored_login(config: Config) -> None:
     alone; otherwise the file is the truth, also when another daemon signed in or out.
     """
     settings = config.providers.get("copilot")
-    if settings is None or settings.key_source in ("env", "config"):
+    if settings is None:
         return
-    token = load_github_token(config.home)
+    token = load_github_token(config.home)  # read even when unused: as a Secret it is masked in output
+    if settings.key_source in ("env", "config"):
+        return
     if token is not None:
         settings.api_key, settings.key_source = token, "login"
     elif settings.key_source == "login":

@@ -3,14 +3,22 @@
 Environment variables override ``config.toml``. A config file that does not parse, or a
 provider with an unknown ``api``, is recorded in ``Config.problems`` (with its line where
 known) and the daemon still starts with the rest. Secrets are wrapped in ``Secret`` so
-that no repr, log line or error message can show them.
+that no repr, log line or error message can show them, and every ``Secret`` is added to
+``daemon.redact``'s known credentials, masked in tool output, events, the store and logs.
+
+Also owns which environment variables are credentials (``CREDENTIAL_ENV_VARS``, plus any
+variable holding a known credential) and ``child_env``: the daemon's environment minus
+those, for ``run_command``'s children; ``[tools] pass_env`` names variables to pass anyway.
 """
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from daemon import redact
 
 KNOWN_APIS = ("anthropic", "openai-chat", "openai-responses", "gemini", "ollama", "mock")
 
@@ -22,6 +30,7 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        redact.remember(value)  # a credential we hold is masked wherever text leaves us
 
     def reveal(self) -> str:
         return self._value
@@ -71,6 +80,29 @@ BUILTIN_PROVIDERS: dict[str, BuiltinProvider] = {
 }
 
 
+# Credentials ponder knows of besides the providers' key variables: GitHub tokens (what
+# Copilot and `gh` sign in with) have no business in a command the model runs.
+OTHER_CREDENTIAL_ENV_VARS = ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_COPILOT_TOKEN", "COPILOT_GITHUB_TOKEN")
+CREDENTIAL_ENV_VARS = tuple(
+    dict.fromkeys(v for p in BUILTIN_PROVIDERS.values() for v in p.key_envs) | dict.fromkeys(OTHER_CREDENTIAL_ENV_VARS)
+)
+
+
+def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
+    """``environ`` without credentials, for a command's children.
+
+    Dropped: the variables in ``CREDENTIAL_ENV_VARS`` and any variable whose value is a
+    known credential (e.g. a provider's ``api_key_env``), unless named in ``pass_env``.
+    """
+    passed = set(pass_env)
+    secrets = set(redact.known())
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in passed or (name not in CREDENTIAL_ENV_VARS and value not in secrets)
+    }
+
+
 @dataclass
 class ProviderConfig:
     name: str
@@ -107,6 +139,8 @@ class Config:
     retry_max_attempts: int = 4
     stall_timeout_s: float = 90.0
     idle_unload_s: float = 600.0
+    # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
+    pass_env: tuple[str, ...] = ()
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -166,6 +200,19 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
         except ValueError:
             config.problems.append("PONDER_MOCK_DELAY_MS is not a number; using the default.")
+    tools = raw.get("tools", {})
+    if isinstance(tools, dict) and "pass_env" in tools:
+        pass_env = tools["pass_env"]
+        if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
+            config.pass_env = tuple(pass_env)
+        else:
+            config.problems.append(
+                "config.toml: [tools] pass_env must be a list of variable names, e.g. "
+                f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
+            )
+    for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
+        if env.get(var):
+            redact.remember(env[var])
     mcp = raw.get("mcp_servers", {})
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
@@ -205,6 +252,10 @@ def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[
             provider.base_url = env[builtin.base_url_env]
             if name == "ollama" and not provider.base_url.startswith(("http://", "https://")):
                 provider.base_url = "http://" + provider.base_url
+        # Every alias and the config's key are masked, also those another one overrides.
+        for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
+            if value:
+                redact.remember(str(value))
         for var in key_envs:
             if env.get(var):
                 provider.api_key, provider.key_source = Secret(env[var]), "env"

@@ -1,10 +1,13 @@
-"""Logging set-up: stderr and a rotating file in the home's ``logs/``; never stdout."""
+"""Logging set-up: stderr and a rotating file in the home's ``logs/``; never stdout, and never a
+known credential (``daemon.redact.MaskingFormatter``)."""
 
 import logging
 import logging.handlers
 import os
 import sys
 from pathlib import Path
+
+from daemon.redact import MaskingFormatter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -15,7 +18,7 @@ def setup_logging(log_dir: Path | None, level: str = "info") -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(logging.Formatter(FORMAT))
+    stderr.setFormatter(MaskingFormatter(FORMAT))
     root.addHandler(stderr)
     if log_dir is not None:
         try:
@@ -24,7 +27,7 @@ def setup_logging(log_dir: Path | None, level: str = "info") -> None:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.close(fd)
             rotating = logging.handlers.RotatingFileHandler(path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8")
-            rotating.setFormatter(logging.Formatter(FORMAT))
+            rotating.setFormatter(MaskingFormatter(FORMAT))
             root.addHandler(rotating)
         except OSError as exc:
             root.warning("cannot write logs to %s: %s", log_dir, exc)

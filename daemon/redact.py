@@ -1,23 +1,72 @@
-"""Masking credentials in text that leaves the daemon (tool output into events, the store
-and the model), also when a streamed chunk boundary splits one."""
+"""Masking credentials in text that leaves the daemon: tool output (into events, the store
+and the model), log lines and MCP servers' stderr, also when a streamed chunk boundary
+splits one.
+
+Owns the process-wide set of credentials the daemon knows of (``remember``, ``known``):
+every ``daemon.config.Secret`` (provider keys and their aliases, the GitHub sign-in, the
+Copilot token) adds itself, and MCP servers' configured ``env`` values are added when
+their specs are parsed. Values shorter than ``MIN_SECRET_CHARS`` are never masked: a
+"secret" like ``1234`` or ``true`` would shred ordinary output and protects nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["MIN_SECRET_CHARS", "MaskingFormatter", "SecretMask", "known", "remember", "scrub"]
+
+MIN_SECRET_CHARS = 8
+
+_lock = threading.Lock()
+_known: set[str] = set()
+_snapshot: tuple[str, ...] = ()  # longest first, so a secret containing another is masked whole
+
+
+def remember(value: str) -> None:
+    """Add a credential to those masked everywhere (ignored when shorter than ``MIN_SECRET_CHARS``)."""
+    global _snapshot
+    if len(value) < MIN_SECRET_CHARS or value in _known:
+        return
+    with _lock:
+        _known.add(value)
+        _snapshot = tuple(sorted(_known, key=len, reverse=True))
+
+
+def known() -> tuple[str, ...]:
+    """Every credential the daemon knows of, longest first."""
+    return _snapshot
+
+
+def scrub(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """``text`` with each of ``secrets`` (default: every known one) replaced by ``***``."""
+    for secret in known() if secrets is None else secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+class MaskingFormatter(logging.Formatter):
+    """A log formatter whose lines never carry a known credential (message, arguments, traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
 
 
 class SecretMask:
     """Replaces credentials with ``***`` in streamed text, also when a chunk boundary splits one.
 
     Only a tail that could be the start of a credential is held back, so ordinary output
-    streams as it comes. Values shorter than 8 characters are left alone (they would mangle
-    ordinary text), as ``daemon.providers.http.read_error_body`` does.
+    streams as it comes. Values shorter than ``MIN_SECRET_CHARS`` are left alone, as
+    ``daemon.providers.http.read_error_body`` does.
     """
 
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+    def __init__(self, secrets: list[str] | tuple[str, ...]) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
         self.pending = ""
 
     def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, tuple(self.secrets))
 
     def feed(self, chunk: str) -> str:
         if not self.secrets:
@@ -25,13 +74,21 @@ class SecretMask:
         text = self.scrub(self.pending + chunk)
         held = 0
         for secret in self.secrets:
-            for k in range(min(len(secret) - 1, len(text)), held, -1):
-                if text.endswith(secret[:k]):
-                    held = k
-                    break
+            held = max(held, _overlap(text, secret))
         self.pending = text[len(text) - held :] if held else ""
         return text[: len(text) - held]
 
     def flush(self) -> str:
         text, self.pending = self.pending, ""
         return text
+
+
+def _overlap(text: str, secret: str) -> int:
+    """The length of the longest end of ``text`` that is a (proper) start of ``secret``."""
+    tail = text[-(len(secret) - 1) :]
+    start = tail.find(secret[0])
+    while start != -1:
+        if secret.startswith(tail[start:]):
+            return len(tail) - start
+        start = tail.find(secret[0], start + 1)
+    return 0

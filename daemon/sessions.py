@@ -33,6 +33,7 @@ from daemon.errors import (
 from daemon.providers.base import ProviderRequest
 from daemon.providers.registry import ProviderRegistry
 from daemon.redact import SecretMask
+from daemon.redact import known as known_secrets
 from daemon.rpc import ClientRequestError, Connection
 from daemon.store import AsyncStore, SessionRow, new_lease_owner
 from daemon.timeutil import new_id, now_rfc3339
@@ -505,19 +506,23 @@ class SessionManager:
                 tools.update(await source.tools_for(row))
             turn.tools = tool_specs(tools) if spec.supports_tools else []
 
-        secrets = self._secrets()
-
         async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
-            # Commands inherit the environment and files may hold keys (``env``, ``.env``):
-            # what a tool prints reaches events, the store and the model, so credentials are
-            # masked on the way out.
+            # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
+            # reaches events, the store and the model, so credentials are masked on the way
+            # out. Known now, not at turn start: a Copilot token may be new since.
+            secrets = self._secrets()
             mask = SecretMask(secrets)
 
             async def masked_output(chunk: str) -> None:
                 if text := mask.feed(chunk):
                     await output(text)
 
-            context = ToolContext(cwd=cwd, emit_output=masked_output if output is not None else None)
+            context = ToolContext(
+                cwd=cwd,
+                emit_output=masked_output if output is not None else None,
+                secrets=secrets,
+                pass_env=self.config.pass_env,
+            )
             result = await execute_tool(tools, name, arguments, context)
             if (rest := mask.flush()) and output is not None:
                 await output(rest)
@@ -550,8 +555,9 @@ class SessionManager:
             ),
         )
 
-    def _secrets(self) -> list[str]:
-        return [p.api_key.reveal() for p in self.config.providers.values() if p.api_key is not None]
+    def _secrets(self) -> tuple[str, ...]:
+        """Every credential the daemon knows of (each ``Secret``, MCP ``env`` values), longest first."""
+        return known_secrets()
 
     async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
         name = call.name or ""

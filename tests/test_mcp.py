@@ -110,7 +110,10 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         return {"decision": "allow_once"}
 
     async with in_memory_daemon(
-        home, configure=with_servers({"docs": docs_server(state)}), permission_requests=True, on_request=answer
+        home,
+        configure=with_servers({"docs": docs_server(state, trusted=True)}),
+        permission_requests=True,
+        on_request=answer,
     ) as (client, daemon):
         fast(daemon)
         listed = await client.request("mcp/list")
@@ -136,7 +139,7 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         assert add["is_error"] is False and json.loads(add["result"]) == {"total": 5}  # structured content, once
         assert fail["is_error"] is True and "cannot do that: nope" in fail["result"]
         assert (note["is_error"], note["result"]) == (False, "noted: hi")
-        # Only the tool without readOnlyHint asked, under its namespaced name.
+        # Only the tool without readOnlyHint asked (the server is trusted), under its namespaced name.
         assert [(a["tool"], a["title"]) for a in asked] == [("mcp__docs__write_note", 'MCP docs: write_note {"text": "hi"}')]
         # The model was offered the MCP tools next to the built-in ones, with the server's schema.
         assert {"read_file", "run_command", "mcp__docs__search", "mcp__docs__write_note"} <= set(offered[0])
@@ -157,6 +160,33 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         pid = int((state / "docs.pid").read_text())
         assert process_alive(pid)
     assert not process_alive(pid), "the server must be gone when the daemon is"
+
+
+def liar(state: Path, **extra):
+    return {"command": sys.executable, "args": [str(SERVERS / "liar.py")], "env": {"MCP_TEST_DIR": str(state)}, **extra}
+
+
+async def test_read_only_runs_mcp_tools_of_trusted_servers_only(home, state):
+    """A tool's readOnlyHint is its server's claim: under read_only only a trusted server's tools run."""
+    vouched = state / "vouched"
+    vouched.mkdir()
+    servers = {"liar": liar(state), "vouched": liar(vouched, trusted=True)}
+    async with in_memory_daemon(home, configure=with_servers(servers)) as (client, daemon):
+        fast(daemon)
+        session_id = await start(client, home, approval_policy="read_only")
+        events = await run_turn(client, session_id, ("mcp__liar__peek", {}), ("mcp__vouched__peek", {}))
+        untrusted, trusted = tool_ends(events)
+        assert untrusted["is_error"] and "approval policy is 'read_only'" in untrusted["result"]
+        assert "trusted = true" in untrusted["result"]
+        assert not (state / "written").exists(), "the untrusted server's tool must not have run"
+        # The person vouched for this one: its claim is believed (and here it is a lie).
+        assert not trusted["is_error"] and (vouched / "written").exists()
+
+        # Under 'ask', the untrusted claim does not skip the question either (and this client cannot answer).
+        asking = await start(client, home, approval_policy="ask")
+        [denied] = tool_ends(await run_turn(client, asking, ("mcp__liar__peek", {})))
+        assert denied["is_error"] and "cannot answer permission requests" in denied["result"]
+        assert not (state / "written").exists()
 
 
 async def test_reference_server_progress_cancel_and_list_changed(home, state):

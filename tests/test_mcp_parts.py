@@ -13,6 +13,7 @@ from daemon.mcp.client import StderrTail
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server, server_env
 from daemon.mcp.tools import McpTool, provider_schema, qualified_name, render_result
 from daemon.tools import ToolError, parse_arguments
+from daemon.tools.approval import denial_message
 from tests.support.harness import subprocess_env
 
 SERVERS = Path(__file__).parent / "support" / "mcp_servers"
@@ -89,16 +90,33 @@ def test_server_env_keeps_our_credentials_away():
 # --- tools ------------------------------------------------------------------------------
 
 
-def make_tool(**fields):
-    handle = SimpleNamespace(spec=ServerSpec(name="docs", command="c"))
+def make_tool(trusted=True, **fields):
+    handle = SimpleNamespace(spec=ServerSpec(name="docs", command="c", trusted=trusted))
     return McpTool(handle, {"name": "search", **fields})  # type: ignore[arg-type]
 
 
-def test_tool_approval_follows_read_only_hint_only():
+def test_tool_approval_follows_read_only_hint_of_trusted_servers_only():
     assert make_tool(annotations={"readOnlyHint": True}).mutating is False
     assert make_tool().mutating is True
     assert make_tool(annotations={"readOnlyHint": "true"}).mutating is True  # only a real true counts
     assert make_tool(annotations={"readOnlyHint": False, "destructiveHint": False}).mutating is True
+    # A server nobody vouched for is not taken at its word.
+    assert make_tool(trusted=False, annotations={"readOnlyHint": True}).mutating is True
+
+
+def test_trusted_comes_from_config_only():
+    assert parse_config_server("docs", {"command": "c", "trusted": True}).trusted is True  # type: ignore[union-attr]
+    assert parse_config_server("docs", {"command": "c"}).trusted is False  # type: ignore[union-attr]
+    bad = parse_config_server("docs", {"command": "c", "trusted": "yes"})
+    assert bad == "[mcp_servers.docs] trusted must be true or false."
+    acp = parse_acp_server({"name": "docs", "command": "c", "trusted": True})
+    assert acp.trusted is False  # type: ignore[union-attr]
+
+
+def test_read_only_denial_of_an_mcp_tool_says_how_to_allow_it():
+    message = denial_message("read_only", "mcp__docs__search")
+    assert "approval policy is 'read_only'" in message and "trusted = true" in message
+    assert "trusted" not in denial_message("read_only", "write_file")
 
 
 def test_tool_accepts_any_object_and_summarises_it():

@@ -8,6 +8,7 @@ the key and for a fragment of it. ``sessions.db``, the log file and the credenti
 are mode 0600.
 """
 
+import json
 import os
 import socket
 import stat
@@ -124,7 +125,8 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
     assert ends["401-deepseek"][-1]["error"]["provider_status"] == 401
     assert ends["ok"][-1]["stop_reason"] == "end_turn"
     outputs = [e["result"] for e in of_type(ends["tools"], "tool_execution_end")]
-    assert "key=***" in outputs[0] and "ANTHROPIC_API_KEY=***" in outputs[1], outputs
+    # The command never got the key (it is kept from children); the file's copy is masked.
+    assert "key=\n" in outputs[0] and "ANTHROPIC_API_KEY=***" in outputs[1], outputs
     assert ends["unreachable"][-1]["error"]["message"] == "Could not reach anthropic: ConnectError."
     # the key did go where it belongs: to the provider, in its header
     assert replay_server.requests[1].headers["x-api-key"] == KEY
@@ -161,3 +163,87 @@ def test_the_credential_file_is_private_and_its_token_never_logged(home, tmp_pat
     assert b'"provider":"copilot","configured":true,"source":"login"' in result.stdout
     leftovers = result.stdout + result.stderr + b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file() and p != path)
     assert token.encode() not in leftovers and token[8:28].encode() not in leftovers
+
+
+# Every variable ponder reads a credential from, aliases included, and the GitHub tokens
+# it keeps from commands; listed here rather than taken from daemon.config, so a variable
+# dropped there is caught.
+PLANTED_ENV = {
+    var: f"PLANTED-{var.lower()}-{uuid.uuid4().hex}"
+    for var in (
+        "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "DEEPSEEK_API_KEY",
+        "DASHSCOPE_API_KEY", "OPENROUTER_API_KEY", "GITHUB_TOKEN", "GH_TOKEN", "MYCO_KEY",
+    )
+}  # fmt: skip
+CONFIG_KEY = f"PLANTED-config-{uuid.uuid4().hex}"  # in config.toml, overridden by the environment's
+MCP_TOKEN = f"PLANTED-mcp-{uuid.uuid4().hex}"
+COPILOT_TOKEN = f"gho_PLANTED{uuid.uuid4().hex}"
+EVERY_SECRET = [*PLANTED_ENV.values(), CONFIG_KEY, MCP_TOKEN, COPILOT_TOKEN]
+# A secret cut at the end of what run_command keeps of a long output (16 KiB): before the
+# fix, everything but its last character was kept, and no longer matched the mask.
+CUT = PLANTED_ENV["GOOGLE_API_KEY"]
+
+
+def every_leak(data: bytes) -> list[str]:
+    return [s for s in EVERY_SECRET for fragment in (s, s[8:-1], s[-20:]) if fragment.encode() in data]
+
+
+async def test_every_known_credential_is_masked_and_kept_from_commands(home, tmp_path, anyio_backend, permissive_umask):
+    """Provider keys and aliases, a config key, an MCP server's env token and the Copilot sign-in."""
+    stdout: list[bytes] = []
+    stderr_path = tmp_path / "stderr.log"
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    (cwd / ".env").write_text("".join(f"{k}={v}\n" for k, v in PLANTED_ENV.items()) + f"CONFIG={CONFIG_KEY}\n")
+    head = 16 * 1024
+    (cwd / "big.txt").write_text("x" * (head - len(CUT) + 1) + CUT + "\n" + "y" * 100_000 + "\n")
+    liar = [str(Path(__file__).parent / "support" / "mcp_servers" / "liar.py")]
+    (home / "config.toml").write_text(
+        f'[providers.myco]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9"\napi_key_env = "MYCO_KEY"\n'
+        f'[providers.openrouter]\napi_key = "{CONFIG_KEY}"\n'
+        f"[mcp_servers.widgets]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(liar)}\n"
+        f"env = {{ WIDGET_TOKEN = {json.dumps(MCP_TOKEN)}, MCP_TEST_DIR = {json.dumps(str(state))} }}\n"
+    )
+    auth = pytest.importorskip("daemon.auth")
+    auth.save_github_token(home, Secret(COPILOT_TOKEN))
+    env = {**PLANTED_ENV, "PONDER_ASYNC_BACKEND": anyio_backend}
+    commands = [
+        "env; echo gh=${GITHUB_TOKEN:-absent} google=${GOOGLE_API_KEY:-absent} myco=${MYCO_KEY:-absent}",
+        f"cat .env {home}/copilot.json {home}/config.toml",
+        "cat big.txt",
+    ]
+    script = "\n".join(
+        [f"tool: run_command {json.dumps({'command': c})}" for c in commands]
+        + ['tool: read_file {"path": ".env"}', "tool: mcp__widgets__peek {}"]
+    )
+    ends: list[dict] = []
+
+    async def tools_run(client) -> None:
+        sid = await start_session(client, str(cwd), model_id="mock/tools")
+        turn = await client.request("session/prompt", {"session_id": sid, "text": script})
+        ends.extend(await client.collect_turn(turn["turn_id"]))
+        await client.request("session/resume", {"session_id": sid})
+        await client.request("mcp/list")
+        await client.request("auth/status")
+
+    await run_daemon(home, stdout, stderr_path, env, tools_run)
+
+    results = [e["result"] for e in of_type(ends, "tool_execution_end")]
+    outputs = "".join(e["chunk"] for e in of_type(ends, "tool_execution_output"))
+    assert len(results) == 5 and ends[-1]["stop_reason"] == "end_turn", ends[-1]
+    assert "gh=absent google=absent myco=absent" in results[0], "credentials must not reach a command"
+    assert "OPENAI_API_KEY=***" in results[1] and '"github_token": "***"' in results[1]
+    assert 'WIDGET_TOKEN = "***"' in results[1]
+    assert "x***\nyyy" in results[2] and "bytes of output omitted" in results[2], results[2][head - 60 : head + 60]
+    assert "GEMINI_API_KEY=***" in results[3] and "GOOGLE_API_KEY=***" in results[3]
+    assert results[4] == "peeked with token ***"
+    assert "x***\n" in outputs and "peeked" not in outputs
+
+    found = {"stdout": every_leak(b"\n".join(stdout)), "stderr": every_leak(stderr_path.read_bytes())}
+    for path in home.rglob("*"):
+        if path.is_file() and path.name not in ("config.toml", "copilot.json"):
+            found[str(path.relative_to(home))] = every_leak(path.read_bytes())
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+    assert "using token ***" in stderr_path.read_text(), "the MCP server's stderr was logged, masked"

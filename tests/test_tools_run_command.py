@@ -38,10 +38,9 @@ class Collector:
         return "".join(chunk for _, chunk in self.chunks)
 
 
-async def run(cwd: Path, command: str, emit=None, **arguments):
-    return await execute_tool(
-        builtin_tools(), "run_command", {"command": command, **arguments}, ToolContext(cwd=cwd, emit_output=emit)
-    )
+async def run(cwd: Path, command: str, emit=None, *, secrets=(), pass_env=(), **arguments):
+    context = ToolContext(cwd=cwd, emit_output=emit, secrets=secrets, pass_env=pass_env)
+    return await execute_tool(builtin_tools(), "run_command", {"command": command, **arguments}, context)
 
 
 def running(pid: int) -> bool:
@@ -225,3 +224,33 @@ async def test_a_holder_outside_the_group_does_not_hang_the_tool(tmp_path: Path,
         assert result.text.startswith(f"bg={pid}\n[exit code 0]\n[the shell exited but background processes")
     finally:
         os.kill(pid, 9)  # it left the process group, so only the test can stop it
+
+
+async def test_credentials_are_kept_from_the_command_unless_passed(tmp_path, monkeypatch):
+    planted = {var: f"planted-{var.lower()}-0123456789" for var in ("GITHUB_TOKEN", "GOOGLE_API_KEY", "OPENAI_API_KEY")}
+    for var, value in planted.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("PONDER_TEST_ORDINARY", "kept")
+    show = (
+        "echo gh=${GITHUB_TOKEN:-absent} google=${GOOGLE_API_KEY:-absent} openai=${OPENAI_API_KEY:-absent}"
+        " ${PONDER_TEST_ORDINARY}"
+    )
+    result = await run(tmp_path, show)
+    assert result.text.startswith("gh=absent google=absent openai=absent kept\n"), result.text
+    # [tools] pass_env lets chosen ones through
+    result = await run(tmp_path, show, pass_env=("GITHUB_TOKEN",))
+    assert result.text.startswith(f"gh={planted['GITHUB_TOKEN']} google=absent openai=absent kept\n"), result.text
+
+
+async def test_a_secret_is_masked_before_the_output_is_cut(tmp_path):
+    secret = "sk-planted-" + "0123456789abcdef" * 2
+    head = run_command_module.KEPT_HEAD_BYTES
+    # The kept head ends one character before the end of the secret; the middle is dropped.
+    (tmp_path / "big.txt").write_text("x" * (head - len(secret) + 1) + secret + "y" * (3 * head) + "z" * 100_000)
+    emit = Collector()
+    result = await run(tmp_path, "cat big.txt", emit, secrets=(secret,))
+    assert "bytes of output omitted" in result.text
+    for fragment in (secret[:12], secret[-12:-1], secret[8:20]):
+        assert fragment not in result.text and fragment not in emit.text
+    assert "x***y" in result.text and "x***y" in emit.text
+

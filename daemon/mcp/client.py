@@ -5,7 +5,8 @@
 notifications to the call that asked for them, and answer the server's ``ping``.
 Leaving the block stops the server the way the MCP stdio transport asks: close its
 stdin, wait, then SIGTERM and finally SIGKILL for the whole process group (``npx``
-and ``uvx`` start grandchildren that must not outlive us).
+and ``uvx`` start grandchildren that must not outlive us). The group is also handed to
+``procgroup.watch_group``, so it ends when the daemon does, however the daemon ends.
 
 Framing is ponder's own (``LineSplitter``, msgspec), so there is no runtime dependency
 on an MCP SDK. Failures are ``McpError`` subclasses whose messages are sentences a
@@ -28,9 +29,9 @@ import anyio
 import msgspec
 from anyio.abc import Process, TaskGroup
 
-from daemon import __version__
+from daemon import __version__, redact
 from daemon.mcp.spec import ServerSpec, server_env
-from daemon.tools.procgroup import group_alive, terminate_group
+from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group
 from daemon.transport import LineSplitter, _Overlong
 
 __all__ = [
@@ -115,7 +116,7 @@ class StderrTail:
         self._partial = ""
 
     def _add(self, line: str) -> None:
-        line = line.rstrip()
+        line = redact.scrub(line.rstrip())  # the tail reaches mcp/list and tool results
         if line:
             log.debug("[%s stderr] %s", self.server, line)
             self.lines.append(line)
@@ -413,6 +414,7 @@ async def open_stdio_client(spec: ServerSpec, *, close_grace_s: float, kill_grac
             env=server_env(spec),
             start_new_session=True,  # its own process group: we can end it and everything it spawned
         )
+        watch_group(process.pid)  # and it ends with the daemon, even a SIGKILLed one
     try:
         async with anyio.create_task_group() as tg:
             client = McpClient(spec, process, tg)
@@ -442,6 +444,7 @@ async def stop_process(process: Process, close_grace_s: float, kill_grace_s: flo
     if process.returncode is None or group_alive(process.pid):
         await terminate_group(process, kill_grace_s)
     await process.aclose()
+    release_group(process.pid)
 
 
 def _describe_exit(returncode: int | None) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
+from daemon import redact
 from daemon.config import Config
 from daemon.mcp.client import EXIT_SETTLE_S, McpClient, McpConnectionClosed, McpError, McpTimeout, open_stdio_client
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server
@@ -186,7 +187,10 @@ class ServerHandle:
         self.ready_since = 0.0
         self.status = "failed"
         failure = failure.rstrip(".")
-        self.error = failure[:1].upper() + failure[1:] + "." + (f" Its last stderr output:\n{stderr_tail}" if stderr_tail else "")
+        error = failure[:1].upper() + failure[1:] + "."
+        if stderr_tail:
+            error += f" Its last stderr output:\n{stderr_tail}"
+        self.error = redact.scrub(error)  # a server's own words, which may echo its token, reach mcp/list
         log.warning(
             "MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s", self.spec.name, delay, self.error
         )

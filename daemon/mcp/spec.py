@@ -1,14 +1,20 @@
 """What an MCP server is before it runs: ``ServerSpec``, parsed from ``config.toml`` or ACP.
 
 ``[mcp_servers.NAME]`` takes ``command``, ``args``, ``env``, ``cwd``, ``timeout_s`` (per
-tool call, default 60), ``startup_timeout_s`` (spawn to tool list, default 30) and
-``enabled``. ACP clients send stdio entries ``{name, command, args, env: [{name, value}]}``;
-http/sse entries are skipped (ponder speaks stdio only). A malformed entry becomes a
-one-sentence problem instead of a spec, so the manager can report it in ``mcp/list``.
+tool call, default 60), ``startup_timeout_s`` (spawn to tool list, default 30),
+``enabled`` and ``trusted`` (default false: whether its tools' ``readOnlyHint`` is
+believed, which is what lets them run without asking and under ``read_only``). ACP
+clients send stdio entries ``{name, command, args, env: [{name, value}]}``; http/sse
+entries are skipped (ponder speaks stdio only). A malformed entry becomes a one-sentence
+problem instead of a spec, so the manager can report it in ``mcp/list``.
 
 The child's environment is a short list of harmless variables from ours plus the
 configured ``env``, never our whole environment: ours holds provider API keys, and an
-MCP server is third-party code that has no business seeing them.
+MCP server is third-party code that has no business seeing them. The configured ``env``
+values usually are credentials (tokens for the server's service): each one is added to
+``daemon.redact``'s known credentials, so it is masked in tool output, events, the store
+and logs. Except what plainly is no secret and would mask every mention of a directory
+or a site: absolute paths (``/...``, ``~/...``) and plain http(s) URLs (no user, no query).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from daemon import redact
 
 __all__ = ["INHERITED_ENV", "ServerSpec", "parse_acp_server", "parse_config_server", "server_env"]
 
@@ -37,7 +45,7 @@ INHERITED_ENV = (
     "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )  # fmt: skip
-_KNOWN_KEYS = {"command", "args", "env", "cwd", "timeout_s", "startup_timeout_s", "enabled"}
+_KNOWN_KEYS = {"command", "args", "env", "cwd", "timeout_s", "startup_timeout_s", "enabled", "trusted"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,12 @@ class ServerSpec:
     timeout_s: float = DEFAULT_TIMEOUT_S
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     enabled: bool = True
+    trusted: bool = False  # from config.toml only: a client cannot vouch for a server
+
+    def __post_init__(self) -> None:
+        for _, value in self.env:
+            if not _plainly_no_secret(value):
+                redact.remember(value)
 
     @property
     def identity(self) -> tuple[Any, ...]:
@@ -93,6 +107,9 @@ def parse_config_server(name: str, raw: Any) -> ServerSpec | str:
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         return f"{where} enabled must be true or false."
+    trusted = raw.get("trusted", False)
+    if not isinstance(trusted, bool):
+        return f"{where} trusted must be true or false."
     if unknown:
         # Not fatal: a typo should not take the server away, but it should be visible.
         log.warning("%s: ignoring unknown keys %s", where, ", ".join(unknown))
@@ -105,6 +122,7 @@ def parse_config_server(name: str, raw: Any) -> ServerSpec | str:
         timeout_s=timeouts["timeout_s"],
         startup_timeout_s=timeouts["startup_timeout_s"],
         enabled=enabled,
+        trusted=trusted,
     )
 
 
@@ -133,6 +151,13 @@ def parse_acp_server(raw: Any, cwd: str | None = None) -> ServerSpec | str | Non
             return f"MCP server {name!r} from the client: env entries must be {{name, value}} strings."
         env.append((item["name"], item["value"]))
     return ServerSpec(name=name, command=command, args=tuple(args), env=tuple(sorted(env)), cwd=cwd)
+
+
+def _plainly_no_secret(value: str) -> bool:
+    if value.startswith(("/", "~/")):
+        return True
+    scheme, sep, rest = value.partition("://")
+    return bool(sep) and scheme in ("http", "https") and not any(c in rest for c in "@?#")
 
 
 def _env_value(value: Any) -> str:

@@ -4,9 +4,10 @@ A server's tool ``search`` on server ``docs`` reaches the model as ``mcp__docs__
 (characters providers reject become ``_``; over-long names are shortened with a hash
 so they stay unique). Its input schema is the server's, made self-contained (``$ref``
 inlined) like the built-in tools' schemas; the server validates the arguments, so any
-JSON object is accepted here. A tool is mutating, and so asks for approval, unless the
-server annotates it ``readOnlyHint: true`` (annotations are hints from a third party,
-so the safe reading is the default).
+JSON object is accepted here. A tool is mutating, and so asks for approval (and never
+runs under ``read_only``), unless the server annotates it ``readOnlyHint: true`` and
+config.toml marks the server ``trusted = true``: annotations are a third party's claim,
+not a guarantee, so only a server the person vouched for is taken at its word.
 
 Results: text content as is, other content as a short placeholder, structured content
 as JSON text unless the text already carries it (servers are asked to send both);
@@ -31,10 +32,11 @@ from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult, inline_s
 if TYPE_CHECKING:
     from daemon.mcp.manager import ServerHandle
 
-__all__ = ["McpTool", "qualified_name", "render_result"]
+__all__ = ["MCP_TOOL_PREFIX", "McpTool", "qualified_name", "render_result"]
 
 log = logging.getLogger("ponder.mcp")
 
+MCP_TOOL_PREFIX = "mcp__"  # every MCP tool's name starts so; no built-in tool's does
 MAX_NAME = 64  # the tightest provider limit (OpenAI, Anthropic)
 MAX_RESULT_CHARS = 200_000
 PROGRESS_BUFFER = 64
@@ -42,7 +44,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def qualified_name(server: str, tool: str) -> str:
-    name = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
+    name = f"{MCP_TOOL_PREFIX}{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
     if len(name) <= MAX_NAME:
         return name
     digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
@@ -67,7 +69,8 @@ class McpTool(Tool[Any]):
             else f"The {self.tool_name} tool of the MCP server {self.server}."
         )
         annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-        self.mutating = annotations.get("readOnlyHint") is not True  # type: ignore[misc,union-attr]
+        claims_read_only = annotations.get("readOnlyHint") is True  # type: ignore[union-attr]
+        self.mutating = not (claims_read_only and handle.spec.trusted)  # type: ignore[misc]
         self._schema = provider_schema(tool.get("inputSchema"))
 
     @property

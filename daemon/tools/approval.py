@@ -4,11 +4,16 @@ Per PROTOCOL "Approval policies": ``ask`` runs read-only tools and asks the clie
 mutating ones (denied when the client cannot be asked); ``auto`` runs everything;
 ``read_only`` always denies mutating tools. A tool the person allowed for the session
 (``allow_session``) runs without asking again, except under ``read_only``.
+
+An MCP tool is read-only only when its server says so (``readOnlyHint``) and config.toml
+marks the server ``trusted`` (``daemon.mcp.tools``); a denial under ``read_only`` says so.
 """
 
 from __future__ import annotations
 
 from typing import Literal
+
+from daemon.mcp.tools import MCP_TOOL_PREFIX
 
 __all__ = ["Decision", "DenialReason", "decide", "denial_message"]
 
@@ -41,6 +46,14 @@ def denial_message(policy: str, tool_name: str, reason: str | None = None) -> st
     """
     if reason is None:
         reason = "cannot_ask" if policy == "ask" else "read_only"
+    if reason == "read_only" and tool_name.startswith(MCP_TOOL_PREFIX):
+        return (
+            f"{tool_name} was not run: the session's approval policy is {policy!r}, which runs an MCP tool only when "
+            "its server declares it read-only (readOnlyHint) and config.toml marks that server trusted "
+            "(trusted = true in its [mcp_servers.NAME] table); a server's own claim is not enough. Continue with "
+            "the read-only tools, or ask the user to trust the server or switch the session to approval_policy "
+            "'ask' or 'auto'."
+        )
     if reason == "read_only":
         return (
             f"{tool_name} was not run: the session's approval policy is {policy!r}, which never runs tools "

@@ -36,6 +36,11 @@ class ToolContext:
     cwd: Path
     # Streams chunks of output as they arrive (run_command); None when nobody listens.
     emit_output: Callable[[str], Awaitable[None]] | None = None
+    # Credentials to mask in output before it is cut to size (a key cut in half would
+    # no longer match); the caller masks the final result too.
+    secrets: tuple[str, ...] = ()
+    # Credential variables a command's children get anyway ([tools] pass_env; see config.child_env).
+    pass_env: tuple[str, ...] = ()
 
 
 class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

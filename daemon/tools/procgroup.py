@@ -1,20 +1,34 @@
-"""Ending a command's whole process group: SIGTERM, a short grace, then SIGKILL.
+"""Ending a command's whole process group: SIGTERM, a short grace, then SIGKILL; also
+when the daemon itself dies.
 
 ``run_command`` starts each command in a new session, so its process group holds the
 shell and everything it spawned (unless they deliberately left it). Killing only the
 shell would orphan its children, still running and still holding the output pipe.
+
+``watch_group`` hands a group to the watcher: one small process per daemon (started on
+first use, in its own session, so a signal to the daemon's group does not take it too)
+that holds the read end of a pipe only the daemon writes to. When the daemon ends in
+any way, SIGKILL included, the pipe reaches end-of-file and the watcher ends every group
+still registered (SIGTERM, ``WATCHER_GRACE_S``, SIGKILL): grandchildren too, which
+``PR_SET_PDEATHSIG`` cannot reach (it is per process, cleared on fork, and fires when the
+parent *thread* exits). Only pipes, sessions and ``killpg`` are used, so this works
+the same on macOS and the BSDs. A process that leaves the group (``setsid``) is on its
+own, deliberately.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import anyio
 from anyio.abc import Process
 
-__all__ = ["group_alive", "signal_group", "terminate_group"]
+__all__ = ["WATCHER_GRACE_S", "group_alive", "release_group", "signal_group", "terminate_group", "watch_group"]
 
 _POLL_S = 0.05
 _AFTER_KILL_S = 1.0
@@ -78,3 +92,82 @@ async def terminate_group(process: Process, grace_s: float) -> None:
     with anyio.move_on_after(_AFTER_KILL_S):
         while group_alive(pgid):
             await anyio.sleep(_POLL_S / 5)
+
+
+# --- the watcher: groups die with the daemon ---------------------------------------------
+
+WATCHER_GRACE_S = 1.0
+
+_WATCHER = Path(__file__).with_name("group_watcher.py")
+
+
+class _Watcher:
+    """The daemon's side of the watcher: the write end of its pipe, started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._fd: int | None = None
+        self._pid = 0  # the daemon process the watcher belongs to (a fork needs its own)
+
+    def send(self, line: str) -> None:
+        with self._lock:
+            for _ in range(2):  # a watcher that died (someone killed it) is replaced once
+                fd = self._ensure()
+                if fd is None:
+                    return
+                try:
+                    os.write(fd, line.encode())
+                    return
+                except OSError:
+                    self._drop()
+
+    def _ensure(self) -> int | None:
+        if self._fd is not None and self._pid == os.getpid():
+            return self._fd
+        read_end, write_end = os.pipe()  # not inheritable: no child of ours holds it open
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_WATCHER), str(WATCHER_GRACE_S)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                start_new_session=True,
+            )
+        except OSError:
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        self._fd, self._pid = write_end, os.getpid()
+        return write_end
+
+    def _drop(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        if self._process is not None:
+            self._process.poll()  # reap it
+        self._fd = self._process = None
+
+
+_watcher = _Watcher()
+
+
+def watch_group(pgid: int) -> None:
+    """End the group ``pgid`` when this process ends, however it ends (SIGKILL included)."""
+    _watcher.send(f"+{pgid}\n")
+
+
+def release_group(pgid: int) -> None:
+    """Tell the watcher the group ``pgid`` is gone, when it is (a zombie counts as there).
+
+    A group still running (a background job) stays watched; the watcher forgets it on
+    its own once it is gone. Cheap (one ``killpg``), unlike ``group_alive``.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        _watcher.send(f"-{pgid}\n")
+    except PermissionError:
+        pass

@@ -7,7 +7,15 @@ as it arrives and kept for the result up to ``KEPT_HEAD_BYTES + KEPT_TAIL_BYTES`
 cancellation the whole process group is terminated (see ``procgroup``); cancellation
 then propagates. When the shell exits while a background child silently keeps the
 output open, the rest of the group is stopped too, so the tool returns and nothing
-leaks; a child that redirected its output (``cmd > log &``) is left running.
+leaks; a child that redirected its output (``cmd > log &``) is left running, until the
+daemon ends: the group is handed to ``procgroup.watch_group``, so nothing it started
+outlives the daemon (SIGKILL included), unless it left the group (``setsid``).
+
+Credentials stay out of the command: its environment is the daemon's minus provider
+keys, GitHub tokens and any variable holding a known credential (``config.child_env``;
+``[tools] pass_env`` lets chosen ones through). Output is masked (``ctx.secrets``) as
+it is decoded, before it is streamed or cut to size: a key split by the cut would no
+longer be recognised.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ import anyio
 import msgspec
 from anyio.abc import Process
 
+from daemon.config import child_env
+from daemon.redact import SecretMask
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import resolve_in_cwd
-from daemon.tools.procgroup import group_alive, terminate_group
+from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "RunCommand", "RunCommandArgs"]
 
@@ -77,18 +87,20 @@ class RunCommand(Tool[RunCommandArgs]):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env={**os.environ, **_NON_INTERACTIVE_ENV},
+                env={**child_env(os.environ, ctx.pass_env), **_NON_INTERACTIVE_ENV},
                 start_new_session=True,
             )
         except OSError as exc:
             raise ToolError(f"could not start the shell: {exc}.") from None
+        watch_group(process.pid)
 
         output = _KeptOutput()
         streamer = _Streamer(ctx.emit_output)
+        text = _MaskedText(ctx.secrets)
         outcome = "running"
         try:
             with anyio.move_on_after(args.timeout_s) as deadline:
-                outcome = "exited" if await _collect(process, output, streamer) else "left_behind"
+                outcome = "exited" if await _collect(process, text, output, streamer) else "left_behind"
             if deadline.cancelled_caught:
                 outcome = "timed_out"
         finally:
@@ -97,10 +109,13 @@ class RunCommand(Tool[RunCommandArgs]):
                 if outcome not in ("exited", "left_behind"):
                     await terminate_group(process, KILL_GRACE_S)
                 await process.aclose()
+                release_group(process.pid)
+        if rest := text.flush():  # a timeout or cancellation may leave a held-back tail
+            output.add(rest.encode())
         return _result(outcome, process.returncode, output, args.timeout_s)
 
 
-async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -> bool:
+async def _collect(process: Process, text: _MaskedText, output: _KeptOutput, streamer: _Streamer) -> bool:
     """Read output until the shell exits and the pipe is drained.
 
     Returns False when, after the shell exited, something else held the pipe open in
@@ -110,9 +125,10 @@ async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -
     stdout = process.stdout
     eof = anyio.Event()
     waiting_for_pipe = False  # False while a chunk is being handed to a (slow) listener
+    received = 0  # bytes read from the pipe (what is kept may lag: a possible key is held back)
 
     async def pump() -> None:
-        nonlocal waiting_for_pipe
+        nonlocal waiting_for_pipe, received
         while True:
             waiting_for_pipe = True
             try:
@@ -121,9 +137,9 @@ async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -
                 break
             finally:
                 waiting_for_pipe = False
-            output.add(chunk)
-            await streamer.send(chunk)
-        await streamer.flush()
+            received += len(chunk)
+            await _keep(text.feed(chunk), output, streamer)
+        await _keep(text.flush(), output, streamer)
         eof.set()
 
     left_behind = False
@@ -131,10 +147,10 @@ async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -
         tg.start_soon(pump)
         await process.wait()
         while not eof.is_set():
-            received = output.total
+            received_before = received
             with anyio.move_on_after(DRAIN_GRACE_S):
                 await eof.wait()
-            if eof.is_set() or output.total != received or not waiting_for_pipe:
+            if eof.is_set() or received != received_before or not waiting_for_pipe:
                 continue  # output still flowing, or the listener is slow: keep draining
             if not group_alive(process.pid):
                 # Nobody in the group can be holding the pipe: the rest of the output is in
@@ -153,6 +169,12 @@ async def _collect(process: Process, output: _KeptOutput, streamer: _Streamer) -
             break
         tg.cancel_scope.cancel()
     return not left_behind
+
+
+async def _keep(text: str, output: _KeptOutput, streamer: _Streamer) -> None:
+    if text:
+        output.add(text.encode())
+        await streamer.send(text)
 
 
 def _result(outcome: str, returncode: int | None, output: _KeptOutput, timeout_s: float) -> ToolResult:
@@ -214,30 +236,40 @@ class _KeptOutput:
         )
 
 
+class _MaskedText:
+    """Output bytes as text with credentials masked, decoded and masked as they come."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.mask = SecretMask(secrets)
+
+    def feed(self, chunk: bytes) -> str:
+        return self.mask.feed(self.decoder.decode(chunk))
+
+    def flush(self) -> str:
+        return self.mask.feed(self.decoder.decode(b"", final=True)) + self.mask.flush()
+
+
 class _Streamer:
-    """Decodes output chunks as they come and forwards them, up to a budget."""
+    """Forwards output text as it comes, up to a budget."""
 
     def __init__(self, emit: Callable[[str], Awaitable[None]] | None) -> None:
         self.emit = emit
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.sent = 0
 
-    async def send(self, chunk: bytes) -> None:
+    async def send(self, text: str) -> None:
         if self.emit is None:
             return
-        if self.sent + len(chunk) > MAX_STREAMED_BYTES:
+        data = text.encode()
+        if self.sent + len(data) > MAX_STREAMED_BYTES:
             await self._emit(
-                self.decoder.decode(chunk[: MAX_STREAMED_BYTES - self.sent], final=True)
+                data[: MAX_STREAMED_BYTES - self.sent].decode(errors="ignore")
                 + f"\n[streaming stopped after {MAX_STREAMED_BYTES // 1024} KiB; the command keeps running]\n"
             )
             self.emit = None
             return
-        self.sent += len(chunk)
-        await self._emit(self.decoder.decode(chunk))
-
-    async def flush(self) -> None:
-        if self.emit is not None:
-            await self._emit(self.decoder.decode(b"", final=True))
+        self.sent += len(data)
+        await self._emit(text)
 
     async def _emit(self, text: str) -> None:
         if not text or self.emit is None:
