@@ -147,6 +147,12 @@ def summarize(events: list[ProviderEvent]) -> dict[str, Any]:
     }
 
 
+def shared_meaning(raw: dict[str, Any]) -> Usage:
+    """A fixture's usage in ponder's meaning: Gemini's candidatesTokenCount (the fixture's
+    output_tokens) leaves out thoughtsTokenCount, Usage.output_tokens includes it."""
+    return Usage(**{**raw, "output_tokens": raw["output_tokens"] + (raw["reasoning_tokens"] or 0)})
+
+
 def sse(*chunks: dict[str, Any]) -> bytes:
     return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in chunks)
 
@@ -249,7 +255,7 @@ async def test_fixture_replay(replay_server: ReplayServer, name: str, split: str
         if kind == "text":
             assert (part.text == "") == (sig["part_kind"] == "text(empty)")
     assert all((p.provider, p.model) == (PROVIDER, model) for p in result["parts"])
-    assert result["usage"] == Usage(**expected["usage"])
+    assert result["usage"] == shared_meaning(expected["usage"])
     assert result["stop"] is not None and result["stop"].raw == expected["stop_reason"]
     assert result["stop"].reason == ("tool_use" if expected["tool_calls"] else STOP_KINDS[expected["stop_reason"]])
 
@@ -434,7 +440,8 @@ async def test_signature_on_a_thought_part_goes_back_on_that_part(replay_server:
         result = summarize(await collect(adapter, first))
         (call,) = result["calls"]
         assert call.call_id == "fc-42" and call.arguments == {}
-        assert result["usage"] == Usage(input_tokens=5, output_tokens=3, reasoning_tokens=4)
+        # candidatesTokenCount 3 plus thoughtsTokenCount 4
+        assert result["usage"] == Usage(input_tokens=5, output_tokens=7, reasoning_tokens=4)
         second = ProviderRequest(
             provider=PROVIDER,
             model=model,

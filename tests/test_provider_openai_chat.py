@@ -50,6 +50,11 @@ BODY_DEVIATIONS: dict[str, dict[str, Any]] = {
     # The fixture is the bug this adapter cannot make: thinking on a non-streaming call.
     "non-streaming-thinking-400": {"stream": True, "stream_options": {"include_usage": True}},
 }
+# Where our usage differs from the fixture's, on purpose: Usage.output_tokens includes
+# reasoning, and Copilot's Gemini models count it outside completion_tokens (the recorded
+# total is prompt + completion + reasoning: 19581 + 53 + 134 = 19768).
+# Keyed by the recorded response id (copilot-gemini-reasoning-tools).
+USAGE_DEVIATIONS: dict[str, dict[str, Any]] = {"MhdNvueIX8xw90AuKc3ZEj5": {"output_tokens": 53 + 134}}
 _BODY_KEYS = {
     "model",
     "messages",
@@ -149,7 +154,7 @@ def assert_expected(expected: dict[str, Any], got) -> None:
     raws = [(p.provider_data or {}).get("arguments_raw") for p in got.parts if p.type == "tool_call"]
     assert raws == [c["arguments_raw"] for c in expected["tool_calls"]]
     assert got.stop == Stop(reason=RAW_STOPS[expected["stop_reason"]], raw=expected["stop_reason"])
-    assert got.usage == expected["usage"]
+    assert got.usage == {**expected["usage"], **USAGE_DEVIATIONS.get(expected.get("id", ""), {})}
     thinking_parts = [p for p in got.parts if p.type == "thinking"]
     if "reasoning_opaque" in expected:
         assert thinking_parts[0].provider_data == {"reasoning_opaque": expected["reasoning_opaque"]}

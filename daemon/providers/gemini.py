@@ -52,6 +52,7 @@ from daemon.providers.http import (
     read_error_body,
     status_error,
 )
+from daemon.providers.usage import count, normalized_usage
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -438,12 +439,21 @@ class _StreamParser:
 
 
 def _usage(meta: dict[str, Any]) -> Usage:
-    # Gemini's proto3 JSON omits zero counts, so a missing thoughts or candidates count is 0.
-    # Cached tokens are only reported when context caching applied; absent means unknown.
-    return Usage(
-        input_tokens=_int(meta.get("promptTokenCount")),
+    # promptTokenCount includes cached content; candidatesTokenCount leaves out thoughts
+    # (totalTokenCount = prompt + toolUsePrompt + candidates + thoughts). Proto3 JSON omits
+    # zero counts, so a missing candidates or thoughts count is 0; cached tokens are only
+    # reported when caching applied, so absent means unknown.
+    return normalized_usage(
+        input_tokens=_sum(meta.get("promptTokenCount"), meta.get("toolUsePromptTokenCount")),
         output_tokens=_int(meta.get("candidatesTokenCount")) or 0,
         reasoning_tokens=_int(meta.get("thoughtsTokenCount")) or 0,
-        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
-        cache_write_tokens=None,
+        cache_read_tokens=meta.get("cachedContentTokenCount"),
+        output_excludes_reasoning=True,
     )
+
+
+def _sum(prompt: Any, tool_use_prompt: Any) -> int | None:
+    """The prompt count plus the results of Gemini's built-in tools, read as input too."""
+    if count(prompt) is None:
+        return None
+    return prompt + (count(tool_use_prompt) or 0)

@@ -55,6 +55,7 @@ from daemon.providers.openai_common import (
     stream_error,
     tool_call_part,
 )
+from daemon.providers.usage import normalized_usage
 from protocol.objects import Usage
 
 log = logging.getLogger("ponder.providers.openai_responses")
@@ -426,17 +427,15 @@ _HANDLERS = {
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    output_details = raw.get("output_tokens_details") or {}
-    input_details = raw.get("input_tokens_details") or {}
-
-    def number(value: Any) -> int | None:
-        return value if isinstance(value, int) else None
-
-    return Usage(
-        input_tokens=number(raw.get("input_tokens")),  # includes cached tokens
-        output_tokens=number(raw.get("output_tokens")),  # includes reasoning tokens
-        reasoning_tokens=number(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else None,
-        cache_read_tokens=number(input_details.get("cached_tokens")) if isinstance(input_details, dict) else None,
+    input_details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
+    output_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
+    # input_tokens includes cached and cache-written tokens, output_tokens includes reasoning.
+    return normalized_usage(
+        input_tokens=raw.get("input_tokens"),
+        output_tokens=raw.get("output_tokens"),
+        reasoning_tokens=output_details.get("reasoning_tokens"),
+        cache_read_tokens=input_details.get("cached_tokens"),
+        cache_write_tokens=input_details.get("cache_write_tokens"),
     )
 
 
