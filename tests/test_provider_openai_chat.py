@@ -207,6 +207,12 @@ def test_roundtrip_list_matches_the_fixtures():
     assert with_roundtrip == {(folder, name) for folder, name, _ in ROUNDTRIP}
 
 
+# Where what we send back differs from the fixture's, on purpose: a turn of tool calls only
+# goes back with content null, as DeepSeek's own accepted traffic has it (the fixture's ""
+# is what an SDK message object serializes to, not what the API sends).
+ROUNDTRIP_DEVIATIONS: dict[str, dict[str, Any]] = {"deepseek-tool-call": {"content": None}}
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(("folder", "name", "provider"), ROUNDTRIP, ids=[f"{f}/{n}" for f, n, _ in ROUNDTRIP])
 async def test_follow_up_request_replays_the_reply(replay_server, folder, name, provider):
@@ -232,7 +238,7 @@ async def test_follow_up_request_replays_the_reply(replay_server, folder, name, 
         if calls
         else [{"role": "user", "content": "Thanks. Why?"}]
     )
-    roundtrip = meta["expected"]["assistant_message_for_roundtrip"]
+    roundtrip = {**meta["expected"]["assistant_message_for_roundtrip"], **ROUNDTRIP_DEVIATIONS.get(name, {})}
     assert body2["messages"] == [*body1["messages"], roundtrip, *tail]
     assert {k: v for k, v in body2.items() if k != "messages"} == {k: v for k, v in body1.items() if k != "messages"}
 

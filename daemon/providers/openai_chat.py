@@ -160,9 +160,9 @@ def _assistant_message(message: ChatMessage, request: ProviderRequest, dialect: 
     calls = [p for p in message.parts if p.type == "tool_call"]
     if not text and not calls:
         return None  # a reply cut off while thinking: nothing the API would accept
-    # DeepSeek's own examples echo the SDK message back, whose empty content is "".
-    empty: str | None = "" if dialect == "deepseek" else None
-    out: dict[str, Any] = {"role": "assistant", "content": text or empty}
+    # A turn of tool calls only has no content: null, as every dialect's own traffic sends
+    # it (DeepSeek's too; it streams such turns with content null).
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         out["tool_calls"] = [
             {
