@@ -889,7 +889,9 @@ async def test_comments_retry_blocks_unknown_events_and_server_blocks_are_skippe
         BlockEnd(index=1, part=Part(type="text", text="hi")),
         UsageUpdate(
             # Anthropic's input_tokens (40) leaves out cache reads (7) and writes (3); ours includes them.
-            usage=Usage(input_tokens=50, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3)
+            usage=Usage(
+                input_tokens=50, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3
+            )
         ),
         Stop(reason="end_turn", raw="pause_turn"),
     ]
