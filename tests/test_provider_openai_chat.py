@@ -21,7 +21,7 @@ from daemon.errors import ProviderAuthError, ProviderModelNotFound
 from daemon.providers.base import Stop, ToolSpec
 from daemon.providers.openai_chat import OpenAIChatProvider, chat_dialect
 from daemon.providers.openai_common import error_retryable, parse_duration
-from tests.support.provider_streams import collect, make_request, tool_results, user
+from tests.support.provider_streams import collect, enqueue_local, make_request, tool_results, user
 from tests.support.replay import ScriptedResponse, fixture_request, fixtures_dir, load_fixture
 
 FAKE_KEY = "sk-test-not-a-real-key-0123456789"
@@ -631,3 +631,16 @@ def test_tool_call_without_name_or_id_still_ends():
     end = events[-1].part
     assert isinstance(end, Part) and end.arguments == {"a": 1} and end.call_id.startswith("call_") and end.name == ""
     assert parser.feed("", "[DONE]")[-1] == Stop(reason="tool_use", raw="tool_calls")
+
+
+@pytest.mark.anyio
+async def test_openrouter_cache_writes_are_reported(replay_server):
+    meta = enqueue_local(replay_server, "openai-chat", "openrouter-cache-write")
+    adapter = OpenAIChatProvider(config("openrouter", replay_server.url))
+    try:
+        got = await collect(adapter, make_request("openrouter", meta["expected"]["model"], [user("Warm the cache.")]))
+    finally:
+        await adapter.aclose()
+    assert got.error is None and got.streamed("text") == meta["expected"]["text"]
+    assert got.stop == Stop(reason="end_turn", raw="stop")
+    assert got.usage == meta["expected"]["usage"]
