@@ -102,11 +102,12 @@ def test_titles_come_from_the_first_line_or_the_first_resource() -> None:
     assert title_for(blocks([{"type": "text", "text": "  "}])) is None
 
 
-def test_context_used_counts_anthropics_cache_apart() -> None:
-    usage = Usage(input_tokens=10, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1)
-    assert context_used(usage, "anthropic") == 116
-    assert context_used(usage, "openai-chat") == 15
-    assert context_used(Usage(), "anthropic") is None
+def test_context_used_is_input_plus_output() -> None:
+    # Usage.input_tokens already includes cached input for every provider (the Anthropic
+    # adapter adds its cache reads and writes): adding them again would count them twice.
+    usage = Usage(input_tokens=111, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1)
+    assert context_used(usage) == 116
+    assert context_used(Usage()) is None
 
 
 # --- replay ----------------------------------------------------------------------------------

@@ -23,7 +23,10 @@ def responses_check(body, meta):
 
 
 def chat_check(body, meta):
-    return meta["expected"]["assistant_message_for_roundtrip"] in body["messages"]
+    expected = dict(meta["expected"]["assistant_message_for_roundtrip"])
+    if meta["provider"] == "deepseek" and expected.get("tool_calls") and expected.get("content") == "":
+        expected["content"] = None  # a turn of tool calls only goes back with content null, as DeepSeek sends it
+    return expected in body["messages"]
 
 
 CASES = {

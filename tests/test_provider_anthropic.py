@@ -42,6 +42,7 @@ from daemon.providers.base import (
     UsageUpdate,
 )
 from protocol.objects import Thinking, Usage
+from tests.support.provider_streams import enqueue_local
 from tests.support.replay import ReplayServer, ScriptedResponse, fixture_request, fixtures_dir, load_fixture
 
 FAKE_KEY = "sk-ant-test-FAKE-0123456789"
@@ -888,7 +889,10 @@ async def test_comments_retry_blocks_unknown_events_and_server_blocks_are_skippe
         BlockDelta(index=1, delta="hi"),
         BlockEnd(index=1, part=Part(type="text", text="hi")),
         UsageUpdate(
-            usage=Usage(input_tokens=40, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3)
+            # Anthropic's input_tokens (40) leaves out cache reads (7) and writes (3); ours includes them.
+            usage=Usage(
+                input_tokens=50, output_tokens=9, reasoning_tokens=None, cache_read_tokens=7, cache_write_tokens=3
+            )
         ),
         Stop(reason="end_turn", raw="pause_turn"),
     ]
@@ -997,3 +1001,17 @@ async def test_cancelling_a_silent_stream(replay_server: ReplayServer) -> None:
                     seen.append(event)
     assert scope.cancelled_caught and anyio.current_time() - started < 2.0
     assert any(isinstance(e, BlockDelta) for e in seen)
+
+
+@pytest.mark.anyio
+async def test_usage_input_includes_cache_reads_and_writes(replay_server: ReplayServer) -> None:
+    """Anthropic's input_tokens leaves out cache reads and writes; Usage.input_tokens is
+    every input token the model read (PROTOCOL.md), as for the other providers."""
+    meta = enqueue_local(replay_server, "anthropic", "prompt-cache-read-write")
+    expected = meta["expected"]
+    async with anthropic(replay_server.url) as provider:
+        outcome = await run(provider, request(SONNET_45, budget("high", 2048, 4096), [user("Squash three commits?")]))
+    assert outcome.error is None
+    assert (outcome.streamed("thinking"), outcome.streamed("text")) == (expected["thinking"], expected["text"])
+    assert outcome.usage == Usage(**expected["usage"])
+    assert [u.usage.input_tokens for u in outcome.events if isinstance(u, UsageUpdate)] == [22030, 22030]

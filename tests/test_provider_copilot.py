@@ -31,7 +31,7 @@ from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
 from protocol.errors import ErrorCode
 from tests.support.harness import in_memory_daemon
-from tests.support.provider_streams import assistant, collect, make_request, tool_results, user
+from tests.support.provider_streams import assistant, collect, enqueue_local, make_request, tool_results, user
 from tests.support.replay import RecordedRequest, ScriptedResponse, fixture_request
 
 pytestmark = pytest.mark.anyio
@@ -716,3 +716,18 @@ async def test_sign_in_then_prompt_a_copilot_model(github, replay_server, home, 
     assert sent.headers["authorization"].startswith(f"Bearer {COPILOT_TOKEN}")
     assert sent.json()["model"] == "claude-sonnet-4.5"
     assert github.exchanges[0].headers["authorization"] == f"token {GITHUB_TOKEN}"
+
+
+async def test_responses_phase_goes_back_through_copilot(github, replay_server, home):
+    """Copilot's gpt-5.x answer on /responses with phase too: it goes back on the message."""
+    meta = enqueue_local(replay_server, "openai-responses", "phase-final-answer")
+    replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+    adapter = CopilotProvider(copilot_settings(github), "openai-responses", home)
+    try:
+        got = await collect(adapter, make_request("copilot", "gpt-5.3-codex", [user("Fix it.")]))
+        history = [user("Fix it."), got.reply(), user("Thanks!")]
+        await collect(adapter, make_request("copilot", "gpt-5.3-codex", history))
+    finally:
+        await adapter.aclose()
+    posts = [r for r in replay_server.requests if r.method == "POST" and r.path == "/responses"]
+    assert posts[1].json()["input"][1] == meta["expected"]["assistant_items_for_roundtrip"][0]

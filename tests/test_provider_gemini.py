@@ -28,8 +28,10 @@ from daemon.providers.base import (
     ToolSpec,
     UsageUpdate,
 )
+from daemon.providers.blocks import pieces_of
 from daemon.providers.gemini import DUMMY_SIGNATURE, GeminiProvider, parse_duration
-from protocol.objects import Thinking, Usage
+from protocol.objects import TextBlock, Thinking, Usage
+from tests.support.provider_streams import enqueue_local
 from tests.support.replay import ReplayServer, ScriptedResponse, fixture_request, load_fixture
 
 pytestmark = pytest.mark.anyio
@@ -141,10 +143,25 @@ def summarize(events: list[ProviderEvent]) -> dict[str, Any]:
         "thinking": "".join(p.text for p in parts if p.type == "thinking"),
         "calls": [p for p in parts if p.type == "tool_call"],
         "parts": parts,
-        "signed": [p for p in parts if p.signature is not None],
+        "signed": signed_pieces(parts),
         "usage": usage,
         "stop": stops[0] if stops else None,
     }
+
+
+def signed_pieces(parts: list[Part]) -> list[tuple[str, str, str]]:
+    """(kind, text, signature) of every signed wire part the blocks were assembled from."""
+    signed = []
+    for part in parts:
+        pieces = pieces_of(part) or [(part.text, part.type, part.signature)]
+        signed += [(kind, text, sig) for text, kind, sig in pieces if sig is not None]
+    return signed
+
+
+def shared_meaning(raw: dict[str, Any]) -> Usage:
+    """A fixture's usage in ponder's meaning: Gemini's candidatesTokenCount (the fixture's
+    output_tokens) leaves out thoughtsTokenCount, Usage.output_tokens includes it."""
+    return Usage(**{**raw, "output_tokens": raw["output_tokens"] + (raw["reasoning_tokens"] or 0)})
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:
@@ -242,14 +259,17 @@ async def test_fixture_replay(replay_server: ReplayServer, name: str, split: str
     assert [(c.name, c.arguments, c.signature) for c in result["calls"]] == [
         (c["name"], c["arguments"], c["thought_signature"]) for c in expected["tool_calls"]
     ]
-    assert [p.signature for p in result["signed"]] == [s["signature"] for s in expected["thought_signatures"]]
-    for part, sig in zip(result["signed"], expected["thought_signatures"]):
-        kind = {"functionCall": "tool_call", "text(empty)": "text"}.get(sig["part_kind"], sig["part_kind"])
-        assert part.type == kind
+    assert [sig for _, _, sig in result["signed"]] == [s["signature"] for s in expected["thought_signatures"]]
+    for (kind, text, _), sig in zip(result["signed"], expected["thought_signatures"]):
+        assert kind == {"functionCall": "tool_call", "text(empty)": "text"}.get(sig["part_kind"], sig["part_kind"])
         if kind == "text":
-            assert (part.text == "") == (sig["part_kind"] == "text(empty)")
+            assert (text == "") == (sig["part_kind"] == "text(empty)")
+    # Clients see one block per contiguous run, never an empty one.
+    assert all(p.text for p in result["parts"] if p.type == "text")
+    kinds = [p.type for p in result["parts"]]
+    assert all(a != b for a, b in zip(kinds, kinds[1:]) if a != "tool_call")
     assert all((p.provider, p.model) == (PROVIDER, model) for p in result["parts"])
-    assert result["usage"] == Usage(**expected["usage"])
+    assert result["usage"] == shared_meaning(expected["usage"])
     assert result["stop"] is not None and result["stop"].raw == expected["stop_reason"]
     assert result["stop"].reason == ("tool_use" if expected["tool_calls"] else STOP_KINDS[expected["stop_reason"]])
 
@@ -286,12 +306,15 @@ async def test_trailing_signature_part_is_stored_and_sent_back_on_that_part(repl
     try:
         first = request_from_fixture("thoughts-text-signature", FLASH)
         result = summarize(await collect(adapter, first))
-        # thought parts, then the answer, then the empty part that carries the signature
-        assert [(p.type, bool(p.text), p.signature is not None) for p in result["parts"]] == [
-            ("thinking", True, False),
-            ("text", True, False),
-            ("text", False, True),
-        ]
+        # Gemini 3 ends the answer with an empty part carrying the signature: clients see
+        # the thoughts and one answer block; the empty signed part is kept on that block.
+        expected = meta["expected"]
+        thinking, text = result["parts"]
+        assert (thinking.type, thinking.text, thinking.signature) == ("thinking", expected["thinking"], None)
+        assert (text.type, text.text, text.signature) == ("text", expected["text"], None)
+        (signature,) = [s["signature"] for s in expected["thought_signatures"]]
+        assert text.provider_data == {"parts": [{"chars": len(expected["text"])}, {"chars": 0, "signature": signature}]}
+        assert text.to_block() == TextBlock(text=expected["text"])
         replay_server.enqueue(sse_response(sse(chunk([{"text": "Yes."}], "STOP"))))
         follow_up = ProviderRequest(
             provider=PROVIDER,
@@ -434,7 +457,8 @@ async def test_signature_on_a_thought_part_goes_back_on_that_part(replay_server:
         result = summarize(await collect(adapter, first))
         (call,) = result["calls"]
         assert call.call_id == "fc-42" and call.arguments == {}
-        assert result["usage"] == Usage(input_tokens=5, output_tokens=3, reasoning_tokens=4)
+        # candidatesTokenCount 3 plus thoughtsTokenCount 4
+        assert result["usage"] == Usage(input_tokens=5, output_tokens=7, reasoning_tokens=4)
         second = ProviderRequest(
             provider=PROVIDER,
             model=model,
@@ -456,7 +480,11 @@ async def test_signature_on_a_thought_part_goes_back_on_that_part(replay_server:
                 {"functionCall": {"name": "lookup", "args": {}, "id": "fc-42"}},
             ],
         },
-        {"role": "user", "parts": [{"functionResponse": {"name": "lookup", "response": {"output": [1, 2]}}}]},
+        # the call's id goes back on its response too
+        {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "lookup", "response": {"output": [1, 2]}, "id": "fc-42"}}],
+        },
     ]
 
 
@@ -738,3 +766,150 @@ def test_parse_duration() -> None:
     assert parse_duration("34.4s") == 34.4
     assert parse_duration("soon") is None
     assert parse_duration(None) is None
+
+
+# --------------------------------------------------------------------------- ponder's own fixtures
+
+
+def tool_from(meta: dict[str, Any]) -> list[ToolSpec]:
+    declarations = [d for group in meta.get("request", {}).get("tools", []) for d in group["functionDeclarations"]]
+    declarations = declarations or [
+        {"name": "get_weather", "description": "Get the current weather for a city.", "parameters": {"type": "object"}}
+    ]
+    return [ToolSpec(name=d["name"], description=d["description"], input_schema=d["parameters"]) for d in declarations]
+
+
+async def test_parallel_calls_of_one_function_pair_by_id(replay_server: ReplayServer) -> None:
+    """Gemini 3 ids go back on each functionCall and on the functionResponse answering it,
+    whatever order the results were stored in."""
+    meta = enqueue_local(replay_server, "gemini", "gemini3-parallel-call-ids")
+    replay_server.enqueue(sse_response(sse(chunk([{"text": "Oslo 3°C, Bergen 7°C."}], "STOP"))))
+    expected = meta["expected"]
+    adapter = make_adapter(replay_server.url)
+    try:
+        first = ProviderRequest(
+            provider=PROVIDER, model=expected["model"], thinking=thinking({}), messages=[user("Oslo and Bergen?")],
+            tools=tool_from(meta),
+        )
+        result = summarize(await collect(adapter, first))
+        assert [(c.call_id, c.name, c.arguments, c.signature) for c in result["calls"]] == [
+            (c["id"], c["name"], c["arguments"], c["thought_signature"]) for c in expected["tool_calls"]
+        ]
+        assert result["usage"] == Usage(**expected["usage"])
+        oslo, bergen = result["calls"]
+        # the results come back in the other order: they must still pair by id
+        results = message(
+            "tool",
+            tool_result(bergen.call_id or "", {"city": "Bergen", "temp_c": 7}),
+            tool_result(oslo.call_id or "", {"city": "Oslo", "temp_c": 3}),
+        )
+        second = ProviderRequest(
+            provider=PROVIDER, model=expected["model"], thinking=first.thinking, tools=first.tools,
+            messages=[*first.messages, message("assistant", *result["parts"]), results],
+        )
+        await collect(adapter, second)
+    finally:
+        await adapter.aclose()
+    contents = replay_server.requests[1].json()["contents"]
+    assert contents[1] == expected["model_content_for_roundtrip"]
+    ids = [c["id"] for c in expected["tool_calls"]]
+    assert contents[2] == {
+        "role": "user",
+        "parts": [
+            {"functionResponse": {"name": "get_weather", "response": {"city": "Bergen", "temp_c": 7}, "id": ids[1]}},
+            {"functionResponse": {"name": "get_weather", "response": {"city": "Oslo", "temp_c": 3}, "id": ids[0]}},
+        ],
+    }
+
+
+async def test_call_ids_do_not_go_to_another_model(replay_server: ReplayServer) -> None:
+    meta = enqueue_local(replay_server, "gemini", "gemini3-parallel-call-ids")
+    replay_server.enqueue(sse_response(sse(chunk([{"text": "ok"}], "STOP"))))
+    adapter = make_adapter(replay_server.url)
+    try:
+        prompt = [user("Oslo and Bergen?")]
+        first = ProviderRequest(provider=PROVIDER, model=FLASH, thinking=thinking({}), messages=prompt)
+        result = summarize(await collect(adapter, first))
+        results = message("tool", *(tool_result(c.call_id or "", {"ok": True}) for c in result["calls"]))
+        other = ProviderRequest(
+            provider=PROVIDER, model=PRO, thinking=first.thinking,
+            messages=[*first.messages, message("assistant", *result["parts"]), results],
+        )
+        await collect(adapter, other)
+    finally:
+        await adapter.aclose()
+    sent = json.dumps(replay_server.requests[1].json())
+    assert meta["expected"]["tool_calls"][0]["id"] not in sent and '"id"' not in sent
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("gemini25-signed-first-answer-part", ["text", "tool_call"]),
+        ("gemini25-signed-first-thought-part", ["thinking", "text", "tool_call"]),
+    ],
+)
+async def test_signature_mid_block_shows_one_block_and_goes_back_as_it_came(
+    replay_server: ReplayServer, name: str, kinds: list[str]
+) -> None:
+    """Gemini 2.5 signs the first part, mid-sentence: clients see one block per run (events
+    and Message.content); the next request carries every part exactly as it arrived."""
+    meta = enqueue_local(replay_server, "gemini", name, split_every=3)
+    replay_server.enqueue(sse_response(sse(chunk([{"text": "It is mild."}], "STOP"))))
+    expected = meta["expected"]
+    adapter = make_adapter(replay_server.url)
+    try:
+        first = ProviderRequest(
+            provider=PROVIDER, model=expected["model"], thinking=thinking({}), messages=[user("Weather in Lyon?")],
+            tools=tool_from(meta),
+        )
+        events = await collect(adapter, first)
+        result = summarize(events)
+        assert [e.kind for e in events if isinstance(e, BlockStart)] == kinds
+        assert (result["thinking"], result["text"]) == (expected["thinking"], expected["text"])
+        assert result["usage"] == Usage(**expected["usage"])
+        reply = message("assistant", *result["parts"])
+        content = reply.to_wire().content
+        assert [b for b in content if isinstance(b, TextBlock)] == [TextBlock(text=expected["text"])]
+        results = message("tool", tool_result(result["calls"][0].call_id or "", {"temp_c": 14}))
+        second = ProviderRequest(
+            provider=PROVIDER, model=expected["model"], thinking=first.thinking, tools=first.tools,
+            messages=[*first.messages, reply, results],
+        )
+        await collect(adapter, second)
+    finally:
+        await adapter.aclose()
+    contents = replay_server.requests[1].json()["contents"]
+    assert contents[1] == expected["model_content_for_roundtrip"]
+    assert contents[2] == {
+        "role": "user",
+        "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp_c": 14}}}],
+    }
+
+
+async def test_empty_signed_part_after_thoughts_opens_no_block(replay_server: ReplayServer) -> None:
+    """An empty signed part with no answer before it rides on the thinking block (as a text
+    part of its own), never as an empty text block."""
+    body = sse(
+        chunk([{"text": "Nothing to add.", "thought": True}], thoughtsTokenCount=5),
+        chunk([{"text": "", "thoughtSignature": "SIG-END"}], "STOP", thoughtsTokenCount=5),
+    )
+    replay_server.enqueue(sse_response(body))
+    replay_server.enqueue(sse_response(sse(chunk([{"text": "ok"}], "STOP"))))
+    adapter = make_adapter(replay_server.url)
+    try:
+        first = ProviderRequest(provider=PROVIDER, model=FLASH, thinking=thinking({}), messages=[user("Say nothing.")])
+        events = await collect(adapter, first)
+        assert [e.kind for e in events if isinstance(e, BlockStart)] == ["thinking"]
+        (part,) = summarize(events)["parts"]
+        second = ProviderRequest(
+            provider=PROVIDER, model=FLASH, thinking=first.thinking,
+            messages=[*first.messages, message("assistant", part), user("Fine.")],
+        )
+        await collect(adapter, second)
+    finally:
+        await adapter.aclose()
+    assert replay_server.requests[1].json()["contents"][1] == {
+        "role": "model",
+        "parts": [{"text": "", "thoughtSignature": "SIG-END"}],
+    }

@@ -17,7 +17,8 @@ from daemon.config import ProviderConfig, Secret
 from daemon.conversation import Part
 from daemon.providers.base import Stop, ToolSpec
 from daemon.providers.openai_responses import OpenAIResponsesProvider, strict_compatible
-from tests.support.provider_streams import assistant, collect, make_request, tool_results, user
+from protocol.objects import TextBlock
+from tests.support.provider_streams import assistant, collect, enqueue_local, make_request, tool_results, user
 from tests.support.replay import ScriptedResponse, fixture_request, fixtures_dir, load_fixture
 
 FAKE_KEY = "sk-test-not-a-real-key-0123456789"
@@ -472,3 +473,99 @@ async def test_http_errors_use_the_openai_mapping(replay_server):
     await adapter.aclose()
     assert got.error is not None and got.error.status == 429 and got.error.retryable
     assert got.error.retry_after == 2.0 and got.error.kind == "tokens"
+
+
+# -- phase (gpt-5.3-codex and later) and cache writes: ponder's own fixtures -------------
+
+CODEX = "gpt-5.3-codex"
+READ_FILE = ToolSpec(
+    name="read_file",
+    description="Read a file.",
+    input_schema={
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+)
+PHASE_PARAMS = {"reasoning": {"effort": "medium", "summary": "auto"}}
+
+
+def codex_request(messages: list, model: str = CODEX):
+    return make_request("openai", model, messages, params=PHASE_PARAMS, tools=[READ_FILE])
+
+
+@pytest.mark.anyio
+async def test_phase_is_kept_per_message_and_sent_back(replay_server):
+    """A preamble (phase commentary) and the final answer (phase final_answer) each go back
+    with their phase, in place; the client sees each as one plain text block."""
+    first_meta = enqueue_local(replay_server, FOLDER, "phase-commentary-tool-call")
+    second_meta = enqueue_local(replay_server, FOLDER, "phase-final-answer")
+    replay_server.enqueue_fixture(FOLDER, "reasoning-summary-text")
+    adapter = OpenAIResponsesProvider(config(replay_server.url))
+    try:
+        prompt = user("The parser test fails. Fix it.")
+        first = await collect(adapter, codex_request([prompt]))
+        expected = first_meta["expected"]
+        assert first.error is None
+        assert first.streamed("text") == expected["text"] and first.starts("text") == 1
+        assert first.streamed("thinking") == expected["thinking"]
+        (text,) = [p for p in first.parts if p.type == "text"]
+        assert text.to_block() == TextBlock(text=expected["text"])  # phase never reaches the wire
+        assert (text.provider, text.model, text.provider_data) == ("openai", CODEX, {"phase": "commentary"})
+        assert first.stop == Stop(reason="tool_use", raw="completed")
+
+        tool_turn = tool_results(("call_R8kXv2pQmN4sT7wYz1aB3cD5", "def parse(tokens): return tokens[:-1]"))
+        history = [prompt, first.reply(), tool_turn]
+        second = await collect(adapter, codex_request(history))
+        assert second.error is None and second.streamed("text") == second_meta["expected"]["text"]
+        (answer,) = second.parts
+        assert answer.provider_data == {"phase": "final_answer"}
+
+        await collect(adapter, codex_request([*history, second.reply(), user("Thanks!")]))
+    finally:
+        await adapter.aclose()
+
+    output = {"type": "function_call_output", "call_id": "call_R8kXv2pQmN4sT7wYz1aB3cD5"}
+    output["output"] = "def parse(tokens): return tokens[:-1]"
+    assert replay_server.requests[1].json()["input"] == [
+        user_item("The parser test fails. Fix it."),
+        *expected["assistant_items_for_roundtrip"],
+        output,
+    ]
+    assert replay_server.requests[2].json()["input"] == [
+        user_item("The parser test fails. Fix it."),
+        *expected["assistant_items_for_roundtrip"],
+        output,
+        *second_meta["expected"]["assistant_items_for_roundtrip"],
+        user_item("Thanks!"),
+    ]
+
+
+@pytest.mark.anyio
+async def test_phase_goes_only_to_the_model_that_wrote_it(replay_server):
+    enqueue_local(replay_server, FOLDER, "phase-final-answer")
+    replay_server.enqueue_fixture(FOLDER, "reasoning-summary-text")
+    adapter = OpenAIResponsesProvider(config(replay_server.url))
+    try:
+        got = await collect(adapter, codex_request([user("Fix it.")]))
+        await collect(adapter, codex_request([user("Fix it."), got.reply(), user("Thanks!")], model="gpt-5.1"))
+    finally:
+        await adapter.aclose()
+    assert replay_server.requests[1].json()["input"][1] == {
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": got.streamed("text")}],
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["phase-commentary-tool-call", "phase-final-answer"])
+async def test_usage_maps_cache_writes(replay_server, name):
+    """input_tokens_details.cache_write_tokens is reported (it was dropped as null)."""
+    meta = enqueue_local(replay_server, FOLDER, name)
+    adapter = OpenAIResponsesProvider(config(replay_server.url))
+    try:
+        got = await collect(adapter, codex_request([user("Fix it.")]))
+    finally:
+        await adapter.aclose()
+    assert got.usage == meta["expected"]["usage"]

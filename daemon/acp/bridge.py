@@ -88,7 +88,6 @@ class _Turn:
     model_id: str
     cwd: str
     context_window: int | None
-    api: str
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
 
@@ -255,7 +254,7 @@ class AcpBridge:
         elif isinstance(event, ev.MessageEnd):
             message = event.message
             if message.role == "assistant" and message.usage is not None and turn.context_window:
-                used = context_used(message.usage, turn.api)
+                used = context_used(message.usage)
                 if used is not None:
                     await self.update(sid, t.UsageUpdate(used=used, size=turn.context_window))
         elif isinstance(event, ev.TurnEnd):
@@ -266,10 +265,10 @@ class AcpBridge:
         row = await manager.row(event.session_id)
         try:
             spec = manager.catalog.get(event.model_id)
-            window, api = spec.context_window, spec.api
+            window = spec.context_window
         except PonderError:
-            window, api = None, ""
-        self._turns[event.turn_id] = _Turn(event.session_id, event.model_id, row.cwd, window, api)
+            window = None
+        self._turns[event.turn_id] = _Turn(event.session_id, event.model_id, row.cwd, window)
         if event.turn_id in self._doomed:
             await self._cancel_running(event.session_id, event.turn_id)
 
@@ -369,15 +368,9 @@ class AcpBridge:
         return "deny"
 
 
-def context_used(usage: Usage, api: str) -> int | None:
-    """Tokens in the context window after a response: its input plus its output.
-
-    Anthropic counts cache reads and writes apart from ``input_tokens``; the other APIs
-    include cached tokens in their input count.
-    """
+def context_used(usage: Usage) -> int | None:
+    """Tokens in the context window after a response: its input plus its output (every
+    adapter counts cached input in ``input_tokens``: daemon/providers/usage.py)."""
     if usage.input_tokens is None and usage.output_tokens is None:
         return None
-    used = (usage.input_tokens or 0) + (usage.output_tokens or 0)
-    if api == "anthropic":
-        used += (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
-    return used
+    return (usage.input_tokens or 0) + (usage.output_tokens or 0)

@@ -55,7 +55,8 @@ from daemon.providers.http import (
     read_error_body,
     status_error,
 )
-from protocol.objects import Thinking, Usage
+from daemon.providers.usage import normalized_usage
+from protocol.objects import Thinking
 
 log = logging.getLogger("ponder.providers.anthropic")
 
@@ -542,12 +543,13 @@ class StreamParser:
         details = raw.get("output_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("thinking_tokens"), int):
             self._usage["thinking_tokens"] = details["thinking_tokens"]
-        usage = Usage(
-            input_tokens=self._usage.get("input_tokens"),  # Anthropic's count excludes cache reads/writes
-            output_tokens=self._usage.get("output_tokens"),
+        usage = normalized_usage(
+            input_tokens=self._usage.get("input_tokens"),
+            output_tokens=self._usage.get("output_tokens"),  # includes thinking
             reasoning_tokens=self._usage.get("thinking_tokens"),
             cache_read_tokens=self._usage.get("cache_read_input_tokens"),
             cache_write_tokens=self._usage.get("cache_creation_input_tokens"),
+            input_excludes_cache=True,  # Anthropic's input_tokens leaves out cache reads and writes
         )
         return [UsageUpdate(usage=usage)]
 

@@ -7,11 +7,15 @@ stream into normalized events, and mapping Gemini's gRPC-style errors (``RetryIn
 
 Wire facts this module relies on (WIRE-FORMATS.md §4, fixtures in ``gemini/``):
 
-* Streamed parts are fragments: consecutive text (or thought) parts continue one block.
-  A ``thoughtSignature`` ends the part it rides on; an *empty* text part carrying one is
-  a part of its own and is sent back as such.
-* ``functionCall`` parts arrive whole and without an id on the Developer API, so the
-  adapter derives one from the response id and the call's position.
+* Streamed parts are fragments: consecutive text (or thought) parts continue one block,
+  which is what clients see, however the signatures cut it. A ``thoughtSignature`` ends
+  the part it rides on (Gemini 2.5 signs the first part, mid-sentence); an *empty* text
+  part carrying one (Gemini 3's last part) is a part of its own. Both go back exactly as
+  they came (``blocks.TextBlocks`` records the cuts), and no empty block is shown.
+* ``functionCall`` parts arrive whole. Gemini 3 gives each an ``id``; it goes back on the
+  ``functionCall`` and on its ``functionResponse``, so parallel calls of one function pair
+  by id rather than by position. Older models send none: the adapter then derives a call
+  id from the response id and the call's position, and sends neither back.
 * ``finishReason`` is ``STOP`` for tool-calling turns too; the presence of calls decides.
 """
 
@@ -42,7 +46,7 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
-from daemon.providers.blocks import TextBlocks
+from daemon.providers.blocks import TextBlocks, pieces_of
 from daemon.providers.http import (
     LazyClient,
     close_response,
@@ -52,6 +56,7 @@ from daemon.providers.http import (
     read_error_body,
     status_error,
 )
+from daemon.providers.usage import count, normalized_usage
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -233,11 +238,13 @@ def _schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def build_contents(request: ProviderRequest) -> list[dict[str, Any]]:
     """History as Gemini contents; adjacent same-role contents are merged (FC1, FC2 then FR1, FR2)."""
-    call_names = {p.call_id: p.name for m in request.messages for p in m.parts if p.type == "tool_call" and p.name}
+    calls = [p for m in request.messages if m.role == "assistant" for p in m.parts if p.type == "tool_call"]
+    call_names = {p.call_id: p.name for p in calls if p.name}
+    call_ids = {p.call_id: _gemini_call_id(p, request) for p in calls}
     contents: list[dict[str, Any]] = []
     for message in request.messages:
         role = "model" if message.role == "assistant" else "user"
-        parts = _model_parts(message, request) if role == "model" else _user_parts(message, call_names)
+        parts = _model_parts(message, request) if role == "model" else _user_parts(message, call_names, call_ids)
         if not parts:
             continue
         if contents and contents[-1]["role"] == role:
@@ -256,18 +263,15 @@ def _model_parts(message: ChatMessage, request: ProviderRequest) -> list[dict[st
         out: dict[str, Any]
         if part.type == "tool_call":
             call: dict[str, Any] = {"name": part.name or "", "args": part.arguments or {}}
-            if own and part.provider_data and part.provider_data.get("id"):
-                call["id"] = part.provider_data["id"]
+            gemini_id = _gemini_call_id(part, request)
+            if gemini_id is not None:
+                call["id"] = gemini_id
             out = {"functionCall": call}
-        elif part.type == "thinking":
-            # Thought summaries are not needed back; only a signature that rode on one is.
-            if signature is None or part.redacted:
-                continue
-            out = {"text": part.text, "thought": True}
-        elif part.type == "text":
-            if not part.text and signature is None:
-                continue
-            out = {"text": part.text}
+        elif part.type in ("thinking", "text") and not part.redacted:
+            pieces = pieces_of(part) if own else None
+            for text, kind, piece_signature in pieces or [(part.text, part.type, signature)]:
+                parts += _text_part(text, kind, piece_signature)
+            continue
         else:
             continue
         if signature is not None:
@@ -276,7 +280,29 @@ def _model_parts(message: ChatMessage, request: ProviderRequest) -> list[dict[st
     return parts
 
 
-def _user_parts(message: ChatMessage, call_names: dict[str | None, str | None]) -> list[dict[str, Any]]:
+def _text_part(text: str, kind: str, signature: str | None) -> list[dict[str, Any]]:
+    """A text or thought part as Gemini sent it; nothing where nothing needs to go back."""
+    if kind == "thinking" and signature is None:
+        return []  # thought summaries are not needed back; only a signature that rode on one is
+    if not text and signature is None:
+        return []
+    out: dict[str, Any] = {"text": text}
+    if kind == "thinking":
+        out["thought"] = True
+    if signature is not None:
+        out["thoughtSignature"] = signature
+    return [out]
+
+
+def _gemini_call_id(part: Part, request: ProviderRequest) -> str | None:
+    """The id Gemini gave a call, when it is sent back (to the model that made the call)."""
+    gemini_id = (part.provider_data or {}).get("id")
+    return gemini_id if isinstance(gemini_id, str) and gemini_id and replayable(part, request) else None
+
+
+def _user_parts(
+    message: ChatMessage, call_names: dict[str | None, str | None], call_ids: dict[str | None, str | None]
+) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for part in message.parts:
         if part.type == "text" and part.text:
@@ -284,6 +310,9 @@ def _user_parts(message: ChatMessage, call_names: dict[str | None, str | None]) 
         elif part.type == "tool_result":
             name = part.name or call_names.get(part.call_id) or "tool"
             response: dict[str, Any] = {"name": name, "response": _function_response(part)}
+            gemini_id = call_ids.get(part.call_id)
+            if gemini_id is not None:  # the same id its functionCall went back with
+                response["id"] = gemini_id
             parts.append({"functionResponse": response})
     return parts
 
@@ -356,7 +385,7 @@ class _StreamParser:
         return events
 
     def finish(self, provider_name: str) -> list[ProviderEvent]:
-        events = self.blocks.close()
+        events = self.blocks.finish()
         reason = self.finish_reason or self.block_reason
         if reason is None:
             raise ProviderError(
@@ -394,18 +423,8 @@ class _StreamParser:
         if not isinstance(text, str):
             return []  # executable code, inline data, ...: not modelled
         kind: BlockKind = "thinking" if part.get("thought") else "text"
-        events: list[ProviderEvent] = []
-        if not text:
-            if signature is None:
-                return []  # the empty closing part of a stream
-            # A signature on an empty part belongs to that part: keep it separate.
-            events += self.blocks.close()
-            events += self.blocks.open(kind)
-            return events + self.blocks.close(signature)
-        events += self.blocks.append(kind, text)
-        if signature is not None:
-            events += self.blocks.close(signature)
-        return events
+        # One block per contiguous run of a kind; TextBlocks keeps where the signatures rode.
+        return self.blocks.append(kind, text, signature)
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
         name = str(call.get("name") or "")
@@ -438,12 +457,21 @@ class _StreamParser:
 
 
 def _usage(meta: dict[str, Any]) -> Usage:
-    # Gemini's proto3 JSON omits zero counts, so a missing thoughts or candidates count is 0.
-    # Cached tokens are only reported when context caching applied; absent means unknown.
-    return Usage(
-        input_tokens=_int(meta.get("promptTokenCount")),
+    # promptTokenCount includes cached content; candidatesTokenCount leaves out thoughts
+    # (totalTokenCount = prompt + toolUsePrompt + candidates + thoughts). Proto3 JSON omits
+    # zero counts, so a missing candidates or thoughts count is 0; cached tokens are only
+    # reported when caching applied, so absent means unknown.
+    return normalized_usage(
+        input_tokens=_sum(meta.get("promptTokenCount"), meta.get("toolUsePromptTokenCount")),
         output_tokens=_int(meta.get("candidatesTokenCount")) or 0,
         reasoning_tokens=_int(meta.get("thoughtsTokenCount")) or 0,
-        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
-        cache_write_tokens=None,
+        cache_read_tokens=meta.get("cachedContentTokenCount"),
+        output_excludes_reasoning=True,
     )
+
+
+def _sum(prompt: Any, tool_use_prompt: Any) -> int | None:
+    """The prompt count plus the results of Gemini's built-in tools, read as input too."""
+    if count(prompt) is None:
+        return None
+    return prompt + (count(tool_use_prompt) or 0)

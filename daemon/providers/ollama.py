@@ -48,7 +48,7 @@ from daemon.providers.http import (
     ssl_context,
     status_error,
 )
-from protocol.objects import Usage
+from daemon.providers.usage import normalized_usage
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # gpt-oss takes a reasoning level instead of a boolean (booleans are ignored).
@@ -255,9 +255,9 @@ class _StreamParser:
         if chunk.get("done"):
             self.done = True
             events += self.blocks.close()
-            # Thinking is inside eval_count; Ollama reports no separate reasoning count.
-            prompt, output = _int(chunk.get("prompt_eval_count")), _int(chunk.get("eval_count"))
-            usage = Usage(input_tokens=prompt, output_tokens=output)
+            # eval_count includes thinking (no separate reasoning count); prompt_eval_count is
+            # the whole prompt on current servers (older ones left out a cached prefix).
+            usage = normalized_usage(input_tokens=chunk.get("prompt_eval_count"), output_tokens=chunk.get("eval_count"))
             events.append(UsageUpdate(usage=usage))
             raw = chunk.get("done_reason")
             if self.calls:

@@ -51,6 +51,7 @@ from daemon.providers.openai_common import (
     stream_error,
     tool_call_part,
 )
+from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from protocol.objects import Usage
 
 Dialect = Literal["openai", "deepseek", "copilot", "openrouter", "dashscope", "compat"]
@@ -159,9 +160,9 @@ def _assistant_message(message: ChatMessage, request: ProviderRequest, dialect: 
     calls = [p for p in message.parts if p.type == "tool_call"]
     if not text and not calls:
         return None  # a reply cut off while thinking: nothing the API would accept
-    # DeepSeek's own examples echo the SDK message back, whose empty content is "".
-    empty: str | None = "" if dialect == "deepseek" else None
-    out: dict[str, Any] = {"role": "assistant", "content": text or empty}
+    # A turn of tool calls only has no content: null, as every dialect's own traffic sends
+    # it (DeepSeek's too; it streams such turns with content null).
+    out: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         out["tool_calls"] = [
             {
@@ -418,22 +419,27 @@ def _usage(raw: Any) -> Usage | None:
     """Normalized usage, or None when absent or all zero (Copilot's placeholder chunks)."""
     if not isinstance(raw, dict):
         return None
-    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
     if not any(isinstance(raw.get(k), int) and raw[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
         return None
-    completion_details = raw.get("completion_tokens_details") or {}
-    prompt_details = raw.get("prompt_tokens_details") or {}
-    reasoning = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
-    if not isinstance(reasoning, int):
+    prompt_details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    output_details = raw.get("completion_tokens_details")
+    output_details = output_details if isinstance(output_details, dict) else {}
+    reasoning = output_details.get("reasoning_tokens")
+    if count(reasoning) is None:
         reasoning = raw.get("reasoning_tokens")  # Copilot puts it at the top level
-    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
-    if not isinstance(cached, int):
+    cached = prompt_details.get("cached_tokens")
+    if count(cached) is None:
         cached = raw.get("prompt_cache_hit_tokens")  # DeepSeek's own field
-    return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else None,  # includes cached tokens
-        output_tokens=completion if isinstance(completion, int) else None,  # includes reasoning
-        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
-        cache_read_tokens=cached if isinstance(cached, int) else None,
+    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    # prompt_tokens includes cached tokens everywhere; completion_tokens includes reasoning
+    # except where the server's own total says otherwise (Copilot's Gemini models).
+    return normalized_usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        reasoning_tokens=reasoning,
+        cache_read_tokens=cached,
+        cache_write_tokens=prompt_details.get("cache_write_tokens"),  # OpenRouter
+        output_excludes_reasoning=reasoning_outside_output(raw.get("total_tokens"), prompt, completion, reasoning),
     )
 
 

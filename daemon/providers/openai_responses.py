@@ -11,8 +11,11 @@ Responses API:
   ``encrypted_content``) is replayed to the model that produced it, right in front of the
   item it led to (a message or a function_call), as the API requires; a reasoning item
   that led to nothing (a reply cut off while reasoning) is dropped, since the API rejects
-  one without its following item. Function calls go back without their ``fc_`` item id
-  and pair with ``function_call_output`` items by ``call_id``;
+  one without its following item. An assistant message goes back with the ``phase`` it
+  came with (``commentary`` for a preamble, ``final_answer``; gpt-5.3-codex and later),
+  to the same model only: without it a preamble reads as a final answer. Function calls
+  go back without their ``fc_`` item id and pair with ``function_call_output`` items by
+  ``call_id``;
 * parsing the event stream into normalized events.
 
 Thinking blocks: **one block per reasoning item**; its summary parts are joined with a
@@ -55,6 +58,7 @@ from daemon.providers.openai_common import (
     stream_error,
     tool_call_part,
 )
+from daemon.providers.usage import normalized_usage
 from protocol.objects import Usage
 
 log = logging.getLogger("ponder.providers.openai_responses")
@@ -159,6 +163,9 @@ def _assistant_items(message: ChatMessage, request: ProviderRequest) -> list[dic
             continue
         if part.type == "text" and part.text:
             item = {"role": "assistant", "content": [{"type": "output_text", "text": part.text}]}
+            phase = (part.provider_data or {}).get("phase") if replayable(part, request) else None
+            if isinstance(phase, str) and phase:
+                item["phase"] = phase  # commentary vs final_answer: the model reads its own preambles by it
         elif part.type == "tool_call":
             item = {
                 "type": "function_call",
@@ -202,6 +209,7 @@ class _Item:
     summary_index: int | None = None
     call_id: str | None = None
     name: str | None = None
+    phase: str | None = None  # a message's "commentary" | "final_answer"
     ended: bool = False
 
 
@@ -245,6 +253,8 @@ class ResponsesStreamParser:
         if item is None:
             return []
         item.item_id = raw.get("id") or item.item_id
+        if item.kind == "text" and isinstance(raw.get("phase"), str):
+            item.phase = raw["phase"]
         if item.kind == "tool_call":
             item.call_id, item.name = raw.get("call_id") or item.call_id, raw.get("name") or item.name
             return self._start(item)  # a function call is output the moment it exists
@@ -386,7 +396,14 @@ class ResponsesStreamParser:
             pieces = [c.get("text") or c.get("refusal") or "" for c in raw.get("content") or [] if isinstance(c, dict)]
             final = "".join(str(p) for p in pieces) if pieces else streamed
             events = self._catch_up(item, streamed, final, show=bool(final))
-            part = Part(type="text", text=final)
+            phase = raw.get("phase") if isinstance(raw.get("phase"), str) else item.phase
+            part = Part(
+                type="text",
+                text=final,
+                provider=self.request.provider,
+                model=self.request.model,
+                provider_data={"phase": phase} if phase else None,
+            )
         else:
             item.call_id = raw.get("call_id") or item.call_id
             item.name = raw.get("name") or item.name
@@ -426,17 +443,15 @@ _HANDLERS = {
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    output_details = raw.get("output_tokens_details") or {}
-    input_details = raw.get("input_tokens_details") or {}
-
-    def number(value: Any) -> int | None:
-        return value if isinstance(value, int) else None
-
-    return Usage(
-        input_tokens=number(raw.get("input_tokens")),  # includes cached tokens
-        output_tokens=number(raw.get("output_tokens")),  # includes reasoning tokens
-        reasoning_tokens=number(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else None,
-        cache_read_tokens=number(input_details.get("cached_tokens")) if isinstance(input_details, dict) else None,
+    input_details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
+    output_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
+    # input_tokens includes cached and cache-written tokens, output_tokens includes reasoning.
+    return normalized_usage(
+        input_tokens=raw.get("input_tokens"),
+        output_tokens=raw.get("output_tokens"),
+        reasoning_tokens=output_details.get("reasoning_tokens"),
+        cache_read_tokens=input_details.get("cached_tokens"),
+        cache_write_tokens=input_details.get("cache_write_tokens"),
     )
 
 

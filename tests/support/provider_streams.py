@@ -10,7 +10,9 @@ for requests and stored messages keep the tests short.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -29,6 +31,36 @@ from daemon.providers.base import (
     UsageUpdate,
 )
 from protocol.objects import Thinking
+from tests.support.replay import ReplayServer, ScriptedResponse
+
+# ponder's own provider fixtures (tests/fixtures/<provider>/<name>.{sse,meta.json}), in the
+# layout of the shared ones: for wire features the shared set does not cover.
+LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def local_fixture(provider: str, name: str) -> tuple[dict[str, Any], bytes]:
+    """(meta, body bytes) of ``tests/fixtures/<provider>/<name>``."""
+    folder = LOCAL_FIXTURES / provider
+    meta = json.loads((folder / f"{name}.meta.json").read_text(encoding="utf-8"))
+    return meta, (folder / f"{name}.sse").read_bytes()
+
+
+def enqueue_local(server: ReplayServer, provider: str, name: str, *, split_every: int = 5) -> dict[str, Any]:
+    """Queue a local fixture's response, cut every ``split_every`` bytes and inside every
+    multi-byte UTF-8 character; returns its meta."""
+    meta, body = local_fixture(provider, name)
+    cuts = set(range(split_every, len(body), split_every))
+    cuts |= {i for i, byte in enumerate(body) if byte & 0xC0 == 0x80}  # continuation bytes
+    response = meta.get("response", {})
+    server.enqueue(
+        ScriptedResponse(
+            status=int(response.get("status", 200)),
+            headers=dict(response.get("headers", {})),
+            body=body,
+            split_at=sorted(cuts),
+        )
+    )
+    return meta
 
 
 def thinking(params: dict[str, Any] | None = None) -> Thinking:
