@@ -141,34 +141,38 @@ async def _batch_cut_short_by(trigger: str, home) -> list:
             await anyio.sleep(60)
 
         daemon.connection.register("test/slow", dict, slow)
-        await client.send_raw(
-            msgspec.json.encode(
-                [
-                    {"jsonrpc": "2.0", "id": "fast", "method": "ping"},
-                    {"jsonrpc": "2.0", "id": "slow-1", "method": "test/slow"},
-                    {"jsonrpc": "2.0", "method": "test/slow"},  # a notification: no answer
-                    {"jsonrpc": "2.0", "id": "slow-2", "method": "test/slow"},
-                    {"jsonrpc": "2.0", "id": "unknown", "method": "no/such"},
-                ]
-            )
-        )
+        batch = [
+            {"jsonrpc": "2.0", "id": "fast", "method": "ping"},
+            {"jsonrpc": "2.0", "id": "slow-1", "method": "test/slow"},
+            {"jsonrpc": "2.0", "method": "test/slow"},  # a notification: no answer
+            {"jsonrpc": "2.0", "id": "slow-2", "method": "test/slow"},
+            {"jsonrpc": "2.0", "id": "unknown", "method": "no/such"},
+        ]
+        if trigger == "shutdown_in_the_batch":
+            batch.append({"jsonrpc": "2.0", "id": "stop", "method": "shutdown"})
+        await client.send_raw(msgspec.json.encode(batch))
         with anyio.fail_after(5):
             await started.wait()
             if trigger == "shutdown":
                 assert await client.request("shutdown") == {}
+        if trigger == "shutdown_in_the_batch":
+            await _until(seen, lambda s: any(isinstance(m, list) for m in s))  # the batch's array is out
     return seen  # the daemon has stopped (end of input, or shutdown)
 
 
-@pytest.mark.parametrize("trigger", ["shutdown", "eof"])
+@pytest.mark.parametrize("trigger", ["shutdown", "shutdown_in_the_batch", "eof"])
 async def test_shutdown_answers_a_batch_in_flight_in_one_array(home, trigger):
     seen = await _batch_cut_short_by(trigger, home)
     batches = [m for m in seen if isinstance(m, list)]
-    loose = [m for m in seen if isinstance(m, dict) and str(m.get("id")).startswith(("slow", "fast", "unknown"))]
+    loose = [m for m in seen if isinstance(m, dict) and str(m.get("id")).startswith(("slow", "fast", "unknown", "stop"))]
     assert loose == [], "no member of the batch is answered on its own"
     [batch] = batches
     by_id = {m["id"]: m for m in batch}
-    assert sorted(by_id) == ["fast", "slow-1", "slow-2", "unknown"]
+    in_batch = ["fast", "slow-1", "slow-2", "stop", "unknown"] if trigger == "shutdown_in_the_batch" else ["fast", "slow-1", "slow-2", "unknown"]
+    assert sorted(by_id) == in_batch
     assert by_id["fast"]["result"] == {}
+    if trigger == "shutdown_in_the_batch":
+        assert by_id["stop"]["result"] == {}
     assert by_id["unknown"]["error"]["code"] == -32601
     for cut in ("slow-1", "slow-2"):
         assert by_id[cut]["error"]["code"] == -32005, by_id[cut]
