@@ -397,12 +397,12 @@ REAL_LINES = [
     json.dumps(message, ensure_ascii=False).encode()
     for message in [
         {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-        {"jsonrpc": "2.0", "id": "m-2", "method": "initialize", "params": {"protocol_version": 1, "client_info": {"name": "zed"}}},
+        {"jsonrpc": "2.0", "id": "m-2", "method": "initialize", "params": {"protocol_version": 1, "client_info": {}}},
         {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {"limit": 5, "cwd": "/tmp"}},
-        {"jsonrpc": "2.0", "id": "m-4", "method": "session/prompt", "params": {"session_id": "ses_nope", "text": "café ☕ — ünï 😀"}},
-        {"jsonrpc": "2.0", "id": 5, "method": "session/messages", "params": {"session_id": "ses_nope", "after_seq": 3, "limit": 10}},
+        {"jsonrpc": "2.0", "id": "m-4", "method": "session/prompt", "params": {"session_id": "s", "text": "café ☕ 😀"}},
+        {"jsonrpc": "2.0", "id": 5, "method": "session/messages", "params": {"session_id": "s", "after_seq": 3}},
         {"jsonrpc": "2.0", "id": 6, "method": "models/list", "params": {"provider": "mock"}},
-        {"jsonrpc": "2.0", "id": 7, "method": "session/start", "params": {"model_id": "mock/nope", "cwd": "/nonexistent-ü"}},
+        {"jsonrpc": "2.0", "id": 7, "method": "session/start", "params": {"model_id": "mock/x", "cwd": "/nowhere-ü"}},
         {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 5}},
         {"jsonrpc": "2.0", "id": "ponder-1", "result": {"decision": "deny"}},
         [
@@ -413,8 +413,8 @@ REAL_LINES = [
     ]
 ]
 HOSTILE_BYTES = st.sampled_from(
-    [b"\xe9", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\x00", b'"', b"\\", b"{", b"[", b"]"]
-    + [b",", b"\n", b"\r", b"\xe2\x80\xa8", b"1e400", b"99999999999999999999"]
+    [b"\xe9", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\x00", b'"', b"\\", b"{", b"["]
+    + [b"]", b",", b"\n", b"\r", b"\xe2\x80\xa8", b"1e400", b"99999999999999999999"]
 ) | st.binary(min_size=1, max_size=3)
 
 
@@ -440,7 +440,8 @@ def mutated_lines(draw: st.DrawFn) -> bytes:
     return bytes(line)
 
 
-cancel_ids = json_values | st.lists(st.integers(), max_size=2) | st.dictionaries(st.sampled_from(["id", "a"]), st.integers())
+cancel_ids = json_values | st.lists(st.integers(), max_size=2) | st.dictionaries(st.sampled_from(["id", "a"]), ids)
+real_messages = st.sampled_from([json.loads(line) for line in REAL_LINES[:8]])
 cancels = st.builds(
     lambda params, request_id: {
         "jsonrpc": "2.0",
@@ -457,7 +458,7 @@ cap_batches = st.integers(MAX_BATCH - 2, MAX_BATCH + 2).map(lambda n: b"[" + b",
 wire_shapes = st.one_of(
     mutated_lines(),
     cancels.map(lambda v: json.dumps(v).encode()),
-    st.lists(cancels | envelopes() | wrong_params() | st.sampled_from([json.loads(line) for line in REAL_LINES[:8]]), min_size=1, max_size=8).map(
+    st.lists(cancels | envelopes() | wrong_params() | real_messages, min_size=1, max_size=8).map(
         lambda v: json.dumps(v).encode()
     ),
     cap_batches,

@@ -181,7 +181,8 @@ async def test_values_the_store_cannot_hold_are_invalid_params(home):
                 await client.request("session/messages", {"session_id": session_id, field: value})
             assert error.value.code == -32602, (field, value, error.value)
             assert error.value.data["errors"][0]["path"] == f"$.params.{field}"
-        page = await client.request("session/messages", {"session_id": session_id, "after_seq": 2**63 - 1, "limit": 2**63 - 1})
+        largest = {"session_id": session_id, "after_seq": 2**63 - 1, "limit": 2**63 - 1}
+        page = await client.request("session/messages", largest)
         assert page == {"messages": [], "next_seq": None}
 
 
