@@ -369,6 +369,15 @@ class Connection:
             raise
         except Exception as exc:  # noqa: BLE001 - the one place exceptions become wire errors
             return encode_error(request_id, as_wire_error(exc))
+        except BaseExceptionGroup as group:
+            # trio groups shutdown's Cancelled with a failure in the handler's own tasks: still
+            # a request cut short by shutdown, and the failure goes to the log.
+            cancelled, failures = group.split(anyio.get_cancelled_exc_class())
+            if cancelled is None or not isinstance(failures, Exception):
+                raise
+            log.error("request %r failed as shutdown cancelled it", request_id, exc_info=failures)
+            cut_short.append(encode_error(request_id, ShuttingDown()))
+            raise cancelled from None
         finally:
             self._in_flight.pop(request_id, None)
 

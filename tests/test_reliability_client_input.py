@@ -196,3 +196,30 @@ async def test_an_error_the_wire_cannot_carry_is_still_answered(home):
                 await client.request(method)
             assert error.value.code == -32603 and error.value.data == {}
         assert await client.request("ping") == {}
+
+
+async def test_a_handler_whose_own_task_fails_as_shutdown_cancels_it_is_still_answered(home):
+    async with in_memory_daemon(home) as (client, daemon):
+        seen = _record(client)
+        started = anyio.Event()
+
+        async def failing_cleanup(params):
+            async def child():
+                try:
+                    await anyio.sleep(60)
+                finally:
+                    raise RuntimeError("cleanup failed")  # on trio: grouped with shutdown's Cancelled
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child)
+                started.set()
+                await anyio.sleep(60)
+
+        daemon.connection.register("test/messy", dict, failing_cleanup)
+        await client.send_raw(b'{"jsonrpc":"2.0","id":"messy","method":"test/messy"}')
+        with anyio.fail_after(5):
+            await started.wait()
+            assert await client.request("shutdown") == {}
+            await _until(seen, lambda s: any(isinstance(m, dict) and m.get("id") == "messy" for m in s))
+    [answer] = [m for m in seen if isinstance(m, dict) and m.get("id") == "messy"]
+    assert answer["error"]["code"] in (-32005, -32603), answer  # shutting_down, or the failure itself
