@@ -110,6 +110,16 @@ def decode_line(line: bytes | _Overlong) -> Any:
     return message
 
 
+def _shutdown_part(group: BaseExceptionGroup, what: str) -> BaseExceptionGroup:
+    """trio groups shutdown's Cancelled with a failure in a handler's own tasks: log the
+    failure and keep only the cancellation; any other group is re-raised as it is."""
+    cancelled, failures = group.split(anyio.get_cancelled_exc_class())
+    if cancelled is None or not isinstance(failures, Exception):
+        raise group
+    log.error("%s failed as shutdown cancelled it", what, exc_info=failures)
+    return cancelled
+
+
 def as_wire_error(exc: BaseException) -> PonderError:
     """The one mapping from any exception to a wire error."""
     if isinstance(exc, PonderError):
@@ -349,6 +359,8 @@ class Connection:
                     await self._call(method, message.get("params", _UNSET))
                 except Exception as exc:  # noqa: BLE001 - a notification cannot report errors
                     log.warning("notification %s failed: %s", method, as_wire_error(exc).message)
+                except BaseExceptionGroup as group:
+                    raise _shutdown_part(group, f"notification {method}") from None
             return None
         if request_id in self._in_flight:
             return encode_error(request_id, InvalidRequest("Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"))
@@ -370,12 +382,7 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - the one place exceptions become wire errors
             return encode_error(request_id, as_wire_error(exc))
         except BaseExceptionGroup as group:
-            # trio groups shutdown's Cancelled with a failure in the handler's own tasks: still
-            # a request cut short by shutdown, and the failure goes to the log.
-            cancelled, failures = group.split(anyio.get_cancelled_exc_class())
-            if cancelled is None or not isinstance(failures, Exception):
-                raise
-            log.error("request %r failed as shutdown cancelled it", request_id, exc_info=failures)
+            cancelled = _shutdown_part(group, f"request {request_id!r}")  # still a request cut short
             cut_short.append(encode_error(request_id, ShuttingDown()))
             raise cancelled from None
         finally:
