@@ -1,6 +1,8 @@
-"""Hostile lines that the fuzzer (test_reliability_fuzz) found to kill the daemon, pinned as
-fast in-memory regressions: JSON nested past the decoder's limit, and answers whose id is
-a list or an object (unhashable), alone or inside a batch."""
+"""Hostile lines that killed or stalled the daemon, pinned as fast in-memory regressions: JSON
+nested past the decoder's limit, answers and ``$/cancelRequest`` whose id is a list or an
+object (unhashable), alone or inside a batch, invalid UTF-8 inside a string, a batch of 10^6
+members; and the error boundary's edges: batches cut short by shutdown, errors the wire
+cannot encode, handlers whose own tasks fail as shutdown cancels them."""
 
 import anyio
 import msgspec
