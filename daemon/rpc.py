@@ -34,6 +34,7 @@ Handler = Callable[[Any], Awaitable[Any]]
 _PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
 _UNSET = object()
 EOF_GRACE_S = 2.0
+MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
 
 
 class _Result(msgspec.Struct):
@@ -76,7 +77,47 @@ _decoder = msgspec.json.Decoder()
 
 
 def encode_error(request_id: Any, exc: PonderError) -> bytes:
-    return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(exc.code), exc.message, exc.data)))
+    try:
+        return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(exc.code), exc.message, exc.data)))
+    except (TypeError, ValueError) as failure:  # a bug: data the wire cannot carry; answer all the same
+        log.error("could not encode the error %r", exc, exc_info=failure)
+        internal = InternalError("Internal error in the daemon; details are in its log.")
+        return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(internal.code), internal.message, {})))
+
+
+def decode_line(line: bytes | _Overlong) -> Any:
+    """One incoming line as a JSON value (a batch of at most ``MAX_BATCH``); raises the
+    wire error to answer (id null) when the line cannot be a request or batch."""
+    if isinstance(line, _Overlong):
+        raise InvalidRequest("Line too long; it was discarded.", reason="line_too_long")
+    try:
+        message = _decoder.decode(line)
+    except UnicodeDecodeError:  # msgspec's answer to invalid UTF-8 inside a string
+        raise ParseError("Parse error: the line is not valid UTF-8.") from None
+    except ValueError as exc:  # msgspec.DecodeError and its ValidationError (a number out of range)
+        raise ParseError(f"Parse error: {exc}.") from None
+    except RecursionError:  # msgspec's answer to ``[[[[...`` nested past its limit
+        raise ParseError("Parse error: the JSON is nested too deeply.") from None
+    if isinstance(message, list):
+        if not message:
+            raise InvalidRequest("Invalid request: empty batch.", reason="empty_batch")
+        if len(message) > MAX_BATCH:
+            raise InvalidRequest(
+                f"Invalid request: a batch holds at most {MAX_BATCH} requests and this one has {len(message)};"
+                " send it in smaller batches.",
+                reason="batch_too_long",
+            )
+    return message
+
+
+def _shutdown_part(group: BaseExceptionGroup, what: str) -> BaseExceptionGroup:
+    """trio groups shutdown's Cancelled with a failure in a handler's own tasks: log the
+    failure and keep only the cancellation; any other group is re-raised as it is."""
+    cancelled, failures = group.split(anyio.get_cancelled_exc_class())
+    if cancelled is None or not isinstance(failures, Exception):
+        raise group
+    log.error("%s failed as shutdown cancelled it", what, exc_info=failures)
+    return cancelled
 
 
 def as_wire_error(exc: BaseException) -> PonderError:
@@ -182,27 +223,22 @@ class Connection:
     # --- receiving --------------------------------------------------------------------
 
     async def serve(self, incoming: ObjectReceiveStream[bytes | _Overlong]) -> None:
-        """Dispatch incoming lines until the stream ends; requests run concurrently."""
+        """Dispatch incoming lines until the stream ends; requests run concurrently.
+
+        Nothing a client sends may raise out of here: every line is either answered (an
+        error for what cannot be a request) or handed to ``_handle``, the error boundary.
+        """
         async with incoming, anyio.create_task_group() as tg:
             async for line in incoming:
-                if isinstance(line, _Overlong):
-                    await self.send_raw(encode_error(None, InvalidRequest("Line too long; it was discarded.", reason="line_too_long")))
-                    continue
                 try:
-                    message = _decoder.decode(line)
-                except msgspec.DecodeError as exc:
-                    await self.send_raw(encode_error(None, ParseError(f"Parse error: {exc}.")))
-                    continue
-                except RecursionError:  # msgspec's answer to ``[[[[...`` nested past its limit
-                    await self.send_raw(encode_error(None, ParseError("Parse error: the JSON is nested too deeply.")))
+                    message = decode_line(line)
+                except PonderError as exc:
+                    await self.send_raw(encode_error(None, exc))
                     continue
                 if isinstance(message, list):
-                    if not message:
-                        await self.send_raw(encode_error(None, InvalidRequest("Invalid request: empty batch.", reason="empty_batch")))
-                    else:
-                        tg.start_soon(self._handle_batch, message)
-                    continue
-                self._dispatch(tg, message)
+                    tg.start_soon(self._handle_batch, message)
+                else:
+                    self._dispatch(tg, message)
             # End of input: give requests in flight a moment, then answer them shutting_down.
             await self.wait_answered(EOF_GRACE_S)
             tg.cancel_scope.cancel()
@@ -217,12 +253,24 @@ class Connection:
 
     async def _handle_and_send(self, message: Any) -> None:
         self._unanswered += 1
+        cut_short: list[bytes] = []
         try:
-            reply = await self._handle(message)
+            reply = await self._handle(message, cut_short)
             if reply is not None:
-                await self.send_raw(reply)
+                await self._send_reply(reply)
         finally:
+            if cut_short:  # the connection is going away: still answer, exactly once
+                await self._send_reply(cut_short[0])
             self._unanswered -= 1
+
+    async def _send_reply(self, reply: bytes) -> None:
+        """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
+        try:
+            await self.send_raw(reply)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self.send_raw(reply)
+            raise
 
     async def wait_answered(self, timeout_s: float) -> None:
         """Wait (bounded) until every request received so far has had its reply queued."""
@@ -238,35 +286,50 @@ class Connection:
             self._unanswered -= 1
 
     async def _answer_batch(self, messages: list[Any]) -> None:
+        """Handle a batch's members concurrently and answer them all in one array, also when
+        shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
         replies: list[bytes | None] = [None] * len(messages)
 
         async def one(i: int, message: Any) -> None:
             if isinstance(message, dict) and "method" not in message and "id" in message:
                 self._route_answer(message)
                 return
-            replies[i] = await self._handle(message)
+            cut_short: list[bytes] = []
+            try:
+                replies[i] = await self._handle(message, cut_short)
+            finally:
+                if cut_short:
+                    replies[i] = cut_short[0]
 
-        async with anyio.create_task_group() as tg:
-            for i, message in enumerate(messages):
-                tg.start_soon(one, i, message)
-        present = [r for r in replies if r is not None]
-        if present:
-            await self.send_raw(b"[" + b",".join(present) + b"]")
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, message in enumerate(messages):
+                    tg.start_soon(one, i, message)
+        finally:
+            present = [r for r in replies if r is not None]
+            if present:  # a batch of notifications only gets no answer at all
+                await self._send_reply(b"[" + b",".join(present) + b"]")
 
     def _route_answer(self, message: dict[str, Any]) -> None:
         answer_id = message.get("id")
         # Ours are strings; any other id (a list or object would not even hash) answers nothing.
         pending = self._pending.get(answer_id) if isinstance(answer_id, str) else None
         if pending is None:
-            log.debug("ignoring an answer to an unknown or withdrawn request %r", message.get("id"))
+            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", message.get("id"))
             return
         done, slot = pending
         if not slot:
             slot.append(message)
             done.set()
 
-    async def _handle(self, message: Any) -> bytes | None:
-        """Handle one request or notification; return the encoded reply (None for notifications)."""
+    async def _handle(self, message: Any, cut_short: list[bytes]) -> bytes | None:
+        """Handle one request or notification; return the encoded reply (None for notifications).
+
+        This is the error boundary: whatever the message or its handler does, the outcome is
+        a reply (or, for a notification, nothing), never an exception. The one exception is
+        the connection's own cancellation (shutdown), which propagates; a request cut short
+        by it puts its ``shutting_down`` answer in ``cut_short`` for the caller to send.
+        """
         request_id: Any = None
         try:
             if not isinstance(message, dict):
@@ -296,6 +359,8 @@ class Connection:
                     await self._call(method, message.get("params", _UNSET))
                 except Exception as exc:  # noqa: BLE001 - a notification cannot report errors
                     log.warning("notification %s failed: %s", method, as_wire_error(exc).message)
+                except BaseExceptionGroup as group:
+                    raise _shutdown_part(group, f"notification {method}") from None
             return None
         if request_id in self._in_flight:
             return encode_error(request_id, InvalidRequest("Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"))
@@ -311,12 +376,15 @@ class Connection:
             # Only reached when our own scope was cancelled by $/cancelRequest.
             return encode_error(request_id, RequestCancelled())
         except anyio.get_cancelled_exc_class():
-            # The whole connection is going away (shutdown): still answer, exactly once.
-            with anyio.move_on_after(1, shield=True):
-                await self.send_raw(encode_error(request_id, ShuttingDown()))
+            # The whole connection is going away (shutdown): the caller answers for us.
+            cut_short.append(encode_error(request_id, ShuttingDown()))
             raise
         except Exception as exc:  # noqa: BLE001 - the one place exceptions become wire errors
             return encode_error(request_id, as_wire_error(exc))
+        except BaseExceptionGroup as group:
+            cancelled = _shutdown_part(group, f"request {request_id!r}")  # still a request cut short
+            cut_short.append(encode_error(request_id, ShuttingDown()))
+            raise cancelled from None
         finally:
             self._in_flight.pop(request_id, None)
 
@@ -337,6 +405,11 @@ class Connection:
 
     def _cancel_request(self, params: Any) -> None:
         request_id = params.get(self.cancel_id_field) if isinstance(params, dict) else None
+        # Only a string or an integer can name a request in flight: anything else (a list or
+        # an object would not even hash, ``true`` would find id 1) cancels nothing.
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            log.debug("ignoring %s for an id that names no request: %.200r", self.cancel_method, request_id)
+            return
         scope = self._in_flight.get(request_id)
         if scope is not None:
             scope.cancel()

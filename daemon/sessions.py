@@ -627,12 +627,21 @@ class SessionManager:
 
 
 def _check_cwd(cwd: str | None) -> Path:
-    path = Path(cwd).expanduser() if cwd else Path(os.getcwd())
+    try:
+        path = Path(cwd).expanduser() if cwd else Path(os.getcwd())
+    except RuntimeError:  # ``~name`` for a user without a home directory
+        raise InvalidParams(f"cwd {cwd!r} names a user with no home directory.", path="$.params.cwd") from None
     if not path.is_absolute():
         raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
-    if not path.is_dir():
-        raise InvalidParams(f"cwd {str(path)!r} is not an existing directory.", path="$.params.cwd")
-    return path.resolve()
+    shown = repr(str(path)) if len(str(path)) <= 200 else repr(str(path)[:200]) + "..."  # a 5,000-character path
+    try:
+        # is_dir() turns only some errors into False: a name too long, for one, still raises.
+        if path.is_dir():
+            return path.resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", path="$.params.cwd") from None
+    raise InvalidParams(f"cwd {shown} is not an existing directory.", path="$.params.cwd")
 
 
 def _no_thinking(level: str) -> Thinking:

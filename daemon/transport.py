@@ -10,7 +10,9 @@ that reads slowly slows the daemon down (back-pressure) instead of making it los
 reorder anything; the writer drains whatever is queued into one ``write`` call.
 """
 
+import logging
 import os
+import select
 import stat
 import sys
 import threading
@@ -22,6 +24,8 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+log = logging.getLogger("ponder.transport")
 
 
 class _Overlong:
@@ -136,6 +140,7 @@ def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_b
 
 async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
     direct = _use_nonblocking(fd)
+    writable = True  # until a write finds the client gone; the rest is drained unwritten
     try:
         async with receive:
             async for first in receive:
@@ -145,11 +150,13 @@ async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
                         batch.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
+                if not writable:
+                    continue
                 data = b"\n".join(batch) + b"\n"
                 if direct:
-                    await _write_nonblocking(fd, data)
+                    writable = await _write_nonblocking(fd, data)
                 else:
-                    await anyio.to_thread.run_sync(_write_all, fd, data)
+                    writable = await anyio.to_thread.run_sync(_write_all, fd, data)
     finally:
         if direct:
             os.set_blocking(fd, True)
@@ -173,7 +180,8 @@ def _use_nonblocking(fd: int) -> bool:
     return True
 
 
-async def _write_nonblocking(fd: int, data: bytes) -> None:
+async def _write_nonblocking(fd: int, data: bytes) -> bool:
+    """Write all of ``data``; False when the client is gone (nothing more can reach it)."""
     view = memoryview(data)
     while view:
         try:
@@ -181,19 +189,32 @@ async def _write_nonblocking(fd: int, data: bytes) -> None:
         except BlockingIOError:
             await anyio.wait_writable(fd)
             continue
-        except BrokenPipeError:
-            return  # the client went away; shutdown follows from stdin's EOF
+        except OSError as exc:
+            return _output_gone(exc)
         view = view[written:]
+    return True
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> bool:
     view = memoryview(data)
     while view:
         try:
             written = os.write(fd, view)
-        except BrokenPipeError:
-            return
+        except BlockingIOError:  # a terminal whose flags someone else made non-blocking: wait for room
+            select.select([], [fd], [])
+            continue
+        except OSError as exc:
+            return _output_gone(exc)
         view = view[written:]
+    return True
+
+
+def _output_gone(exc: OSError) -> bool:
+    """A pipe the client closed (EPIPE), a socket it reset, a terminal hung up (EIO): the daemon
+    does not die of it; shutdown follows from stdin's end."""
+    if not isinstance(exc, BrokenPipeError):
+        log.warning("stdout is gone (%s); nothing more can reach the client", exc)
+    return False
 
 
 @asynccontextmanager

@@ -4,11 +4,16 @@ Incoming params are validated by decoding into these types; unknown fields are
 ignored so that newer clients keep working against this daemon.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
+
+
+# An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
+# client's mistake (-32602 from validation), not an overflow deep in the store.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Empty(msgspec.Struct):
@@ -129,8 +134,8 @@ class SessionListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 
 class SessionMessagesParams(msgspec.Struct, kw_only=True):
     session_id: str
-    after_seq: int | None = None
-    limit: int | None = None
+    after_seq: Int64 | None = None
+    limit: Int64 | None = None
 
 
 class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -5,10 +5,11 @@ import subprocess
 import sys
 import time
 
+import anyio
 import msgspec
 import pytest
 
-from daemon.transport import OVERLONG, LineSplitter
+from daemon.transport import OVERLONG, LineSplitter, _pump_output, _write_all, _write_nonblocking
 from tests.support.harness import subprocess_env
 from tests.support.wire import validate_message
 
@@ -144,3 +145,35 @@ def test_sigterm_and_eof_exit_zero(tmp_path, backend):
     proc.stdin.close()
     proc.stdout.close()
     proc.stderr.close()
+
+
+def _hung_up_terminal() -> int:
+    """The daemon's side of a terminal that was closed: every write fails with EIO."""
+    controller, terminal = os.openpty()
+    os.close(controller)
+    return terminal
+
+
+def test_writing_to_a_hung_up_terminal_reports_the_client_gone_instead_of_raising():
+    terminal = _hung_up_terminal()
+    try:
+        assert _write_all(terminal, b"{}\n") is False
+        os.set_blocking(terminal, False)
+        assert anyio.run(_write_nonblocking, terminal, b"{}\n") is False
+    finally:
+        os.close(terminal)
+
+
+@pytest.mark.anyio
+async def test_the_writer_drains_everything_once_the_client_is_gone(anyio_backend):
+    terminal = _hung_up_terminal()
+    send, receive = anyio.create_memory_object_stream[bytes](10)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_pump_output, terminal, receive)
+            async with send:
+                with anyio.fail_after(5):
+                    for n in range(50):  # more than the queue holds: the writer must keep taking them
+                        await send.send(b'{"n":%d}' % n)
+    finally:
+        os.close(terminal)

@@ -1,5 +1,6 @@
-"""Hostile client input, property-based: random bytes, random JSON and well-formed requests
-with wrong params, thrown at one long-lived ``ponder serve`` subprocess per backend.
+"""Hostile client input, property-based: random bytes, random JSON, well-formed requests
+with wrong params, byte-level mutations of real request lines, batches and cancel
+notifications of every shape, thrown at one long-lived ``ponder serve`` subprocess per backend.
 
 For every line an oracle written from PROTOCOL.md predicts the replies: how many, to which
 id, with which error code. The daemon must answer every request exactly once with that
@@ -33,6 +34,7 @@ from tests.support.wire import SCHEMA_PATH, member_pointer, validate_message
 pytestmark = pytest.mark.slow
 
 MAX_LINE = 1 << 20  # --max-line-bytes for the fuzzed daemon: overlong lines are cheap to make
+MAX_BATCH = 1000  # daemon.rpc.MAX_BATCH, restated from PROTOCOL.md's point of view
 ANY = "any"  # a result or a domain error: anything but a protocol-level or internal error
 NOT_ALLOWED_FOR_VALID = {-32700, -32600, -32601, -32603}
 _UNSET = object()
@@ -81,13 +83,19 @@ class Batch:
     items: list[Expect] = field(default_factory=list)
 
 
+def expected_for_bytes(data: bytes) -> list[Expect | Batch]:
+    """What the daemon owes for ``data`` sent as it is plus a newline: a mutation may hold newlines."""
+    return [expected for line in data.split(b"\n") for expected in expected_for_line(line)]
+
+
 def expected_for_line(line: bytes) -> list[Expect | Batch]:
     if not line.rstrip(b"\r").strip():
         return []  # blank lines are ignored
     if len(line) > MAX_LINE:
         return [Expect(None, {-32600})]
     try:
-        message = json.loads(line.decode("utf-8"), parse_constant=_reject)
+        message = json.loads(line.decode("utf-8"), parse_constant=_reject, parse_float=_finite)
+        _no_lone_surrogates(message)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return [Expect(None, {-32700})]
     return expected_for_message(message)
@@ -97,9 +105,30 @@ def _reject(name: str) -> Any:
     raise ValueError(name)
 
 
+def _finite(text: str) -> float:
+    """``1e400``: Python reads infinity, msgspec (rightly) calls the number out of range."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    """``"\\ud800"``: Python reads a lone surrogate, msgspec (rightly) calls it malformed."""
+    if isinstance(value, str):
+        value.encode("utf-8")  # UnicodeEncodeError is a ValueError
+    elif isinstance(value, list):
+        for item in value:
+            _no_lone_surrogates(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_lone_surrogates(key)
+            _no_lone_surrogates(item)
+
+
 def expected_for_message(message: Any) -> list[Expect | Batch]:
     if isinstance(message, list):
-        if not message:
+        if not message or len(message) > MAX_BATCH:
             return [Expect(None, {-32600})]
         items: list[Expect] = []
         for item in message:
@@ -163,6 +192,7 @@ class FuzzedDaemon:
         self.replies: queue.Queue[Any] = queue.Queue()
         self.problems: list[str] = []
         self.lines_out = 0
+        self.hostile_lines = 0  # lines sent by exchange(), the sentinels not counted
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -218,10 +248,11 @@ class FuzzedDaemon:
                 return
 
     def _exchange(self, line: bytes, timeout: float) -> None:
-        expected = expected_for_line(line)
+        expected = expected_for_bytes(line)
         with open(self.stderr_path.with_name("transcript.log"), "ab") as f:
             f.write(b"EXPECT " + repr(expected).encode() + b"\n")
         sentinel = f"sentinel-{uuid.uuid4().hex}"
+        self.hostile_lines += line.count(b"\n") + 1
         self.send(line)
         self.send(json.dumps({"jsonrpc": "2.0", "id": sentinel, "method": "ping"}).encode())
         singles = [e for e in expected if isinstance(e, Expect)]
@@ -365,6 +396,80 @@ lines = st.one_of(
 )
 
 
+# Real traffic, as an editor sends it, for byte-level mutation: multi-byte UTF-8 to cut in
+# half, numbers to overflow, strings to unterminate, batches and cancels to break.
+REAL_LINES = [
+    json.dumps(message, ensure_ascii=False).encode()
+    for message in [
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "id": "m-2", "method": "initialize", "params": {"protocol_version": 1, "client_info": {}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {"limit": 5, "cwd": "/tmp"}},
+        {"jsonrpc": "2.0", "id": "m-4", "method": "session/prompt", "params": {"session_id": "s", "text": "café ☕ 😀"}},
+        {"jsonrpc": "2.0", "id": 5, "method": "session/messages", "params": {"session_id": "s", "after_seq": 3}},
+        {"jsonrpc": "2.0", "id": 6, "method": "models/list", "params": {"provider": "mock"}},
+        {"jsonrpc": "2.0", "id": 7, "method": "session/start", "params": {"model_id": "mock/x", "cwd": "/nowhere-ü"}},
+        {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 5}},
+        {"jsonrpc": "2.0", "id": "ponder-1", "result": {"decision": "deny"}},
+        [
+            {"jsonrpc": "2.0", "id": 8, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 8}},
+            {"jsonrpc": "2.0", "id": 9, "method": "session/get", "params": {"session_id": "ses_x"}},
+        ],
+    ]
+]
+HOSTILE_BYTES = st.sampled_from(
+    [b"\xe9", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\x00", b'"', b"\\", b"{", b"["]
+    + [b"]", b",", b"\n", b"\r", b"\xe2\x80\xa8", b"1e400", b"99999999999999999999"]
+) | st.binary(min_size=1, max_size=3)
+
+
+@st.composite
+def mutated_lines(draw: st.DrawFn) -> bytes:
+    """A real request line with 1-4 byte-level mutations (a newline inserted makes two lines)."""
+    line = bytearray(draw(st.sampled_from(REAL_LINES)))
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "replace", "insert", "delete", "truncate", "duplicate"]))
+        at = draw(st.integers(0, max(len(line) - 1, 0)))
+        if op == "flip" and line:
+            line[at] ^= 1 << draw(st.integers(0, 7))
+        elif op == "replace" and line:
+            line[at : at + 1] = draw(HOSTILE_BYTES)
+        elif op == "insert":
+            line[at:at] = draw(HOSTILE_BYTES)
+        elif op == "delete":
+            del line[at : at + draw(st.integers(1, 4))]
+        elif op == "truncate":
+            del line[at:]
+        elif op == "duplicate":
+            line[at:at] = line[at : at + draw(st.integers(1, 16))]
+    return bytes(line)
+
+
+cancel_ids = json_values | st.lists(st.integers(), max_size=2) | st.dictionaries(st.sampled_from(["id", "a"]), ids)
+real_messages = st.sampled_from([json.loads(line) for line in REAL_LINES[:8]])
+cancels = st.builds(
+    lambda params, request_id: {
+        "jsonrpc": "2.0",
+        "method": "$/cancelRequest",
+        **({} if params is None else {"params": params}),
+        **({} if request_id is None else {"id": request_id}),
+    },
+    st.builds(lambda i: {"id": i}, cancel_ids) | json_values | st.none(),
+    st.none() | st.none() | ids,
+)
+# Batches at the cap and just beyond it: cancels get no answer, so size costs little.
+CAP_CANCEL = b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":[1]}}'
+cap_batches = st.integers(MAX_BATCH - 2, MAX_BATCH + 2).map(lambda n: b"[" + b",".join([CAP_CANCEL] * n) + b"]")
+wire_shapes = st.one_of(
+    mutated_lines(),
+    cancels.map(lambda v: json.dumps(v).encode()),
+    st.lists(cancels | envelopes() | wrong_params() | real_messages, min_size=1, max_size=8).map(
+        lambda v: json.dumps(v).encode()
+    ),
+    cap_batches,
+)
+
+
 # --- the tests ----------------------------------------------------------------------------------
 
 
@@ -388,6 +493,18 @@ def fuzzed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 )
 @given(line=lines)
 def test_hostile_lines_are_answered_exactly_once_with_the_right_code(fuzzed: FuzzedDaemon, line: bytes) -> None:
+    fuzzed.exchange(line)
+
+
+@settings(
+    max_examples=2000,
+    deadline=None,
+    database=None,
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(line=wire_shapes)
+def test_mutated_traffic_batches_and_cancel_shapes_are_answered_exactly_once(fuzzed: FuzzedDaemon, line: bytes) -> None:
     fuzzed.exchange(line)
 
 
@@ -415,7 +532,7 @@ def test_the_daemon_survived_with_bounded_memory(fuzzed: FuzzedDaemon) -> None:
     # runs last for its backend (module order): after every hostile example
     fuzzed.exchange(b'{"jsonrpc": "2.0", "id": "alive", "method": "session/list", "params": {}}')
     grown_mib = (fuzzed.rss_kib() - fuzzed.baseline_rss) / 1024  # type: ignore[attr-defined]
-    print(f"RSS {fuzzed.baseline_rss // 1024} -> {fuzzed.rss_kib() // 1024} MiB")
+    print(f"{fuzzed.hostile_lines} hostile lines; RSS {fuzzed.baseline_rss // 1024} -> {fuzzed.rss_kib() // 1024} MiB")
     assert grown_mib < 64, f"RSS grew by {grown_mib:.0f} MiB"
     assert fuzzed.process.poll() is None
     assert fuzzed.close() == 0

@@ -170,3 +170,32 @@ async def test_shutdown_answers_then_exits(home):
         with pytest.raises(Exception):
             with anyio.fail_after(5):
                 await client.request("ping")
+
+
+async def test_values_the_store_cannot_hold_are_invalid_params(home):
+    async with in_memory_daemon(home) as (client, _):
+        started = await client.request("session/start", {"model_id": "mock/thinker"})
+        session_id = started["session"]["session_id"]
+        for field, value in [("after_seq", 2**63), ("after_seq", -(2**63) - 1), ("limit", 2**64), ("limit", 10**30)]:
+            with pytest.raises(RpcError) as error:
+                await client.request("session/messages", {"session_id": session_id, field: value})
+            assert error.value.code == -32602, (field, value, error.value)
+            assert error.value.data["errors"][0]["path"] == f"$.params.{field}"
+        largest = {"session_id": session_id, "after_seq": 2**63 - 1, "limit": 2**63 - 1}
+        page = await client.request("session/messages", largest)
+        assert page == {"messages": [], "next_seq": None}
+
+
+async def test_a_cwd_that_cannot_be_a_directory_is_invalid_params(home):
+    async with in_memory_daemon(home) as (client, _):
+        for cwd, says in [
+            ("~nosuchuser", "names a user with no home directory"),
+            ("~nosuchuser/src", "names a user with no home directory"),
+            ("/" + "a" * 5000, "cannot be used: File name too long"),
+            ("/no/such\x00dir", "is not an existing directory"),
+        ]:
+            with pytest.raises(RpcError) as error:
+                await client.request("session/start", {"model_id": "mock/thinker", "cwd": cwd})
+            assert error.value.code == -32602, (cwd[:40], error.value)
+            assert error.value.data["errors"][0]["path"] == "$.params.cwd"
+            assert says in error.value.message and len(error.value.message) < 300

@@ -1,0 +1,137 @@
+"""The wire's crash classes against real ``ponder serve`` and ``ponder acp`` subprocesses, on
+both backends: invalid UTF-8 inside a JSON string, and ``$/cancelRequest`` (ACP:
+``$/cancel_request``) whose id is a list, an object or ``true``, alone and in a batch.
+
+Each hostile line is followed by a probe request; the replies up to the probe's are checked,
+and at the end the daemon must exit 0 on end of input with no traceback in its log.
+"""
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.harness import subprocess_env
+
+pytestmark = pytest.mark.slow
+
+DIALECTS: dict[str, dict[str, Any]] = {
+    "serve": {
+        "initialize": {"protocol_version": 1},
+        "cancel": ("$/cancelRequest", "id"),
+        "probe": "ping",
+        "probe_result": {},
+        "prompt": b'{"jsonrpc":"2.0","id":"p","method":"session/prompt","params":{"session_id":"x","text":"caf\xe9"}}',
+    },
+    "acp": {
+        "initialize": {"protocolVersion": 1},
+        "cancel": ("$/cancel_request", "requestId"),
+        "probe": "session/list",
+        "probe_result": {"sessions": []},
+        "prompt": (
+            b'{"jsonrpc":"2.0","id":"p","method":"session/prompt",'
+            b'"params":{"sessionId":"x","prompt":[{"type":"text","text":"caf\xe9"}]}}'
+        ),
+    },
+}
+
+
+class LineDaemon:
+    """A daemon subprocess fed raw lines; its stdout lines are decoded on a thread."""
+
+    def __init__(self, mode: str, home: Path, backend: str) -> None:
+        self.stderr_path = home.parent / "stderr.log"
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
+        env = {**os.environ, **subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend})}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daemon", mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        self.replies: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            message = json.loads(raw)
+            if isinstance(message, dict) and "method" in message and "id" not in message:
+                continue  # notifications are not replies
+            self.replies.put(message)
+        self.replies.put(None)
+
+    def send(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def replies_until(self, probe_id: str) -> list[Any]:
+        """Every reply up to (not including) the probe's, which must be a result."""
+        got = []
+        while True:
+            reply = self.replies.get(timeout=15)
+            assert reply is not None, f"the daemon died: {self.stderr_path.read_text(errors='replace')[-3000:]}"
+            if isinstance(reply, dict) and reply.get("id") == probe_id:
+                assert "result" in reply, reply
+                return got
+            got.append(reply)
+
+    def close(self) -> int:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        code = self.process.wait(timeout=20)
+        self.process.stdout.close()
+        self._stderr.close()
+        return code
+
+
+def _cases(mode: str, kind: str) -> list[tuple[bytes, list[Any]]]:
+    """Hostile lines of one kind, each with the replies it must get (before the next probe)."""
+    dialect = DIALECTS[mode]
+    if kind == "invalid_utf8":
+        parse_error = {"code": -32700, "message": "Parse error: the line is not valid UTF-8.", "data": {}}
+        in_key = b'{"jsonrpc":"2.0","id":"q","method":"' + dialect["probe"].encode() + b'","params":{"\xff":1}}'
+        return [(line, [{"jsonrpc": "2.0", "id": None, "error": parse_error}]) for line in (dialect["prompt"], in_key)]
+    cancel_method, id_field = dialect["cancel"]
+    in_batch = {"jsonrpc": "2.0", "id": "in-batch", "method": dialect["probe"], "params": {}}
+    cases: list[tuple[bytes, list[Any]]] = []
+    for bad_id in ([1], {"id": 1}, True, [[]]):
+        cancel = {"jsonrpc": "2.0", "method": cancel_method, "params": {id_field: bad_id}}
+        cases.append((json.dumps(cancel).encode(), []))
+        answer = {"jsonrpc": "2.0", "id": "in-batch", "result": dialect["probe_result"]}
+        cases.append((json.dumps([cancel, in_batch]).encode(), [[answer]]))
+    return cases
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("mode", ["serve", "acp"])
+@pytest.mark.parametrize("kind", ["invalid_utf8", "cancel_ids"])
+def test_hostile_lines_that_used_to_kill_it_are_answered_and_it_goes_on(tmp_path, kind, mode, backend):
+    dialect = DIALECTS[mode]
+    daemon = LineDaemon(mode, tmp_path / "home", backend)
+
+    def probe(n: int) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": f"probe-{n}", "method": dialect["probe"], "params": {}}).encode()
+
+    try:
+        initialize = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": dialect["initialize"]}
+        daemon.send(json.dumps(initialize).encode())
+        daemon.send(probe(0))
+        assert daemon.replies_until("probe-0")[0]["id"] == "init"
+        for n, (line, expected) in enumerate(_cases(mode, kind), start=1):
+            daemon.send(line)
+            daemon.send(probe(n))
+            assert daemon.replies_until(f"probe-{n}") == expected, line
+    finally:
+        code = daemon.close()
+    log = daemon.stderr_path.read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
