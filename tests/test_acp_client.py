@@ -241,3 +241,15 @@ async def test_sigterm_mid_turn_answers_the_prompt_cancelled_and_exits_0(
         assert result.stop_reason == "cancelled"
         assert await asyncio.wait_for(process.wait(), 10) == 0
     assert observer.failures == []
+
+
+async def test_prompt_blocks_reach_the_model_separated(home: Path, work: Path, daemon_backend: str) -> None:
+    client = Recorder()
+    notes = (work / "notes.txt").resolve().as_uri()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+        blocks = [acp.text_block("Look at these:"), acp.resource_link_block("notes.txt", notes)]
+        assert (await conn.prompt(session_id=session_id, prompt=blocks)).stop_reason == "end_turn"
+    [answer] = joined(client.of("agent_message_chunk")).values()  # mock/echo answers with the user message
+    assert answer == f"Look at these: [notes.txt]({notes})"

@@ -93,6 +93,21 @@ def test_prompt_text_links_resources_where_they_stand_and_appends_their_text() -
         prompt_text(blocks([{"type": "audio", "data": "", "mimeType": "audio/wav"}]))
 
 
+def test_prompt_blocks_are_separated_as_a_person_reads_them() -> None:
+    link = {"type": "resource_link", "name": "notes.txt", "uri": "file:///p/notes.txt"}
+    other = {"type": "resource_link", "name": "todo.txt", "uri": "file:///p/todo.txt"}
+    assert prompt_text(blocks([{"type": "text", "text": "Look at these:"}, link, other])) == (
+        "Look at these: [notes.txt](file:///p/notes.txt) [todo.txt](file:///p/todo.txt)"
+    )
+    # Punctuation right after a mention stays attached; whitespace already there is kept as is.
+    assert prompt_text(blocks([link, {"type": "text", "text": ", then"}, {"type": "text", "text": " stop"}])) == (
+        "[notes.txt](file:///p/notes.txt), then stop"
+    )
+    assert prompt_text(blocks([{"type": "text", "text": "See\n"}, link, {"type": "text", "text": "why?"}])) == (
+        "See\n[notes.txt](file:///p/notes.txt) why?"
+    )
+
+
 def test_titles_come_from_the_first_line_or_the_first_resource() -> None:
     assert title_for(blocks([{"type": "text", "text": "\n  Fix   the bug\nin detail"}])) == "Fix the bug"
     long = "word " * 30
