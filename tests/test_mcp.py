@@ -403,6 +403,7 @@ async def test_structured_content_that_repeats_the_text_reaches_the_model_once(h
     assert json.loads(graph) == {"entities": entities, "relations": []}
     assert deleted == "Entities deleted successfully"
     # What adds to the text still reaches the model, as JSON after it.
-    assert stat.startswith("notes.txt exists\n") and json.loads(stat.split("\n", 1)[1]) == {"path": "notes.txt", "size": 23}
+    text, structured = stat.split("\n", 1)
+    assert text == "notes.txt exists" and json.loads(structured) == {"path": "notes.txt", "size": 23}
     # The model saw exactly these results, each once.
     assert seen[-1] == [read, listing, created, graph, deleted, stat]

@@ -151,7 +151,9 @@ def test_results_text_structured_and_errors():
     assert both.text.startswith("Found 2\n") and json.loads(both.text.split("\n", 1)[1]) == {"ids": [1, 2]}
     assert json.loads(render_result({"content": [], "structuredContent": {"items": []}}).text) == {"items": []}
     # A failure flag is not a "true flag next to the message": it says something.
-    flagged = render_result({"content": [{"type": "text", "text": "m"}], "structuredContent": {"success": False, "message": "m"}})
+    flagged = render_result(
+        {"content": [{"type": "text", "text": "m"}], "structuredContent": {"success": False, "message": "m"}}
+    )
     assert flagged.text.startswith("m\n") and json.loads(flagged.text.split("\n", 1)[1])["success"] is False
     # An image with the same block again as structured content (server-filesystem's read_media_file): no base64 dump.
     image = {"type": "image", "data": "AAAA" * 100, "mimeType": "image/png"}

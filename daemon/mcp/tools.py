@@ -201,7 +201,8 @@ def _carried_by(structured: Any, texts: list[str], content: Any) -> bool:
     def said(value: Any) -> bool:
         if content and value == content:
             return True
-        return any(value == text or (parsed is not _ABSENT and value == parsed) for text, parsed in zip(texts, parsed_texts))
+        pairs = zip(texts, parsed_texts, strict=True)
+        return any(value == text or (parsed is not _ABSENT and value == parsed) for text, parsed in pairs)
 
     if said(structured):
         return True

@@ -58,7 +58,7 @@ def read_graph() -> CallToolResult:
 
 
 @server.tool(description="Delete entities from the knowledge graph.")
-def delete_entities(entityNames: list[str]) -> CallToolResult:  # noqa: N803 - the reference server's name
+def delete_entities(entityNames: list[str]) -> CallToolResult:
     graph["entities"] = [e for e in graph["entities"] if e.get("name") not in entityNames]
     message = "Entities deleted successfully"
     return result(message, {"success": True, "message": message})
