@@ -339,3 +339,34 @@ async def test_a_client_echoing_the_options_it_was_shown_keeps_the_requested_lev
         # Choosing a level the selector does not show still sets it.
         lower = await conn.set_config_option(config_id="thought_level", session_id=session_id, value="low")
         assert option(lower.config_options, "thought_level").current_value == "low"
+
+
+async def test_tool_calls_of_two_turns_have_their_own_ids_live_and_after_a_restart(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/tools")
+        for answer, name in (("allow_once", "kept.txt"), ("reject_once", "refused.txt")):
+            client.answer = answer
+            script = f'tool: write_file {{"path": "{name}", "content": "{name}\\n"}}'
+            assert (await conn.prompt(session_id=session_id, prompt=[acp.text_block(script)])).stop_reason == "end_turn"
+    live = client.of("tool_call")
+    assert len({c.tool_call_id for c in live}) == 2  # a second card, not an update of the first
+    assert [(u.tool_call_id, u.status) for u in client.of("tool_call_update") if u.status != "in_progress"] == [
+        (live[0].tool_call_id, "completed"),
+        (live[1].tool_call_id, "failed"),
+    ]
+    assert (work / "kept.txt").exists() and not (work / "refused.txt").exists()
+
+    replay = Recorder()
+    async with ponder_acp(replay, home, daemon_backend) as conn:
+        await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        await asyncio.sleep(0.05)  # notification handlers run as their own tasks
+    cards = replay.of("tool_call")
+    assert [(c.tool_call_id, c.status) for c in cards] == [
+        (live[0].tool_call_id, "completed"),
+        (live[1].tool_call_id, "failed"),
+    ]
+    assert "denied" not in cards[0].content[0].content.text and "denied" in cards[1].content[0].content.text
