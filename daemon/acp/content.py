@@ -96,7 +96,7 @@ def _separator(before: t.PromptBlock, after: t.PromptBlock, left: str, right: st
     return " "
 
 
-_CLOSING = frozenset(",.;:!?)]}…'\"")
+_CLOSING = frozenset(",.;:!?)]}…'")  # what follows a word without a space (' for [a.py]'s)
 
 
 def title_for(blocks: list[t.PromptBlock]) -> str | None:
