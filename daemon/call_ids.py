@@ -64,7 +64,8 @@ def for_provider(messages: list[ChatMessage], provider: str) -> list[ChatMessage
     for message in messages:
         if any(p.call_id in own for p in message.parts):
             parts = [
-                msgspec.structs.replace(p, call_id=own[p.call_id]) if p.call_id in own else p for p in message.parts
+                msgspec.structs.replace(p, call_id=own[p.call_id]) if p.call_id and p.call_id in own else p
+                for p in message.parts
             ]
             message = msgspec.structs.replace(message, parts=parts)
         restored.append(message)
