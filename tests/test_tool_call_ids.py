@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from daemon.call_ids import PROVIDER_CALL_ID
+from daemon.call_ids import PROVIDER_CALL_ID, ReplyCallIds, for_provider
+from daemon.conversation import ChatMessage, Part
 from tests.support.acp_harness import acp_daemon, drain, updates
 from tests.support.faults import MESSAGE_START, MODEL, anthropic_env, block_stop, message_end, sse, streamed, text_reply
 from tests.support.harness import in_memory_daemon
@@ -107,3 +108,24 @@ async def test_the_mock_provider_never_repeats_a_call_id_in_a_session(home: Path
     calls = [p for m in stored for p in m.parts if p.type == "tool_call"]
     assert len(calls) == 4 and len({p.call_id for p in calls}) == 4
     assert not any(PROVIDER_CALL_ID in (p.provider_data or {}) for p in calls)  # none had to be rewritten
+
+
+def test_calls_without_an_id_get_one_and_only_their_own_provider_sees_the_original() -> None:
+    def message(n: int, role: Any, model_id: str | None, *parts: Part) -> ChatMessage:
+        return ChatMessage(message_id=f"m{n}", session_id="s", seq=n, role=role, parts=list(parts), model_id=model_id)
+
+    history = [message(1, "assistant", "ollama/qwen3", Part(type="tool_call", call_id="call_0", name="list_files"))]
+    ids = ReplyCallIds(history)
+    repeated, missing = ids.start(0, "call_0"), ids.start(1, None)
+    assert len({"call_0", repeated, missing}) == 3
+    call = ids.finish(0, Part(type="tool_call", call_id="call_0", name="list_files"))
+    assert (call.call_id, call.provider_data) == (repeated, {PROVIDER_CALL_ID: "call_0"})
+    nameless = ids.finish(1, Part(type="tool_call", call_id=None, name="list_files"))
+    assert (nameless.call_id, nameless.provider_data) == (missing, None)
+
+    result = Part(type="tool_result", call_id=repeated, text="ok")
+    history += [message(2, "assistant", "ollama/qwen3", call), message(3, "tool", None, result)]
+    own = for_provider(history, "ollama")
+    assert [p.call_id for m in own for p in m.parts] == ["call_0", "call_0", "call_0"]
+    assert for_provider(history, "anthropic") is history  # another provider gets the unique ids
+    assert history[1].parts[0].call_id == repeated  # the stored history is left as it is
