@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from daemon.call_ids import ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import (
@@ -171,6 +172,7 @@ class _Reply:
         self.stop = "end_turn"
         self.usage: Usage | None = None
         self.last_checkpoint = 0.0
+        self.call_ids = ReplyCallIds(turn.history)  # unique in the session even if the provider repeats one
 
     @property
     def started(self) -> bool:
@@ -181,7 +183,7 @@ class _Reply:
             provider=self.turn.provider_name,
             model=self.turn.model_name,
             thinking=self.turn.thinking,
-            messages=repair_history(self.turn.history),
+            messages=for_provider(repair_history(self.turn.history), self.turn.provider_name),
             system_prompt=self.turn.system_prompt,
             tools=self.turn.tools,
         )
@@ -289,10 +291,11 @@ class _Reply:
         index = len(message.parts)
         self.wire_index[event.index] = index
         if event.kind == "tool_call":
-            message.parts.append(Part(type="tool_call", call_id=event.call_id, name=event.name, arguments={}))
+            call_id = self.call_ids.start(event.index, event.call_id)
+            message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
             await self.turn.emit(
                 ev.ToolCallStart,
-                {"message_id": message.message_id, "index": index, "call_id": event.call_id or "", "name": event.name or ""},
+                {"message_id": message.message_id, "index": index, "call_id": call_id, "name": event.name or ""},
             )
         else:
             message.parts.append(Part(type=event.kind))
@@ -305,7 +308,7 @@ class _Reply:
         if event.index not in self.wire_index:
             await self._start_block(BlockStart(index=event.index, kind=event.part.type, call_id=event.part.call_id, name=event.part.name))  # type: ignore[arg-type]
         index = self.wire_index[event.index]
-        part = event.part
+        part = self.call_ids.finish(event.index, event.part) if event.part.type == "tool_call" else event.part
         message.parts[index] = part
         self.text_chunks.pop(index, None)
         mid = message.message_id

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from daemon.errors import (
     SessionNotFound,
     ShuttingDown,
 )
+from daemon.keyed_lock import KeyedLock
 from daemon.providers.base import ProviderRequest
 from daemon.providers.registry import ProviderRegistry
 from daemon.redact import SecretMask
@@ -152,6 +154,7 @@ class SessionManager:
         self.discover_models: Callable[[str], Awaitable[None]] | None = None
         self._live: dict[str, LiveSession] = {}
         self._loading: dict[str, anyio.Event] = {}
+        self._changes = KeyedLock()  # per session: settings changes apply one at a time, in arrival order
         self._event_seq: dict[str, int] = {}
         self._lease_owner = new_lease_owner()
         self._tg: TaskGroup | None = None
@@ -282,34 +285,45 @@ class SessionManager:
             level = self.catalog.default_level(spec)
         return level
 
+    def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold while reading and changing a session's settings. Changes to one session apply
+        one at a time in the order they were asked for (enter it before awaiting anything, as
+        ``update``, ``set_model`` and ``set_thinking`` do, and that is arrival order); the
+        holder may call those methods inside."""
+        return self._changes.hold(session_id)
+
     async def update(self, session_id: str, **fields: Any) -> SessionRow:
-        row = await self.store.update_session(session_id, **fields)
-        live = self._live.get(session_id)
-        if live is not None:
-            live.row = row
-        for kind in ("model_id", "thinking_level"):
-            if kind in fields:
-                await self.store.record_change(session_id, kind.removesuffix("_id").removesuffix("_level"), fields[kind])
-        await self.bridge.session_updated(self.wire_session(row))
-        return row
+        async with self.changes(session_id):
+            row = await self.store.update_session(session_id, **fields)
+            live = self._live.get(session_id)
+            if live is not None:
+                live.row = row
+            for kind in ("model_id", "thinking_level"):
+                if kind in fields:
+                    change = kind.removesuffix("_id").removesuffix("_level")
+                    await self.store.record_change(session_id, change, fields[kind])
+            await self.bridge.session_updated(self.wire_session(row))
+            return row
 
     async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
-        row = await self.row(session_id)
-        await self.discover(model_id)
-        spec = self.catalog.get(model_id)
-        fields: dict[str, Any] = {"model_id": spec.id}
-        if level is not None:
-            parsed = thinking.parse_level(level, path="$.params.thinking_level")
-            fields["thinking_level"] = self.catalog.default_level(spec) if parsed == "default" else parsed
-        row = await self.update(row.id, **fields)
-        return row, spec
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            await self.discover(model_id)
+            spec = self.catalog.get(model_id)
+            fields: dict[str, Any] = {"model_id": spec.id}
+            if level is not None:
+                parsed = thinking.parse_level(level, path="$.params.thinking_level")
+                fields["thinking_level"] = self.catalog.default_level(spec) if parsed == "default" else parsed
+            row = await self.update(row.id, **fields)
+            return row, spec
 
     async def set_thinking(self, session_id: str, level: str) -> SessionRow:
-        row = await self.row(session_id)
-        parsed = thinking.parse_level(level, path="$.params.level")
-        if parsed == "default":
-            parsed = self.catalog.default_level(self.catalog.get(row.model_id))
-        return await self.update(row.id, thinking_level=parsed)
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            parsed = thinking.parse_level(level, path="$.params.level")
+            if parsed == "default":
+                parsed = self.catalog.default_level(self.catalog.get(row.model_id))
+            return await self.update(row.id, thinking_level=parsed)
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)

@@ -7,6 +7,7 @@ parses every answer into its own pydantic models on top of that.
 """
 
 import asyncio
+import random
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -92,8 +93,25 @@ class SchemaObserver:
             self.failures.append(str(exc))
 
 
+class SentRecorder:
+    """Records the requests the client wrote and the answers it read, in wire order."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, Any]] = []
+        self.answers: list[Any] = []  # results, in the order they arrived
+
+    def __call__(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING and "method" in message and "id" in message:
+            self.requests.append((message["method"], message.get("params")))
+        elif event.direction is StreamDirection.INCOMING and "result" in message:
+            self.answers.append(message["result"])
+
+
 @asynccontextmanager
-async def ponder_acp(client: Recorder, home: Path, backend: str, delay_ms: int = 0) -> AsyncIterator[Any]:
+async def ponder_acp(
+    client: Recorder, home: Path, backend: str, delay_ms: int = 0, sent: SentRecorder | None = None
+) -> AsyncIterator[Any]:
     observer = SchemaObserver()
     env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_MOCK_DELAY_MS": str(delay_ms)})
     async with acp.spawn_agent_process(
@@ -109,7 +127,7 @@ async def ponder_acp(client: Recorder, home: Path, backend: str, delay_ms: int =
         env=env,
         cwd=REPO,
         transport_kwargs={"stderr": None},
-        observers=[observer],
+        observers=[observer] if sent is None else [observer, sent],
     ) as (conn, process):
         init = await conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
@@ -241,3 +259,114 @@ async def test_sigterm_mid_turn_answers_the_prompt_cancelled_and_exits_0(
         assert result.stop_reason == "cancelled"
         assert await asyncio.wait_for(process.wait(), 10) == 0
     assert observer.failures == []
+
+
+async def test_prompt_blocks_reach_the_model_separated(home: Path, work: Path, daemon_backend: str) -> None:
+    client = Recorder()
+    notes = (work / "notes.txt").resolve().as_uri()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+        blocks = [acp.text_block("Look at these:"), acp.resource_link_block("notes.txt", notes)]
+        assert (await conn.prompt(session_id=session_id, prompt=blocks)).stop_reason == "end_turn"
+    [answer] = joined(client.of("agent_message_chunk")).values()  # mock/echo answers with the user message
+    assert answer == f"Look at these: [notes.txt]({notes})"
+
+
+BURSTS = 12
+
+
+async def test_config_changes_sent_without_waiting_apply_in_the_order_sent(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    """Bursts of session/set_config_option, all in flight at once: the session ends on the
+    last value sent, for the model and for the thinking level."""
+    client, sent = Recorder(), SentRecorder()
+    rng = random.Random(17)
+    async with ponder_acp(client, home, daemon_backend, sent=sent) as conn:
+        new = await conn.new_session(cwd=str(work), mcp_servers=[])
+        session_id = new.session_id
+        models = ["mock/echo", "mock/thinker", "mock/tools"]
+        levels = [o.value for o in option(new.config_options, "thought_level").options]
+        assert len(levels) >= 3
+
+        async def burst(config_id: str, values: list[str]) -> str:
+            before, answered = len(sent.requests), len(sent.answers)
+            await asyncio.gather(
+                *(conn.set_config_option(config_id=config_id, session_id=session_id, value=v) for v in values)
+            )
+            written = [p["value"] for m, p in sent.requests[before:] if m == "session/set_config_option"]
+            assert sorted(written) == sorted(values)
+            # A client showing the options of each answer as it arrives ends on the last value sent.
+            last_answer = sent.answers[answered:][-1]
+            shown = next(o["currentValue"] for o in last_answer["configOptions"] if o["id"] == config_id)
+            assert shown == written[-1], (written, shown)
+            loaded = await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+            assert option(loaded.config_options, config_id).current_value == written[-1], written
+            return written[-1]
+
+        for _ in range(BURSTS):
+            await burst("model", [rng.choice(models) for _ in range(8)])
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/thinker")
+        for _ in range(BURSTS):
+            last = await burst("thought_level", [rng.choice(levels) for _ in range(8)])
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+
+    # The last level sent is the one the session keeps (the requested level, across a restart).
+    async with ponder_acp(Recorder(), home, daemon_backend) as conn:
+        await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        back = await conn.set_config_option(config_id="model", session_id=session_id, value="mock/thinker")
+        assert option(back.config_options, "thought_level").current_value == last
+
+
+async def test_a_client_echoing_the_options_it_was_shown_keeps_the_requested_level(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    async with ponder_acp(Recorder(), home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="thought_level", session_id=session_id, value="high")
+        changed = await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+        assert option(changed.config_options, "thought_level").current_value == "off"  # echo cannot think
+
+    # A client reconnects and sends back every option's value as it was last shown.
+    async with ponder_acp(Recorder(), home, daemon_backend) as conn:
+        loaded = await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        for config_id in ("model", "thought_level"):
+            shown = option(loaded.config_options, config_id).current_value
+            await conn.set_config_option(config_id=config_id, session_id=session_id, value=shown)
+        back = await conn.set_config_option(config_id="model", session_id=session_id, value="mock/thinker")
+        assert option(back.config_options, "thought_level").current_value == "high"
+        # Choosing a level the selector does not show still sets it.
+        lower = await conn.set_config_option(config_id="thought_level", session_id=session_id, value="low")
+        assert option(lower.config_options, "thought_level").current_value == "low"
+
+
+async def test_tool_calls_of_two_turns_have_their_own_ids_live_and_after_a_restart(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/tools")
+        for answer, name in (("allow_once", "kept.txt"), ("reject_once", "refused.txt")):
+            client.answer = answer
+            script = f'tool: write_file {{"path": "{name}", "content": "{name}\\n"}}'
+            assert (await conn.prompt(session_id=session_id, prompt=[acp.text_block(script)])).stop_reason == "end_turn"
+    live = client.of("tool_call")
+    assert len({c.tool_call_id for c in live}) == 2  # a second card, not an update of the first
+    assert [(u.tool_call_id, u.status) for u in client.of("tool_call_update") if u.status != "in_progress"] == [
+        (live[0].tool_call_id, "completed"),
+        (live[1].tool_call_id, "failed"),
+    ]
+    assert (work / "kept.txt").exists() and not (work / "refused.txt").exists()
+
+    replay = Recorder()
+    async with ponder_acp(replay, home, daemon_backend) as conn:
+        await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        await asyncio.sleep(0.05)  # notification handlers run as their own tasks
+    cards = replay.of("tool_call")
+    assert [(c.tool_call_id, c.status) for c in cards] == [
+        (live[0].tool_call_id, "completed"),
+        (live[1].tool_call_id, "failed"),
+    ]
+    assert "denied" not in cards[0].content[0].content.text and "denied" in cards[1].content[0].content.text

@@ -283,7 +283,7 @@ async def test_prompt_content_blocks_become_the_user_message(home: Path, work: P
         live = await daemon.sessions.get(session_id)
         user = live.history[0].parts[0].text
         assert user.startswith(
-            "Look at [a.py](file:///src/a.py) and [b.txt](file:///src/b.txt)[c.bin](file:///src/c.bin)\n\n"
+            "Look at [a.py](file:///src/a.py) and [b.txt](file:///src/b.txt) [c.bin](file:///src/c.bin)\n\n"
         )
         assert '<context uri="file:///src/b.txt">\nB-CONTENT\n</context>' in user
         assert (

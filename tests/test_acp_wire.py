@@ -93,6 +93,21 @@ def test_prompt_text_links_resources_where_they_stand_and_appends_their_text() -
         prompt_text(blocks([{"type": "audio", "data": "", "mimeType": "audio/wav"}]))
 
 
+def test_prompt_blocks_are_separated_as_a_person_reads_them() -> None:
+    link = {"type": "resource_link", "name": "notes.txt", "uri": "file:///p/notes.txt"}
+    other = {"type": "resource_link", "name": "todo.txt", "uri": "file:///p/todo.txt"}
+    assert prompt_text(blocks([{"type": "text", "text": "Look at these:"}, link, other])) == (
+        "Look at these: [notes.txt](file:///p/notes.txt) [todo.txt](file:///p/todo.txt)"
+    )
+    # Punctuation right after a mention stays attached; whitespace already there is kept as is.
+    assert prompt_text(blocks([link, {"type": "text", "text": ", then"}, {"type": "text", "text": " stop"}])) == (
+        "[notes.txt](file:///p/notes.txt), then stop"
+    )
+    assert prompt_text(blocks([{"type": "text", "text": "See\n"}, link, {"type": "text", "text": "why?"}])) == (
+        "See\n[notes.txt](file:///p/notes.txt) why?"
+    )
+
+
 def test_titles_come_from_the_first_line_or_the_first_resource() -> None:
     assert title_for(blocks([{"type": "text", "text": "\n  Fix   the bug\nin detail"}])) == "Fix the bug"
     long = "word " * 30
@@ -147,6 +162,30 @@ def test_replay_folds_results_into_calls_and_fails_calls_without_one(tmp_path: P
     assert (first.status, first.kind, first.title) == ("completed", "read", "Read a.txt")
     assert (second.status, second.kind) == ("failed", "execute")
     assert "cancelled" in second.content[0].content.text.lower()  # type: ignore[union-attr]
+
+
+def test_replay_pairs_results_within_their_turn_when_a_stored_history_repeats_an_id(tmp_path: Path) -> None:
+    """Histories stored before ids were unique: the first call of every mock turn had the same id."""
+
+    def message(n: int, role: Any, *parts: Part) -> ChatMessage:
+        return ChatMessage(message_id=f"m{n}", session_id="s", seq=n, role=role, parts=list(parts))
+
+    def write(name: str) -> Part:
+        return Part(type="tool_call", call_id="call_same", name="write_file", arguments={"path": name, "content": "x"})
+
+    history = [
+        message(1, "user", Part(type="text", text="write kept.txt")),
+        message(2, "assistant", write("kept.txt")),
+        message(3, "tool", Part(type="tool_result", call_id="call_same", name="write_file", text="Wrote kept.txt")),
+        message(4, "assistant", Part(type="text", text="done")),
+        message(5, "user", Part(type="text", text="write refused.txt")),
+        message(6, "assistant", write("refused.txt")),
+        message(7, "tool", Part(type="tool_result", call_id="call_same", text="denied by the user", is_error=True)),
+    ]
+    cards = [u for u in replay_updates(history, builtin_tools(), str(tmp_path)) if isinstance(u, t.ToolCallStart)]
+    assert [(c.tool_call_id, c.status) for c in cards] == [("call_same", "completed"), ("call_same-2", "failed")]
+    texts = [c.content[0].content.text for c in cards]  # type: ignore[union-attr]
+    assert texts == ["Wrote kept.txt", "denied by the user"]
 
 
 # --- the bridge, event by event --------------------------------------------------------------

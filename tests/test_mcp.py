@@ -389,3 +389,51 @@ async def test_session_servers_from_acp(home, state):
                     seen.append(event)
         [hang] = tool_ends(seen)
         assert hang["is_error"] and "stopped while running hang: ponder stopped it" in hang["result"]
+
+
+async def test_structured_content_that_repeats_the_text_reaches_the_model_once(home, state, tmp_path):
+    """Results shaped like server-filesystem's and server-memory's: the text once, unless
+    the structured content says more."""
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "notes.txt").write_text("first line\nsecond line\n")
+    server = {
+        "command": sys.executable,
+        "args": [str(SERVERS / "reference_shapes.py")],
+        "env": {"MCP_FILES_DIR": str(files)},
+    }
+    seen = []
+    async with in_memory_daemon(home, configure=with_servers({"fs": server})) as (client, daemon):
+        provider = daemon.providers.get("mock", "mock")
+        original = provider.stream
+
+        def stream(request):
+            seen.append([p.text for m in request.messages if m.role == "tool" for p in m.parts])
+            return original(request)
+
+        provider.stream = stream
+        session_id = await start(client, home, approval_policy="auto")
+        entities = [{"name": "Dana", "entityType": "person", "observations": ["leads the team"]}]
+        events = await run_turn(
+            client,
+            session_id,
+            ("mcp__fs__read_text_file", {"path": "notes.txt"}),
+            ("mcp__fs__list_directory_with_sizes", {"path": "."}),
+            ("mcp__fs__create_entities", {"entities": entities}),
+            ("mcp__fs__read_graph", {}),
+            ("mcp__fs__delete_entities", {"entityNames": ["Dana"]}),
+            ("mcp__fs__stat", {"path": "notes.txt"}),
+        )
+        assert events[-1]["stop_reason"] == "end_turn"
+        read, listing, created, graph, deleted, stat = (e["result"] for e in tool_ends(events))
+        assert not any(e["is_error"] for e in tool_ends(events))
+    assert read == "first line\nsecond line\n"
+    assert listing.startswith("[FILE] notes.txt") and listing.count("notes.txt") == 1
+    assert json.loads(created) == entities
+    assert json.loads(graph) == {"entities": entities, "relations": []}
+    assert deleted == "Entities deleted successfully"
+    # What adds to the text still reaches the model, as JSON after it.
+    text, structured = stat.split("\n", 1)
+    assert text == "notes.txt exists" and json.loads(structured) == {"path": "notes.txt", "size": 23}
+    # The model saw exactly these results, each once.
+    assert seen[-1] == [read, listing, created, graph, deleted, stat]

@@ -167,6 +167,15 @@ def test_results_text_structured_and_errors():
     assert render_result({"content": [{"type": "text", "text": "done"}], "structuredContent": {"result": "done"}}).text == "done"
     both = render_result({"content": [{"type": "text", "text": "Found 2"}], "structuredContent": {"ids": [1, 2]}})
     assert both.text.startswith("Found 2\n") and json.loads(both.text.split("\n", 1)[1]) == {"ids": [1, 2]}
+    assert json.loads(render_result({"content": [], "structuredContent": {"items": []}}).text) == {"items": []}
+    # A failure flag is not a "true flag next to the message": it says something.
+    flagged = render_result(
+        {"content": [{"type": "text", "text": "m"}], "structuredContent": {"success": False, "message": "m"}}
+    )
+    assert flagged.text.startswith("m\n") and json.loads(flagged.text.split("\n", 1)[1])["success"] is False
+    # An image with the same block again as structured content (server-filesystem's read_media_file): no base64 dump.
+    image = {"type": "image", "data": "AAAA" * 100, "mimeType": "image/png"}
+    assert "AAAA" not in render_result({"content": [image], "structuredContent": {"content": [image]}}).text
     error = render_result({"content": [{"type": "text", "text": "no such page"}], "isError": True})
     assert error.is_error and error.text == "no such page"
     assert render_result({"content": []}).text == "(no output)"

@@ -5,7 +5,8 @@
 shows the current value). ``thought_level`` lists the current model's thinking levels
 and shows the *effective* level; the level the person asked for stays sticky across
 model changes exactly as with ``model/set``, and when the two differ the option's
-description says why.
+description says why. Choosing the level the selector already shows changes nothing, so a
+client that sends back every value it was shown keeps the requested level.
 """
 
 from daemon import thinking
@@ -79,23 +80,34 @@ def thought_level_option(sessions: SessionManager, row: SessionRow) -> t.ConfigO
 
 
 async def set_config_option(sessions: SessionManager, request: t.SetConfigOptionRequest) -> SessionRow:
-    """Apply one ``session/set_config_option``; returns the session's row afterwards."""
+    """Apply one ``session/set_config_option``; returns the session's row afterwards.
+
+    Everything happens under the session's change lock, taken before anything is awaited,
+    so a burst of changes sent without waiting applies in the order it arrived, each
+    checked against the state the previous ones left.
+    """
     if request.config_id not in CONFIG_IDS:
         raise InvalidParams(
             f"Unknown config option {request.config_id!r}.", path="$.params.configId", allowed=list(CONFIG_IDS)
         )
     if not isinstance(request.value, str) or request.type not in (None, "select", "value_id"):
         raise InvalidParams(f"{request.config_id} is a select option: its value is a string.", path="$.params.value")
-    if request.config_id == MODEL:
-        row, _spec = await sessions.set_model(request.session_id, request.value, None)
-        return row
-    row = await sessions.row(request.session_id)
-    levels = list(sessions.catalog.get(row.model_id).thinking_levels)
-    level = thinking.parse_level(request.value, path="$.params.value")
-    if level != "default" and level not in levels:
-        raise InvalidParams(
-            f"{row.model_id} has no thinking level {request.value!r}; it supports {', '.join(levels)}.",
-            path="$.params.value",
-            allowed=levels,
-        )
-    return await sessions.set_thinking(request.session_id, request.value)
+    async with sessions.changes(request.session_id):
+        if request.config_id == MODEL:
+            row, _spec = await sessions.set_model(request.session_id, request.value, None)
+            return row
+        row = await sessions.row(request.session_id)
+        levels = list(sessions.catalog.get(row.model_id).thinking_levels)
+        level = thinking.parse_level(request.value, path="$.params.value")
+        if level != "default" and level not in levels:
+            raise InvalidParams(
+                f"{row.model_id} has no thinking level {request.value!r}; it supports {', '.join(levels)}.",
+                path="$.params.value",
+                allowed=levels,
+            )
+        if level == sessions.thinking_for(row).effective:
+            # The value the selector shows: a client echoing what it was shown (on reconnect,
+            # say) must not turn the effective level into the requested one; the level the
+            # person asked for stays sticky.
+            return row
+        return await sessions.set_thinking(request.session_id, request.value)

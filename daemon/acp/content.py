@@ -5,7 +5,8 @@ stands (the model can read the file with its tools). An embedded ``resource`` is
 where it stands and its text is appended after the prompt in a ``<context>`` element, so
 the question reads naturally and the context follows it. Binary resources that are not
 UTF-8 text are named but not inlined; images and audio are refused (the agent does not
-advertise them).
+advertise them). Blocks that do not meet at whitespace are separated as a person would
+read them: two text blocks are two paragraphs, a link gets a space from its neighbours.
 """
 
 import base64
@@ -44,7 +45,7 @@ def prompt_text(blocks: list[t.PromptBlock]) -> str:
     """The user message for ``blocks``; raises ``InvalidParams`` for what ponder cannot take."""
     inline: list[str] = []
     context: list[str] = []
-    previous_was_text = False
+    previous: t.PromptBlock | None = None
     for n, block in enumerate(blocks):
         if isinstance(block, (t.ImageContent, t.AudioContent)):
             kind = "image" if isinstance(block, t.ImageContent) else "audio"
@@ -53,36 +54,49 @@ def prompt_text(blocks: list[t.PromptBlock]) -> str:
                 path=f"$.params.prompt[{n}]",
             )
         if isinstance(block, t.TextContent):
-            if (
-                previous_was_text
-                and inline
-                and block.text
-                and not inline[-1][-1:].isspace()
-                and not block.text[0].isspace()
-            ):
-                inline.append("\n\n")  # two separate text blocks are two paragraphs
-            inline.append(block.text)
-            previous_was_text = True
-            continue
-        previous_was_text = False
-        if isinstance(block, t.ResourceLink):
-            inline.append(f"[{block.title or block.name}]({block.uri})")
-            continue
-        resource = block.resource
-        name = _resource_name(resource.uri)
-        inline.append(f"[{name}]({resource.uri})")
-        text = _resource_text(resource)
-        if text is None:
-            mime = f" ({resource.mime_type})" if resource.mime_type else ""
-            context.append(f'<context uri="{resource.uri}">\n(binary content{mime}, not shown)\n</context>')
+            piece = block.text
+        elif isinstance(block, t.ResourceLink):
+            piece = f"[{block.title or block.name}]({block.uri})"
         else:
-            context.append(f'<context uri="{resource.uri}">\n{text}\n</context>')
+            resource = block.resource
+            piece = f"[{_resource_name(resource.uri)}]({resource.uri})"
+            text = _resource_text(resource)
+            if text is None:
+                mime = f" ({resource.mime_type})" if resource.mime_type else ""
+                context.append(f'<context uri="{resource.uri}">\n(binary content{mime}, not shown)\n</context>')
+            else:
+                context.append(f'<context uri="{resource.uri}">\n{text}\n</context>')
+        if previous is not None and inline and piece:
+            inline.append(_separator(previous, block, inline[-1], piece))
+        if piece:
+            inline.append(piece)
+            previous = block
     text = "".join(inline)
     if context:
         text = (text + "\n\n" if text else "") + "\n\n".join(context)
     if not text.strip():
         raise InvalidParams("The prompt is empty; send at least one text block.", path="$.params.prompt")
     return text
+
+
+def _separator(before: t.PromptBlock, after: t.PromptBlock, left: str, right: str) -> str:
+    """What goes between two adjacent blocks so they read as a person would read them.
+
+    Blocks that already meet at whitespace are joined as they are (editors interleave
+    mentions with the text around them: ``"Look at "``, link, ``" please"``). Otherwise
+    two text blocks are two paragraphs, and a link stands apart from its neighbours by a
+    space, unless punctuation follows it (``[a.py](…), then``).
+    """
+    if left[-1:].isspace() or right[:1].isspace():
+        return ""
+    if isinstance(before, t.TextContent) and isinstance(after, t.TextContent):
+        return "\n\n"
+    if isinstance(after, t.TextContent) and right[:1] in _CLOSING:
+        return ""
+    return " "
+
+
+_CLOSING = frozenset(",.;:!?)]}…'")  # what follows a word without a space (' for [a.py]'s)
 
 
 def title_for(blocks: list[t.PromptBlock]) -> str | None:

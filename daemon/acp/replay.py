@@ -3,8 +3,9 @@
 User messages become ``user_message_chunk``; an assistant message's blocks become, in
 order, ``agent_thought_chunk`` (the thinking's original text, whole), ``agent_message_chunk``
 and ``tool_call`` with the call's final status and result. Each block keeps the
-``messageId`` it had when it was streamed live. Tool messages are folded into the calls
-they answer; a call without any result (the daemon stopped mid-turn) is ``failed``.
+``messageId`` it had when it was streamed live. Tool results are folded into the calls
+they answer, paired within their turn (a prompt and what answered it); a call without
+any result (the daemon stopped mid-turn) is ``failed``.
 """
 
 from typing import Any
@@ -17,31 +18,51 @@ from daemon.tools import Tool
 
 
 def replay_updates(history: list[ChatMessage], tools: dict[str, Tool[Any]], cwd: str) -> list[t.SessionUpdate]:
-    results: dict[str, Part] = {
-        part.call_id: part
-        for message in history
-        if message.role == "tool"
-        for part in message.parts
-        if part.type == "tool_result" and part.call_id
-    }
     updates: list[t.SessionUpdate] = []
-    for message in history:
-        if message.role == "user":
-            text = "".join(part.text for part in message.parts if part.type == "text")
-            if text:
-                updates.append(
-                    t.UserMessageChunk(
-                        content=t.TextContent(text=text), message_id=toolcalls.user_message_id(message.message_id)
-                    )
-                )
-        elif message.role == "assistant":
-            for index, part in enumerate(message.parts):
-                updates.extend(_part_updates(message, index, part, results, tools, cwd))
+    shown: set[str] = set()  # tool call ids replayed so far
+    for turn in _turns(history):
+        results = _results(turn)
+        for message in turn:
+            if message.role == "user":
+                text = "".join(part.text for part in message.parts if part.type == "text")
+                if text:
+                    message_id = toolcalls.user_message_id(message.message_id)
+                    updates.append(t.UserMessageChunk(content=t.TextContent(text=text), message_id=message_id))
+            elif message.role == "assistant":
+                for index, part in enumerate(message.parts):
+                    updates.extend(_part_updates(message, index, part, results, tools, cwd, shown))
     return updates
 
 
+def _turns(history: list[ChatMessage]) -> list[list[ChatMessage]]:
+    """The history cut before each user message: one prompt and what answered it."""
+    turns: list[list[ChatMessage]] = [[]]
+    for message in history:
+        if message.role == "user" and turns[-1]:
+            turns.append([])
+        turns[-1].append(message)
+    return turns
+
+
+def _results(turn: list[ChatMessage]) -> dict[str, list[Part]]:
+    """The turn's tool results by the id of the call they answer, in the order they came."""
+    results: dict[str, list[Part]] = {}
+    for message in turn:
+        if message.role == "tool":
+            for part in message.parts:
+                if part.type == "tool_result" and part.call_id:
+                    results.setdefault(part.call_id, []).append(part)
+    return results
+
+
 def _part_updates(
-    message: ChatMessage, index: int, part: Part, results: dict[str, Part], tools: dict[str, Tool[Any]], cwd: str
+    message: ChatMessage,
+    index: int,
+    part: Part,
+    results: dict[str, list[Part]],
+    tools: dict[str, Tool[Any]],
+    cwd: str,
+    shown: set[str],
 ) -> list[t.SessionUpdate]:
     if part.type in ("thinking", "text"):
         if not part.text:
@@ -53,8 +74,15 @@ def _part_updates(
         return [t.AgentMessageChunk(content=content, message_id=message_id)]
     if part.type != "tool_call" or not part.call_id:
         return []
-    result = results.get(part.call_id)
-    call = toolcalls.tool_call(tools, part.call_id, part.name or "", part.arguments or {}, cwd, "failed")
+    pending = results.get(part.call_id)
+    result = pending.pop(0) if pending else None
+    # Histories stored before ids were made unique may repeat one: each call still gets its own card.
+    call_id, n = part.call_id, 1
+    while call_id in shown:
+        n += 1
+        call_id = f"{part.call_id}-{n}"
+    shown.add(call_id)
+    call = toolcalls.tool_call(tools, call_id, part.name or "", part.arguments or {}, cwd, "failed")
     if result is None:
         call.content = toolcalls.text_content(CANCELLED_RESULT)
     else:

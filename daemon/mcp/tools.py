@@ -10,7 +10,8 @@ config.toml marks the server ``trusted = true``: annotations are a third party's
 not a guarantee, so only a server the person vouched for is taken at its word.
 
 Results: text content as is, other content as a short placeholder, structured content
-as JSON text unless the text already carries it (servers are asked to send both);
+as JSON text only when it adds to what the text says (servers are asked to send both, and
+most wrap the text's content in an object of one key);
 ``isError`` makes a tool error. Progress notifications stream as tool output.
 """
 
@@ -180,7 +181,7 @@ def render_result(result: dict[str, Any]) -> ToolResult:
         else:
             parts.append(f"[{kind} content, not shown]")
     structured = result.get("structuredContent")
-    if structured is not None and not _carried_by(structured, texts):
+    if structured is not None and not _carried_by(structured, texts, result.get("content")):
         parts.append(json.dumps(structured, ensure_ascii=False, indent=2))
     text = "\n".join(parts) if parts else "(no output)"
     if len(text) > MAX_RESULT_CHARS:
@@ -188,23 +189,39 @@ def render_result(result: dict[str, Any]) -> ToolResult:
     return ToolResult(text, is_error=result.get("isError") is True)
 
 
-def _carried_by(structured: Any, texts: list[str]) -> bool:
+def _carried_by(structured: Any, texts: list[str], content: Any) -> bool:
     """Whether the text content already says what the structured content does.
 
-    The spec asks servers to send structured results as JSON text too; the Python SDK
-    also wraps a plain return value as ``{"result": value}`` next to its text.
+    The spec asks servers to send structured results as JSON text too, and servers wrap
+    what their text says in an object of one key: the reference servers send
+    ``{"content": text}`` or ``{"content": <the content blocks>}`` (filesystem),
+    ``{"entities": <the JSON of the text>}`` (memory), the Python SDK ``{"result": value}``.
+    A ``true`` flag next to a message that is the text (memory's ``{"success": true,
+    "message": text}``) adds nothing either.
     """
-    wrapped = structured["result"] if isinstance(structured, dict) and set(structured) == {"result"} else _ABSENT
-    for text in texts:
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            parsed = _ABSENT
-        if parsed == structured:
+    parsed_texts = [_parse(text) for text in texts]
+
+    def said(value: Any) -> bool:
+        if content and value == content:
             return True
-        if wrapped is not _ABSENT and (wrapped == text or (parsed is not _ABSENT and wrapped == parsed)):
-            return True
-    return False
+        pairs = zip(texts, parsed_texts, strict=True)
+        return any(value == text or (parsed is not _ABSENT and value == parsed) for text, parsed in pairs)
+
+    if said(structured):
+        return True
+    if not isinstance(structured, dict) or not structured:
+        return False
+    if len(structured) == 1:
+        return said(next(iter(structured.values())))
+    values = [v for v in structured.values() if v is not True]
+    return bool(values) and all(isinstance(v, str) and said(v) for v in values)
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _ABSENT
 
 
 _ABSENT = object()

@@ -88,7 +88,9 @@ class MockProvider:
         calls = _next_tool_calls(request.model, prompt, turn)
         if calls:
             for n, (name, arguments) in enumerate(calls):
-                call_id = f"call_{hashlib.sha256(f'{len(turn)}:{n}:{name}'.encode()).hexdigest()[:12]}"
+                # Deterministic, and unique in the session like a real provider's ids: the
+                # conversation grows with every request, so its length tells requests apart.
+                call_id = f"call_{hashlib.sha256(f'{len(request.messages)}:{n}:{name}'.encode()).hexdigest()[:12]}"
                 raw = json.dumps(arguments)
                 yield BlockStart(index=index, kind="tool_call", call_id=call_id, name=name)
                 for piece in _chunks(raw, 8):
