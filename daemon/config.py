@@ -6,9 +6,10 @@ known) and the daemon still starts with the rest. Secrets are wrapped in ``Secre
 that no repr, log line or error message can show them, and every ``Secret`` is added to
 ``daemon.redact``'s known credentials, masked in tool output, events, the store and logs.
 
-Also owns which environment variables are credentials (``CREDENTIAL_ENV_VARS``, plus any
-variable holding a known credential) and ``child_env``: the daemon's environment minus
-those, for ``run_command``'s children; ``[tools] pass_env`` names variables to pass anyway.
+What each built-in provider is (base URL, key variables, endpoints) is read from
+``daemon.providers.table``, as is which environment variables hold credentials
+(``CREDENTIAL_ENV_VARS``). Also owns ``child_env``: the daemon's environment minus those
+and any variable holding a known credential, for ``run_command``'s children; ``[tools] pass_env`` names variables to pass anyway.
 """
 
 import os
@@ -19,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon import redact
-
-KNOWN_APIS = ("anthropic", "openai-chat", "openai-responses", "gemini", "ollama", "mock")
+from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
 
 
 class Secret:
@@ -45,47 +45,6 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
-
-
-@dataclass(frozen=True)
-class BuiltinProvider:
-    api: str
-    base_url: str
-    key_envs: tuple[str, ...]  # first one set wins
-    base_url_env: str | None
-    needs_key: bool = True
-
-
-BUILTIN_PROVIDERS: dict[str, BuiltinProvider] = {
-    "anthropic": BuiltinProvider("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",), "ANTHROPIC_BASE_URL"),
-    "openai": BuiltinProvider("openai-responses", "https://api.openai.com/v1", ("OPENAI_API_KEY",), "OPENAI_BASE_URL"),
-    # Copilot's key is a GitHub sign-in (auth/login); PONDER_COPILOT_API_URL overrides the
-    # API base that the Copilot token names (for tests and proxies).
-    "copilot": BuiltinProvider("openai-chat", "https://api.githubcopilot.com", (), "PONDER_COPILOT_API_URL"),
-    "gemini": BuiltinProvider(
-        "gemini", "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "GEMINI_BASE_URL"
-    ),
-    "ollama": BuiltinProvider("ollama", "http://127.0.0.1:11434", (), "OLLAMA_HOST", needs_key=False),
-    "deepseek": BuiltinProvider("openai-chat", "https://api.deepseek.com", ("DEEPSEEK_API_KEY",), "DEEPSEEK_BASE_URL"),
-    "dashscope": BuiltinProvider(
-        "openai-chat",
-        "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
-        ("DASHSCOPE_API_KEY",),
-        "DASHSCOPE_BASE_URL",
-    ),
-    "openrouter": BuiltinProvider(
-        "openai-chat", "https://openrouter.ai/api/v1", ("OPENROUTER_API_KEY",), "OPENROUTER_BASE_URL"
-    ),
-    "mock": BuiltinProvider("mock", "", (), None, needs_key=False),
-}
-
-
-# Credentials ponder knows of besides the providers' key variables: GitHub tokens (what
-# Copilot and `gh` sign in with) have no business in a command the model runs.
-OTHER_CREDENTIAL_ENV_VARS = ("GITHUB_TOKEN", "GH_TOKEN", "GITHUB_COPILOT_TOKEN", "COPILOT_GITHUB_TOKEN")
-CREDENTIAL_ENV_VARS = tuple(
-    dict.fromkeys(v for p in BUILTIN_PROVIDERS.values() for v in p.key_envs) | dict.fromkeys(OTHER_CREDENTIAL_ENV_VARS)
-)
 
 
 def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
@@ -116,8 +75,8 @@ class ProviderConfig:
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
-    # Provider-specific URLs besides base_url, e.g. Copilot's "github" (device sign-in)
-    # and "github_api" (Copilot token exchange); see daemon.auth.
+    # Provider-specific URLs besides base_url (``ProviderInfo.endpoints``), e.g. where a
+    # device sign-in runs; see daemon.auth.
     endpoints: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -224,57 +183,63 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
 
 
 def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
+    """The built-in providers (``daemon.providers.table``), then those only config.toml names."""
     raw = raw if isinstance(raw, dict) else {}
     providers: dict[str, ProviderConfig] = {}
-    for name in list(BUILTIN_PROVIDERS) + [n for n in raw if n not in BUILTIN_PROVIDERS]:
+    for name in list(PROVIDERS) + [n for n in raw if n not in PROVIDERS]:
         section = raw.get(name, {})
-        section = section if isinstance(section, dict) else {}
-        builtin = BUILTIN_PROVIDERS.get(name)
-        api = section.get("api") or (builtin.api if builtin else None)
-        provider = ProviderConfig(
-            name=name,
-            api=str(api or ""),
-            base_url=str(section.get("base_url") or (builtin.base_url if builtin else "")),
-            needs_key=builtin.needs_key if builtin else False,
-            models=[m for m in section.get("models", []) if isinstance(m, dict)],
-            default_thinking_level=_opt_str(section.get("default_thinking_level")),
-            headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
-        )
-        if api not in KNOWN_APIS:
-            provider.problem = (
-                f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
-            )
-            problems.append(f"config.toml: {provider.problem}")
-        key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(
-            builtin.key_envs if builtin else []
-        )
-        if builtin and builtin.base_url_env and env.get(builtin.base_url_env):
-            provider.base_url = env[builtin.base_url_env]
-            if name == "ollama" and not provider.base_url.startswith(("http://", "https://")):
-                provider.base_url = "http://" + provider.base_url
-        # Every alias and the config's key are masked, also those another one overrides.
-        for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
-            if value:
-                redact.remember(str(value))
-        for var in key_envs:
-            if env.get(var):
-                provider.api_key, provider.key_source = Secret(env[var]), "env"
-                break
-        else:
-            if section.get("api_key"):
-                provider.api_key, provider.key_source = Secret(str(section["api_key"])), "config"
-        provider.key_hint = (
-            f"set {' or '.join(key_envs)}" if key_envs else "sign in with auth/login" if name == "copilot" else ""
-        ) or f"set api_key_env in [providers.{name}] of config.toml"
-        if name == "copilot":
-            provider.key_hint = "sign in with auth/login (ponder login copilot)"
-            provider.endpoints = {
-                "github": env.get("PONDER_COPILOT_GITHUB_URL") or str(section.get("github_url") or "https://github.com"),
-                "github_api": env.get("PONDER_COPILOT_GITHUB_API_URL")
-                or str(section.get("github_api_url") or "https://api.github.com"),
-            }
-        providers[name] = provider
+        providers[name] = _load_provider(name, section if isinstance(section, dict) else {}, env, problems)
     return providers
+
+
+def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], problems: list[str]) -> ProviderConfig:
+    info = PROVIDERS.get(name)
+    api = section.get("api") or (info.api if info else None)
+    provider = ProviderConfig(
+        name=name,
+        api=str(api or ""),
+        base_url=str(section.get("base_url") or (info.base_url if info else "")),
+        needs_key=info.needs_key if info else False,
+        models=[m for m in section.get("models", []) if isinstance(m, dict)],
+        default_thinking_level=_opt_str(section.get("default_thinking_level")),
+        headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
+    )
+    if api not in KNOWN_APIS:
+        provider.problem = f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
+        problems.append(f"config.toml: {provider.problem}")
+    key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs if info else [])
+    if info is not None:
+        _apply_builtin(provider, info, section, env)
+    # Every alias and the config's key are masked, also those another one overrides.
+    for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
+        if value:
+            redact.remember(str(value))
+    provider.api_key, provider.key_source = _find_key(key_envs, section, env)
+    provider.key_hint = (info.key_hint if info else None) or (
+        f"set {' or '.join(key_envs)}" if key_envs else f"set api_key_env in [providers.{name}] of config.toml"
+    )
+    return provider
+
+
+def _apply_builtin(provider: ProviderConfig, info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> None:
+    """What the table says about a built-in provider: its base URL variable and extra endpoints."""
+    if info.base_url_env and env.get(info.base_url_env):
+        provider.base_url = env[info.base_url_env]
+        if info.default_scheme and not provider.base_url.startswith(("http://", "https://")):
+            provider.base_url = info.default_scheme + provider.base_url
+    provider.endpoints = {
+        e.name: env.get(e.env) or str(section.get(e.config_key) or e.default) for e in info.endpoints
+    }
+
+
+def _find_key(key_envs: list[str], section: dict[str, Any], env: dict[str, str]) -> tuple[Secret | None, str | None]:
+    """The provider's key and where it came from: the first variable set, else config.toml's api_key."""
+    for var in key_envs:
+        if env.get(var):
+            return Secret(env[var]), "env"
+    if section.get("api_key"):
+        return Secret(str(section["api_key"])), "config"
+    return None, None
 
 
 def _number(section: dict[str, Any], name: str, key: str, default: Any, problems: list[str], minimum: float = 1) -> Any:

@@ -20,7 +20,9 @@ from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
 from daemon.mcp import McpManager
+from daemon.providers import table as providers_table
 from daemon.providers.registry import ProviderRegistry
+from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 from daemon.rpc import Connection
 from daemon.sessions import ClientBridge, RpcBridge, SessionManager
 from daemon.store import AsyncStore
@@ -127,34 +129,21 @@ class Daemon:
     # --- models and thinking ----------------------------------------------------------------
 
     async def _discover_for(self, model_id: str) -> None:
-        if model_id.startswith("ollama/") or "/" not in model_id:
-            await self.discover_ollama()
+        await self.discover_models(model_id.split("/", 1)[0] if "/" in model_id else None)
 
-    async def discover_ollama(self) -> None:
-        """Ask the local Ollama which models it serves (cached briefly; fast when absent)."""
-        settings = self.config.providers.get("ollama")
-        if settings is None or not settings.configured:
-            return
-        from daemon.catalog import ollama_spec
-        from daemon.providers.ollama import discover_models
-
-        found = await discover_models(settings.base_url)
-        self.catalog.clear_runtime_models("ollama")
-        self.catalog.add_runtime_models(
-            "ollama",
-            [
-                ollama_spec(
-                    m["model"],
-                    [c for c, on in (("thinking", m["supports_thinking"]), ("tools", m["supports_tools"])) if on],
-                    context_window=m["context_window"],
-                )
-                for m in found
-            ],
-        )
+    async def discover_models(self, provider: str | None = None) -> None:
+        """Ask the providers that list their models at run time (``ProviderInfo.discovery``;
+        ``provider`` only, or all of them) which models they serve (cached briefly; fast when absent)."""
+        for name, info in PROVIDERS.items():
+            settings = self.config.providers.get(name)
+            if info.discovery is None or provider not in (None, name) or settings is None or not settings.configured:
+                continue
+            specs = await providers_table.load(info.discovery)(settings)
+            self.catalog.clear_runtime_models(name)
+            self.catalog.add_runtime_models(name, specs)
 
     async def models_list(self, params: m.ModelsListParams) -> m.ModelsListResult:
-        if params.provider in (None, "ollama"):
-            await self.discover_ollama()
+        await self.discover_models(params.provider)
         specs = self.catalog.list_models(params.provider)
         return m.ModelsListResult(models=[self.catalog.to_wire(spec) for spec in specs])
 
@@ -239,13 +228,13 @@ class Daemon:
         return m.McpListResult(servers=await self.mcp.list_servers(params.session_id))
 
     async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
-        # Re-read the Copilot token file: another daemon on this home may have signed in.
+        # Re-read the stored sign-ins: another daemon on this home may have signed in.
         await anyio.to_thread.run_sync(apply_stored_login, self.config)
         return m.AuthStatusResult(
             providers=[
                 m.AuthProvider(provider=p.name, configured=p.configured, source=p.key_source)  # type: ignore[arg-type]
                 for p in self.config.providers.values()
-                if p.name != "mock"
+                if p.name not in OFFLINE_PROVIDERS
             ]
         )
 

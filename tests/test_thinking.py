@@ -2,8 +2,9 @@
 
 import pytest
 
-from daemon.catalog import ModelSpec, builtin_specs, ollama_spec
+from daemon.catalog import ModelSpec, builtin_specs
 from daemon.errors import InvalidParams
+from daemon.providers.models import ollama_spec
 from daemon.thinking import ALLOWED_LEVEL_NAMES, LEVELS, ThinkingControl, parse_level, resolve_thinking
 
 SPECS = {spec.id: spec for spec in builtin_specs()}

@@ -13,6 +13,7 @@ from daemon import thinking
 from daemon.acp import types as t
 from daemon.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
+from daemon.providers.table import display_name
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 
@@ -20,17 +21,6 @@ MODEL = "model"
 THOUGHT_LEVEL = "thought_level"
 CONFIG_IDS = [MODEL, THOUGHT_LEVEL]
 
-PROVIDER_NAMES = {
-    "anthropic": "Anthropic",
-    "openai": "OpenAI",
-    "copilot": "GitHub Copilot",
-    "gemini": "Google Gemini",
-    "ollama": "Ollama",
-    "deepseek": "DeepSeek",
-    "dashscope": "Alibaba DashScope",
-    "openrouter": "OpenRouter",
-    "mock": "Mock (offline)",
-}
 LEVEL_NAMES = {"off": "Off", "minimal": "Minimal", "low": "Low", "medium": "Medium", "high": "High", "max": "Max"}
 
 
@@ -58,7 +48,7 @@ def model_option(catalog: Catalog, current: str) -> t.ConfigOption:
         name="Model",
         category="model",
         current_value=current,
-        options=[t.SelectGroup(group=p, name=PROVIDER_NAMES.get(p, p), options=o) for p, o in groups.items()],
+        options=[t.SelectGroup(group=p, name=display_name(p), options=o) for p, o in groups.items()],
     )
 
 

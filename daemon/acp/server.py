@@ -199,8 +199,8 @@ class AcpServer:
         return options
 
     async def _open_fresh(self, row: SessionRow) -> list[t.ConfigOption]:
-        """The options as a session opens: first ask Ollama for its models, as models/list does."""
-        await self.daemon.discover_ollama()
+        """The options as a session opens: first ask the discovering providers for their models, as models/list does."""
+        await self.daemon.discover_models()
         return self._open(row)
 
     async def _attach_mcp(self, row: SessionRow, servers: list[t.McpServer]) -> None:

@@ -36,15 +36,16 @@ import anyio
 import httpx
 
 from daemon.auth import github_api_url, load_github_token
-from daemon.config import BUILTIN_PROVIDERS, ProviderConfig, Secret
+from daemon.config import ProviderConfig, Secret
 from daemon.errors import ProviderAuthError, ProviderError, ProviderNotConfigured
 from daemon.providers.base import ProviderEvent, ProviderRequest
 from daemon.providers.http import error_message_from_body, parse_retry_after
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
+from daemon.providers.table import PROVIDERS
 
-DEFAULT_API_URL = BUILTIN_PROVIDERS["copilot"].base_url
+DEFAULT_API_URL = PROVIDERS["copilot"].base_url
 REFRESH_MARGIN_S = 60.0
 # What VS Code's Copilot Chat sends; the proxy rejects requests without an editor and
 # integration id. A [providers.copilot] headers table overrides any of these.

@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -49,6 +49,9 @@ from daemon.providers.http import (
     status_error,
 )
 from daemon.providers.usage import normalized_usage
+
+if TYPE_CHECKING:
+    from daemon.catalog import ModelSpec
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # gpt-oss takes a reasoning level instead of a boolean (booleans are ignored).
@@ -395,3 +398,19 @@ def _context_length(model_info: dict[str, Any]) -> int | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+async def discover_specs(settings: ProviderConfig) -> list[ModelSpec]:
+    """The catalogue specs of the models the Ollama at ``settings.base_url`` serves (``ProviderInfo.discovery``)."""
+    from daemon.providers.models import ollama_spec
+
+    found = await discover_models(settings.base_url)
+    return [
+        ollama_spec(
+            m["model"],
+            [c for c, on in (("thinking", m["supports_thinking"]), ("tools", m["supports_tools"])) if on],
+            context_window=m["context_window"],
+            provider=settings.name,
+        )
+        for m in found
+    ]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -51,18 +50,12 @@ from daemon.providers.openai_common import (
     stream_error,
     tool_call_part,
 )
+from daemon.providers.table import chat_dialect_for
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from protocol.objects import Usage
 
 Dialect = Literal["openai", "deepseek", "copilot", "openrouter", "dashscope", "compat"]
 
-_DIALECT_HOSTS: tuple[tuple[str, Dialect], ...] = (
-    ("api.openai.com", "openai"),
-    ("deepseek.com", "deepseek"),
-    ("githubcopilot.com", "copilot"),
-    ("openrouter.ai", "openrouter"),
-    ("aliyuncs.com", "dashscope"),
-)
 _FINISH_REASONS: dict[str, StopKind] = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -77,15 +70,8 @@ _THINKING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 
 def chat_dialect(config: ProviderConfig) -> Dialect:
-    """The dialect of a provider: by its name for the built-in ones, else by host."""
-    name = config.name.lower()
-    if name in ("openai", "deepseek", "copilot", "openrouter", "dashscope"):
-        return name  # type: ignore[return-value]
-    host = (urlsplit(config.base_url).hostname or "").lower()
-    for suffix, dialect in _DIALECT_HOSTS:
-        if host == suffix or host.endswith("." + suffix):
-            return dialect
-    return "compat"
+    """The dialect of a provider: its own for a built-in one, else by host (``daemon.providers.table``)."""
+    return chat_dialect_for(config.name, config.base_url)  # type: ignore[return-value]
 
 
 class OpenAIChatProvider(OpenAIStyleProvider):

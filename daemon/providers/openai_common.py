@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 import httpx
 import msgspec
 
-from daemon.config import BUILTIN_PROVIDERS, ProviderConfig
+from daemon.config import ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, decode_arguments
@@ -38,6 +38,7 @@ from daemon.providers.http import (
     ended_early,
     status_error,
 )
+from daemon.providers.table import PROVIDERS
 
 ExtraHeaders = Callable[[], Awaitable[dict[str, str]]]
 
@@ -205,7 +206,7 @@ def credentials_hint(config: ProviderConfig) -> str:
     """How to configure this provider's key, naming the environment variable when known."""
     if config.key_hint:
         return config.key_hint
-    builtin = BUILTIN_PROVIDERS.get(config.name)
+    builtin = PROVIDERS.get(config.name)
     if builtin and builtin.key_envs:
         return f"set {' or '.join(builtin.key_envs)}"
     return f"set api_key_env in [providers.{config.name}] of config.toml"

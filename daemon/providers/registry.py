@@ -1,7 +1,8 @@
 """Creates provider adapters on first use and keeps one per (provider, wire API).
 
-Adapter modules are imported here lazily: a daemon that only answers ``initialize``
-never imports httpx.
+Which adapter speaks each wire API, and which providers wrap it, is
+``daemon.providers.table``'s; adapter modules are imported here lazily, on first use: a
+daemon that only answers ``initialize`` never imports httpx.
 """
 
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from daemon.config import Config, ProviderConfig
 from daemon.errors import ProviderNotConfigured
 from daemon.providers.base import Provider
+from daemon.providers.table import PROVIDERS, WIRE_APIS, load
 
 
 class ProviderRegistry:
@@ -34,35 +36,15 @@ class ProviderRegistry:
         return adapter
 
     def _create(self, settings: ProviderConfig, api: str) -> Any:
+        wire = WIRE_APIS.get(api)
+        if wire is None:
+            raise ProviderNotConfigured(settings.name, f"unknown api {api!r} in config.toml")
         if api == "mock":
-            from daemon.providers.mock import MockProvider
-
-            return MockProvider(self.config.mock_delay_ms)
-        if settings.name == "copilot":
-            from daemon.providers.copilot import CopilotProvider
-
-            return CopilotProvider(settings, api, self.config.home)
-        if api == "anthropic":
-            from daemon.providers.anthropic import AnthropicProvider
-
-            return AnthropicProvider(settings)
-        if api == "openai-chat":
-            from daemon.providers.openai_chat import OpenAIChatProvider
-
-            return OpenAIChatProvider(settings)
-        if api == "openai-responses":
-            from daemon.providers.openai_responses import OpenAIResponsesProvider
-
-            return OpenAIResponsesProvider(settings)
-        if api == "gemini":
-            from daemon.providers.gemini import GeminiProvider
-
-            return GeminiProvider(settings)
-        if api == "ollama":
-            from daemon.providers.ollama import OllamaProvider
-
-            return OllamaProvider(settings)
-        raise ProviderNotConfigured(settings.name, f"unknown api {api!r} in config.toml")
+            return load(wire.adapter)(self.config.mock_delay_ms)
+        info = PROVIDERS.get(settings.name)
+        if info is not None and info.adapter is not None:  # wraps the wire API's adapter (a token of its own)
+            return load(info.adapter)(settings, api, self.config.home)
+        return load(wire.adapter)(settings)
 
     async def aclose(self) -> None:
         for adapter in self._adapters.values():
