@@ -23,6 +23,7 @@ from daemon.catalog import Catalog, builtin_specs
 from daemon.config import CREDENTIAL_ENV_VARS, Secret, load_config
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.models import BUILTIN_MODELS
+from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import KNOWN_APIS, PROVIDERS, WIRE_APIS, ProviderInfo, load
 from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
@@ -110,7 +111,7 @@ def test_the_catalogue_has_its_models(name, tmp_path):
 def test_chat_completions_providers_have_a_dialect(name):
     info = PROVIDERS[name]
     if info.api == "openai-chat" or any(row.api == "openai-chat" for row in rows_of(name)):
-        assert info.chat_dialect, f"{name} speaks Chat Completions but declares no dialect"
+        assert info.chat_dialect in DIALECTS, f"{name} speaks Chat Completions but has no dialect strategy"
         assert info.hosts, f"{name}: no host, so a provider of the user's on its servers gets no dialect"
 
 

@@ -12,8 +12,9 @@ Copilot's proxy, OpenRouter, DashScope (Qwen) and any other compatible server (O
   model that produced it;
 * parsing the chunk stream, whatever field a server streams its thinking in.
 
-The dialect (``chat_dialect``) only changes what we *send*. Parsing is the same for all:
-every dialect field is understood wherever it shows up, so a misnamed provider still
+The dialect (``chat_dialect``; its strategy is a ``ChatDialect`` of
+``daemon.providers.openai_dialects``) only changes what we *send*. Parsing is the same for
+all: every dialect field is understood wherever it shows up, so a misnamed provider still
 streams correctly.
 
 Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2 and §6.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -50,11 +51,12 @@ from daemon.providers.openai_common import (
     stream_error,
     tool_call_part,
 )
+from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.table import chat_dialect_for
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from protocol.objects import Usage
 
-Dialect = Literal["openai", "deepseek", "copilot", "openrouter", "dashscope", "compat"]
+Dialect = str  # a name in openai_dialects.DIALECTS
 
 _FINISH_REASONS: dict[str, StopKind] = {
     "stop": "end_turn",
@@ -71,7 +73,7 @@ _THINKING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 def chat_dialect(config: ProviderConfig) -> Dialect:
     """The dialect of a provider: its own for a built-in one, else by host (``daemon.providers.table``)."""
-    return chat_dialect_for(config.name, config.base_url)  # type: ignore[return-value]
+    return chat_dialect_for(config.name, config.base_url)
 
 
 class OpenAIChatProvider(OpenAIStyleProvider):
@@ -84,6 +86,7 @@ class OpenAIChatProvider(OpenAIStyleProvider):
         self.dialect: Dialect = chat_dialect(config)
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
+        dialect = DIALECTS[self.dialect]
         body: dict[str, Any] = {"model": request.model, "messages": build_messages(request, self.dialect)}
         if request.tools:
             body["tools"] = [
@@ -93,21 +96,12 @@ class OpenAIChatProvider(OpenAIStyleProvider):
                 }
                 for t in request.tools
             ]
-            if self.dialect == "openai":
+            if dialect.parallel_tool_calls:
                 body["parallel_tool_calls"] = True
         if request.max_output_tokens:
-            # OpenAI deprecated max_tokens and its reasoning models reject it, while every
-            # current OpenAI chat model takes max_completion_tokens: no model-name guessing.
-            # The compatible servers only know max_tokens.
-            key = "max_completion_tokens" if self.dialect == "openai" else "max_tokens"
-            body[key] = request.max_output_tokens
+            body[dialect.max_tokens_field] = request.max_output_tokens
         body["stream"] = True
-        if self.dialect == "openrouter":
-            body["usage"] = {"include": True}  # OpenRouter's own usage switch
-        elif self.dialect != "copilot":
-            # Copilot's proxy reports usage on its last chunk unasked (and is not known to
-            # accept stream_options); everyone else needs it to send a usage chunk.
-            body["stream_options"] = {"include_usage": True}
+        body.update(dialect.usage_request)
         return deep_merge(body, request.thinking.request_params)
 
     def new_parser(self, request: ProviderRequest) -> ChatStreamParser:
@@ -164,20 +158,7 @@ def _assistant_message(message: ChatMessage, request: ProviderRequest, dialect: 
     # Thinking is replayed only to the model that produced it: another model cannot use
     # the opaque state, and pasting the text would put words in its mouth.
     thinking = [p for p in message.parts if p.type == "thinking" and replayable(p, request)]
-    if dialect == "deepseek" and calls:
-        # Required on every later request once a thinking turn called tools (400
-        # otherwise), even when empty; not wanted on plain turns.
-        out["reasoning_content"] = "".join(p.text for p in thinking)
-    elif dialect == "copilot":
-        opaque = [(p.provider_data or {}).get("reasoning_opaque") for p in thinking]
-        opaque = [o for o in opaque if isinstance(o, str) and o]
-        if opaque:  # clients send the text only together with its opaque state
-            out["reasoning_text"] = "".join(p.text for p in thinking)
-            out["reasoning_opaque"] = opaque[-1]
-    elif dialect == "openrouter":
-        details = [d for p in thinking for d in (p.provider_data or {}).get("reasoning_details") or []]
-        if details:
-            out["reasoning_details"] = details
+    out.update(DIALECTS[dialect].replay_reasoning(thinking, calls))
     return out
 
 
