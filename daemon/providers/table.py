@@ -23,23 +23,65 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class ThinkingKnob:
+    """How a model config.toml declares (by its levels only) steers its thinking.
+
+    ``kind`` and ``param`` become its ``daemon.thinking.ThinkingControl`` (``param`` names a
+    builder in ``daemon.providers.thinking_params``); ``values`` spell levels the API's way.
+    """
+
+    kind: str
+    param: str
+    values: tuple[tuple[str, str], ...] = ()
+    budget_min: int | None = None
+    toggle_when_single: bool = False  # a model with one thinking level is an on/off switch
+
+
+# What a declared model's ``thinking_param`` asks for, whatever its API.
+THINKING_PARAM_KNOBS: dict[str, ThinkingKnob] = {
+    "reasoning_effort": ThinkingKnob("effort", "reasoning_effort", (("off", "none"),)),
+    "enable_thinking": ThinkingKnob("toggle", "enable_thinking"),
+    # Ollama's think levels are low|medium|high|max; minimal is its "low" (as /v1 maps it).
+    "think": ThinkingKnob("level", "think", (("minimal", "low"),), toggle_when_single=True),
+}
+
+
+@dataclass(frozen=True)
 class WireApi:
-    """One wire API: the adapter class that speaks it (``"module:Class"``, built with a ``ProviderConfig``)."""
+    """One wire API: the adapter class that speaks it (``"module:Class"``, built with a
+    ``ProviderConfig``), and how a model declared on it thinks unless ``thinking_param``
+    says otherwise (``thinking_param`` names the field its own knob is)."""
 
     name: str
     adapter: str
+    thinking: ThinkingKnob | None = None
+    thinking_param: str | None = None
 
 
 # The wire APIs, in the order config's "unknown api" problem lists them ("mock" is not offered there).
 WIRE_APIS: dict[str, WireApi] = {
     api.name: api
     for api in (
-        WireApi("anthropic", "daemon.providers.anthropic:AnthropicProvider"),
-        WireApi("openai-chat", "daemon.providers.openai_chat:OpenAIChatProvider"),
-        WireApi("openai-responses", "daemon.providers.openai_responses:OpenAIResponsesProvider"),
-        WireApi("gemini", "daemon.providers.gemini:GeminiProvider"),
-        WireApi("ollama", "daemon.providers.ollama:OllamaProvider"),
-        WireApi("mock", "daemon.providers.mock:MockProvider"),
+        WireApi(
+            "anthropic",
+            "daemon.providers.anthropic:AnthropicProvider",
+            ThinkingKnob("budget", "anthropic-budget", budget_min=1024),
+        ),
+        WireApi(
+            "openai-chat",
+            "daemon.providers.openai_chat:OpenAIChatProvider",
+            THINKING_PARAM_KNOBS["reasoning_effort"],
+            "reasoning_effort",
+        ),
+        WireApi(
+            "openai-responses",
+            "daemon.providers.openai_responses:OpenAIResponsesProvider",
+            ThinkingKnob("effort", "responses", (("off", "none"),)),
+            "reasoning_effort",
+        ),
+        WireApi("gemini", "daemon.providers.gemini:GeminiProvider", ThinkingKnob("level", "gemini-level")),
+        WireApi("ollama", "daemon.providers.ollama:OllamaProvider", THINKING_PARAM_KNOBS["think"], "think"),
+        WireApi("mock", "daemon.providers.mock:MockProvider", ThinkingKnob("level", "mock")),
     )
 }
 KNOWN_APIS = tuple(WIRE_APIS)
