@@ -15,12 +15,12 @@ import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from daemon import __version__
-from daemon.auth import DeviceLogins, apply_stored_login
 from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
 from daemon.mcp import McpManager
 from daemon.providers import table as providers_table
+from daemon.providers.copilot_login import DeviceLogins, apply_stored_login
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 from daemon.rpc import Connection
@@ -240,7 +240,7 @@ class Daemon:
 
     async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
         # Created on first use; its background polls run in the sessions' task group, which
-        # lives as long as the daemon serves. The code is answered at once (see daemon.auth).
+        # lives as long as the daemon serves. The code is answered at once (see daemon.providers.copilot_login).
         if self._device_logins is None:
             self._device_logins = DeviceLogins(self.config, self.connection.notify, self.sessions.background_task_group)
         logins = self._device_logins

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from daemon.auth import save_github_token
 from daemon.catalog import Catalog, builtin_specs
 from daemon.config import CREDENTIAL_ENV_VARS, Secret, load_config
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.providers.copilot_login import save_github_token
 from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.registry import ProviderRegistry

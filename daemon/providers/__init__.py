@@ -1,1 +1,4 @@
-"""Provider adapters, one module per wire API, loaded lazily so start-up stays fast."""
+"""Everything that knows a vendor: the provider table (``table``), the catalogue rows
+(``models``), how each API spells a thinking level (``thinking_params``), the Chat
+Completions dialects, Copilot's sign-in, and the adapters, one module per wire API,
+loaded lazily (``registry``) so start-up stays fast."""
