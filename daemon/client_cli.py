@@ -16,11 +16,13 @@ from typing import Any
 import anyio
 
 from daemon.client import RpcClient, RpcError, spawn_daemon
+from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"
+_KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]
 MOCK_NOTICE = (
     "ponder: no provider is configured, so this uses the offline mock model {model}. "
-    "Set ANTHROPIC_API_KEY (or OPENAI_API_KEY, GEMINI_API_KEY, ...) or pass --model to use a real one."
+    f"Set {_KEY_ENVS[0]} (or {', '.join(_KEY_ENVS[1:])}, ...) or pass --model to use a real one."
 )
 
 
@@ -129,7 +131,7 @@ async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
         params["approval_policy"] = args.approval
     started = await client.request("session/start", params)
     model_id = started["session"]["model_id"]
-    if not args.model and model_id.startswith("mock/"):
+    if not args.model and model_id.split("/", 1)[0] in OFFLINE_PROVIDERS:
         print(MOCK_NOTICE.format(model=model_id), file=sys.stderr)
     thinking = started["thinking"]
     if thinking.get("reason"):
