@@ -28,7 +28,7 @@ from daemon.providers.base import (
     ToolSpec,
     UsageUpdate,
 )
-from daemon.providers.blocks import pieces_of
+from daemon.providers.assembler import pieces_of
 from daemon.providers.gemini import DUMMY_SIGNATURE, GeminiProvider, parse_duration
 from protocol.objects import TextBlock, Thinking, Usage
 from tests.support.provider_streams import enqueue_local

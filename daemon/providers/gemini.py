@@ -11,7 +11,7 @@ Wire facts this module relies on (WIRE-FORMATS.md §4, fixtures in ``gemini/``):
   which is what clients see, however the signatures cut it. A ``thoughtSignature`` ends
   the part it rides on (Gemini 2.5 signs the first part, mid-sentence); an *empty* text
   part carrying one (Gemini 3's last part) is a part of its own. Both go back exactly as
-  they came (``blocks.TextBlocks`` records the cuts), and no empty block is shown.
+  they came (``assembler.BlockAssembler`` records the cuts), and no empty block is shown.
 * ``functionCall`` parts arrive whole. Gemini 3 gives each an ``id``; it goes back on the
   ``functionCall`` and on its ``functionResponse``, so parallel calls of one function pair
   by id rather than by position. Older models send none: the adapter then derives a call
@@ -34,11 +34,9 @@ import httpx_sse
 from daemon.config import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.providers.assembler import BlockAssembler, pieces_of
 from daemon.providers.base import (
-    BlockDelta,
-    BlockEnd,
     BlockKind,
-    BlockStart,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -46,7 +44,6 @@ from daemon.providers.base import (
     UsageUpdate,
     replayable,
 )
-from daemon.providers.blocks import TextBlocks, pieces_of
 from daemon.providers.http import (
     LazyClient,
     close_response,
@@ -358,7 +355,7 @@ class _StreamParser:
     def __init__(self, request: ProviderRequest) -> None:
         self.provider = request.provider
         self.model = request.model
-        self.blocks = TextBlocks(request.provider, request.model)
+        self.blocks = BlockAssembler(request.provider, request.model)
         self.calls = 0
         self.response_id: str | None = None
         self.finish_reason: str | None = None
@@ -418,12 +415,12 @@ class _StreamParser:
     def _part(self, part: dict[str, Any]) -> list[ProviderEvent]:
         signature = part.get("thoughtSignature") or None
         if isinstance(part.get("functionCall"), dict):
-            return [*self.blocks.close(), *self._call(part["functionCall"], signature)]
+            return self._call(part["functionCall"], signature)
         text = part.get("text")
         if not isinstance(text, str):
             return []  # executable code, inline data, ...: not modelled
         kind: BlockKind = "thinking" if part.get("thought") else "text"
-        # One block per contiguous run of a kind; TextBlocks keeps where the signatures rode.
+        # One block per contiguous run of a kind; the assembler keeps where the signatures rode.
         return self.blocks.append(kind, text, signature)
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
@@ -432,7 +429,6 @@ class _StreamParser:
         gemini_id = call.get("id") or None
         call_id = gemini_id or self._call_id()
         self.calls += 1
-        index = self.blocks.take_index()
         part = Part(
             type="tool_call",
             call_id=call_id,
@@ -443,11 +439,7 @@ class _StreamParser:
             signature=signature,
             provider_data={"id": gemini_id} if gemini_id else None,
         )
-        return [
-            BlockStart(index=index, kind="tool_call", call_id=call_id, name=name),
-            BlockDelta(index=index, delta=json.dumps(args, ensure_ascii=False)),
-            BlockEnd(index=index, part=part),
-        ]
+        return self.blocks.call(part, json.dumps(args, ensure_ascii=False))
 
     def _call_id(self) -> str:
         # Deterministic for a given response, so a replayed stream yields the same ids.

@@ -26,17 +26,14 @@ import httpx
 from daemon.config import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError, ProviderModelNotFound
+from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
-    BlockDelta,
-    BlockEnd,
-    BlockStart,
     ProviderEvent,
     ProviderRequest,
     Stop,
     UsageUpdate,
     replayable,
 )
-from daemon.providers.blocks import TextBlocks
 from daemon.providers.http import (
     LazyClient,
     close_response,
@@ -240,7 +237,7 @@ class _StreamParser:
     def __init__(self, request: ProviderRequest) -> None:
         self.provider = request.provider
         self.model = request.model
-        self.blocks = TextBlocks(request.provider, request.model)
+        self.blocks = BlockAssembler(request.provider, request.model)
         self.calls = 0
         self.done = False
 
@@ -253,7 +250,6 @@ class _StreamParser:
                 events += self.blocks.append(kind, text)
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict):
-                events += self.blocks.close()
                 events += self._call(call, chunk.get("created_at"))
         if chunk.get("done"):
             self.done = True
@@ -282,15 +278,10 @@ class _StreamParser:
             arguments = {}
         call_id = call.get("id") or _call_id(self.model, created_at, self.calls, name)
         self.calls += 1
-        index = self.blocks.take_index()
         part = Part(
             type="tool_call", call_id=call_id, name=name, arguments=arguments, provider=self.provider, model=self.model
         )
-        return [
-            BlockStart(index=index, kind="tool_call", call_id=call_id, name=name),
-            BlockDelta(index=index, delta=json.dumps(arguments, ensure_ascii=False)),
-            BlockEnd(index=index, part=part),
-        ]
+        return self.blocks.call(part, json.dumps(arguments, ensure_ascii=False))
 
 
 def _call_id(model: str, created_at: Any, position: int, name: str) -> str:

@@ -1,9 +1,14 @@
-"""Assembling streamed thinking and text into numbered blocks, for adapters whose wire format
-has no block boundaries of its own (Gemini parts, Ollama chunks): a change of kind closes
-the open block and opens the next.
+"""Assembling a streamed reply into numbered blocks: ``BlockAssembler``, shared by the adapters
+whose wire format has no block boundaries of its own (Gemini parts, Ollama chunks, Chat
+Completions deltas).
 
-Clients see one block per contiguous run of one kind, however the provider cut it into
-parts. Where the parts themselves must go back as they came (Gemini's thought signatures
+It numbers every block, text, thinking and tool calls alike. Thinking and text arrive as
+runs: a change of kind closes the open block and opens the next, so clients see one block
+per contiguous run of one kind, however the provider cut it into parts. Tool calls are
+blocks of their own: whole (``call``) or streamed (``start`` / ``delta`` / ``end``), and
+starting one closes the open run.
+
+Where the parts themselves must go back as they came Where the parts themselves must go back as they came (Gemini's thought signatures
 ride on particular parts), the block remembers how it was cut: a signature ends the piece
 it rides on, and an *empty* signed part is a piece of its own, kept without opening a
 block for it. A block cut into one piece keeps its signature in ``Part.signature``; one
@@ -21,10 +26,17 @@ from daemon.providers.base import BlockDelta, BlockEnd, BlockKind, BlockStart, P
 log = logging.getLogger("ponder.providers.blocks")
 
 
-class TextBlocks:
-    def __init__(self, provider: str, model: str) -> None:
+class BlockAssembler:
+    """The blocks of one reply. Every method returns the events to emit, in order.
+
+    ``tag_text``: whether text parts record the provider and model that wrote them (as
+    thinking parts always do); adapters that replay text as plain text leave it off.
+    """
+
+    def __init__(self, provider: str, model: str, *, tag_text: bool = True) -> None:
         self.provider = provider
         self.model = model
+        self.tag_text = tag_text
         self.next_index = 0
         self.open_index: int | None = None
         self.open_kind: BlockKind | None = None
@@ -35,9 +47,43 @@ class TextBlocks:
         self._waiting: list[dict[str, Any]] = []
 
     def take_index(self) -> int:
-        """The index of the next block (also for tool calls, which the adapter builds itself)."""
+        """The index of the next block."""
         index, self.next_index = self.next_index, self.next_index + 1
         return index
+
+    # -- tool calls ---------------------------------------------------------------------
+
+    def call(self, part: Part, arguments_json: str) -> list[ProviderEvent]:
+        """A whole tool call at once: close the open run; start, one delta of its arguments, end."""
+        index = self.take_index()
+        return [
+            *self.close(),
+            BlockStart(index=index, kind="tool_call", call_id=part.call_id, name=part.name),
+            BlockDelta(index=index, delta=arguments_json),
+            BlockEnd(index=index, part=part),
+        ]
+
+    def start(self, call_id: str | None, name: str | None) -> tuple[int, list[ProviderEvent]]:
+        """Start a streamed tool call (closing the open run); its index and the events."""
+        events = self.close()
+        index = self.take_index()
+        return index, [*events, BlockStart(index=index, kind="tool_call", call_id=call_id, name=name)]
+
+    @staticmethod
+    def delta(index: int, text: str) -> list[ProviderEvent]:
+        """A piece of a started tool call's arguments."""
+        return [BlockDelta(index=index, delta=text)] if text else []
+
+    @staticmethod
+    def end(index: int, part: Part) -> list[ProviderEvent]:
+        """End a started tool call with its finished part."""
+        return [BlockEnd(index=index, part=part)]
+
+    # -- thinking and text runs -----------------------------------------------------------
+
+    def ensure_open(self, kind: BlockKind) -> list[ProviderEvent]:
+        """Make a block of ``kind`` the open one (possibly empty, e.g. for opaque reasoning state)."""
+        return [*self.close(), *self.open(kind)] if self.open_kind != kind else []
 
     def open(self, kind: BlockKind) -> list[ProviderEvent]:
         self.open_index, self.open_kind, self.open_text = self.take_index(), kind, []
@@ -51,7 +97,7 @@ class TextBlocks:
             if signature is not None:
                 self._empty_signed_part(kind, signature)
             return []
-        events = [*self.close(), *self.open(kind)] if self.open_kind != kind else []
+        events = self.ensure_open(kind)
         assert self.open_index is not None
         self.open_text.append(text)
         self._piece_chars += len(text)
@@ -61,7 +107,8 @@ class TextBlocks:
             self._piece_chars = 0
         return events
 
-    def close(self) -> list[ProviderEvent]:
+    def close(self, provider_data: dict[str, Any] | None = None) -> list[ProviderEvent]:
+        """End the open block, if any; ``provider_data`` joins its part's (opaque reasoning state)."""
         if self.open_index is None or self.open_kind is None:
             return []
         pieces = self._pieces + ([{"chars": self._piece_chars}] if self._piece_chars or not self._pieces else [])
@@ -70,11 +117,14 @@ class TextBlocks:
             signature = pieces[0].get("signature")
         else:
             data = {"parts": pieces}
+        if provider_data:
+            data = {**(data or {}), **provider_data}
+        tagged = self.tag_text or self.open_kind != "text"
         part = Part(
             type=self.open_kind,
             text="".join(self.open_text),
-            provider=self.provider,
-            model=self.model,
+            provider=self.provider if tagged else None,
+            model=self.model if tagged else None,
             signature=signature,
             provider_data=data,
         )
