@@ -29,11 +29,10 @@ from typing import Any
 import msgspec
 
 from daemon.config import ProviderConfig
-from daemon.conversation import ChatMessage, Part
+from daemon.conversation import ChatMessage
+from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
-    BlockDelta,
-    BlockEnd,
-    BlockStart,
+    BlockKind,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -184,23 +183,25 @@ class ChatStreamParser:
     never opens a block. Tool calls are keyed by ``index`` (never by id: DashScope sends
     ``id: ""`` on continuations) and all close at ``finish_reason``. Opaque reasoning state
     (Copilot ``reasoning_opaque``, OpenRouter ``reasoning_details``) joins the open thinking
-    block; arriving with no thinking block open, it gets an empty one of its own.
+    block; arriving with no thinking block open, it gets an empty one of its own. Numbering
+    and the block events are the shared ``BlockAssembler``'s.
     """
 
     provider: str
     request: ProviderRequest
     status: int = 200
     finished: bool = False
-    _next_block: int = 0
-    _open_kind: str | None = None  # "thinking" | "text"
-    _open_block: int = -1
-    _open_text: list[str] = field(default_factory=list)
+    _blocks: BlockAssembler = field(init=False)
     _opaque: str | None = None
     _details: list[dict[str, Any]] = field(default_factory=list)
     _tools: dict[Any, _ToolCall] = field(default_factory=dict)
     _finish_raw: str | None = None
     _refused: bool = False
     _usage: Usage | None = None
+
+    def __post_init__(self) -> None:
+        # Text is replayed as plain text, so its parts do not record who wrote them.
+        self._blocks = BlockAssembler(self.request.provider, self.request.model, tag_text=False)
 
     def feed(self, name: str, data: str) -> list[ProviderEvent]:
         if data.strip() == "[DONE]":
@@ -254,10 +255,7 @@ class ChatStreamParser:
         if opaque is not None:
             self._opaque = opaque  # arrives once; should it repeat, the last is the whole
         _merge_details(self._details, details)
-        if text:
-            self._open_text.append(text)
-            events.append(BlockDelta(index=self._open_block, delta=text))
-        return events
+        return events + self._blocks.append("thinking", text)
 
     def _content(self, delta: dict[str, Any]) -> list[ProviderEvent]:
         text = delta.get("content")
@@ -267,10 +265,7 @@ class ChatStreamParser:
             text = (text if isinstance(text, str) else "") + refusal
         if not isinstance(text, str) or not text:
             return []  # Copilot sends content "" on every chunk: that starts nothing
-        events = self._open("text")
-        self._open_text.append(text)
-        events.append(BlockDelta(index=self._open_block, delta=text))
-        return events
+        return self._open("text") + self._blocks.append("text", text)
 
     def _tool_calls(self, raw: Any) -> list[ProviderEvent]:
         events: list[ProviderEvent] = []
@@ -291,7 +286,7 @@ class ChatStreamParser:
             if isinstance(arguments, str) and arguments:
                 (call.arguments if call.block is not None else call.pending).append(arguments)
                 if call.block is not None:
-                    events.append(BlockDelta(index=call.block, delta=arguments))
+                    events += self._blocks.delta(call.block, arguments)
             # Start once named and identified; a server that never sends an id gets one
             # made up when the calls close.
             if call.block is None and call.name is not None and call.call_id is not None:
@@ -309,50 +304,32 @@ class ChatStreamParser:
 
     def _start_tool(self, call: _ToolCall) -> list[ProviderEvent]:
         events = self._close_open()
-        call.block = self._new_block()
         call.call_id = call.call_id or f"call_{uuid.uuid4().hex[:24]}"  # servers that omit ids
-        events.append(BlockStart(index=call.block, kind="tool_call", call_id=call.call_id, name=call.name))
+        call.block, started = self._blocks.start(call.call_id, call.name)
+        events += started
         if call.pending:
             call.arguments, call.pending = call.pending, []
-            events.append(BlockDelta(index=call.block, delta="".join(call.arguments)))
+            events += self._blocks.delta(call.block, "".join(call.arguments))
         return events
 
     # -- blocks -------------------------------------------------------------------------
 
-    def _new_block(self) -> int:
-        index, self._next_block = self._next_block, self._next_block + 1
-        return index
-
-    def _open(self, kind: str) -> list[ProviderEvent]:
-        if self._open_kind == kind:
+    def _open(self, kind: BlockKind) -> list[ProviderEvent]:
+        if self._blocks.open_kind == kind:
             return []
-        events = self._close_open()
-        self._open_kind, self._open_block, self._open_text = kind, self._new_block(), []
-        events.append(BlockStart(index=self._open_block, kind=kind))  # type: ignore[arg-type]
-        return events
+        return self._close_open() + self._blocks.ensure_open(kind)
 
     def _close_open(self) -> list[ProviderEvent]:
-        if self._open_kind is None:
-            return []
-        text = "".join(self._open_text)
-        if self._open_kind == "text":
-            part = Part(type="text", text=text)
-        else:
-            data: dict[str, Any] = {}
-            if self._opaque is not None:
-                data["reasoning_opaque"] = self._opaque
-            if self._details:
-                data["reasoning_details"] = self._details
-            part = Part(
-                type="thinking",
-                text=text,
-                provider=self.request.provider,
-                model=self.request.model,
-                provider_data=data or None,
-            )
-            self._opaque, self._details = None, []
-        index, self._open_kind = self._open_block, None
-        return [BlockEnd(index=index, part=part)]
+        """Close the open thinking or text block; thinking takes the opaque state with it."""
+        if self._blocks.open_kind != "thinking":
+            return self._blocks.close()
+        data: dict[str, Any] = {}
+        if self._opaque is not None:
+            data["reasoning_opaque"] = self._opaque
+        if self._details:
+            data["reasoning_details"] = self._details
+        self._opaque, self._details = None, []
+        return self._blocks.close(data)
 
     def _close_all(self) -> list[ProviderEvent]:
         events = self._close_open()
@@ -363,7 +340,7 @@ class ChatStreamParser:
                 events += self._start_tool(call)
             assert call.block is not None
             part = tool_call_part(self.request, call.call_id, call.name, "".join(call.arguments))
-            events.append(BlockEnd(index=call.block, part=part))
+            events += self._blocks.end(call.block, part)
             call.ended = True  # a repeated finish_reason must not end it twice
         return events
 
