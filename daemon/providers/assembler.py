@@ -63,20 +63,31 @@ class BlockAssembler:
             BlockEnd(index=index, part=part),
         ]
 
-    def start(self, call_id: str | None, name: str | None) -> tuple[int, list[ProviderEvent]]:
-        """Start a streamed tool call (closing the open run); its index and the events."""
+    def start(
+        self, call_id: str | None, name: str | None, kind: BlockKind = "tool_call"
+    ) -> tuple[int, list[ProviderEvent]]:
+        """Start a block the adapter keeps itself (closing the open run): a streamed tool call,
+        or any block of a wire format that says where blocks begin and end. Its index and the events."""
         events = self.close()
         index = self.take_index()
-        return index, [*events, BlockStart(index=index, kind="tool_call", call_id=call_id, name=name)]
+        return index, [*events, BlockStart(index=index, kind=kind, call_id=call_id, name=name)]
 
     @staticmethod
     def delta(index: int, text: str) -> list[ProviderEvent]:
-        """A piece of a started tool call's arguments."""
+        """A piece of a started block (text, or a tool call's arguments)."""
         return [BlockDelta(index=index, delta=text)] if text else []
 
     @staticmethod
+    def catch_up(index: int, streamed: str, final: str) -> list[ProviderEvent]:
+        """What the deltas of a block did not spell yet of its ``final`` text, so that a client
+        adding up deltas ends with it (nothing when ``final`` does not continue ``streamed``)."""
+        if final != streamed and final.startswith(streamed):
+            return [BlockDelta(index=index, delta=final[len(streamed) :])]
+        return []
+
+    @staticmethod
     def end(index: int, part: Part) -> list[ProviderEvent]:
-        """End a started tool call with its finished part."""
+        """End a started block with its finished part."""
         return [BlockEnd(index=index, part=part)]
 
     # -- thinking and text runs -----------------------------------------------------------

@@ -37,11 +37,9 @@ from typing import Any
 
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError
+from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
-    BlockDelta,
-    BlockEnd,
     BlockKind,
-    BlockStart,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -222,8 +220,11 @@ class ResponsesStreamParser:
     status: int = 200
     finished: bool = False
     _items: dict[int, _Item] = field(default_factory=dict)  # by output_index
-    _next_block: int = 0
+    _blocks: BlockAssembler = field(init=False)
     _refused: bool = False
+
+    def __post_init__(self) -> None:
+        self._blocks = BlockAssembler(self.request.provider, self.request.model)
 
     def feed(self, name: str, data: str) -> list[ProviderEvent]:
         payload = decode_event(self.provider, data)
@@ -363,16 +364,16 @@ class ResponsesStreamParser:
     def _start(self, item: _Item) -> list[ProviderEvent]:
         if item.block is not None:
             return []
-        item.block, self._next_block = self._next_block, self._next_block + 1
-        return [BlockStart(index=item.block, kind=item.kind, call_id=item.call_id, name=item.name)]
+        item.block, events = self._blocks.start(item.call_id, item.name, item.kind)
+        return events
 
     def _append(self, item: _Item, delta: str) -> list[ProviderEvent]:
         if item.ended:
             return []
         events = self._start(item)
         item.text.append(delta)
-        events.append(BlockDelta(index=item.block, delta=delta))  # type: ignore[arg-type]
-        return events
+        assert item.block is not None
+        return events + self._blocks.delta(item.block, delta)
 
     def _end(self, item: _Item, raw: dict[str, Any]) -> list[ProviderEvent]:
         """Close ``item`` with its final copy ``raw`` (``{}`` when the server sent none)."""
@@ -414,14 +415,14 @@ class ResponsesStreamParser:
             part = tool_call_part(self.request, item.call_id, item.name, final, **extra)
         if item.block is None:
             return events  # nothing to show and nothing to keep
-        return [*events, BlockEnd(index=item.block, part=part)]
+        return [*events, *self._blocks.end(item.block, part)]
 
     def _catch_up(self, item: _Item, streamed: str, final: str, *, show: bool) -> list[ProviderEvent]:
         """Start the block if it should exist, and send what the deltas did not spell yet,
         so that a client adding up deltas ends with the final text."""
         events = self._start(item) if show else []
-        if item.block is not None and final != streamed and final.startswith(streamed):
-            events.append(BlockDelta(index=item.block, delta=final[len(streamed) :]))
+        if item.block is not None:
+            events += self._blocks.catch_up(item.block, streamed, final)
         return events
 
 
