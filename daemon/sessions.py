@@ -150,7 +150,7 @@ class SessionManager:
         self.bridge = bridge
         self.tools = builtin_tools()
         self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
-        # Models found at run time (Ollama): looked up before a model id is resolved.
+        # Models found at run time (a provider's discovery): looked up before a model id is resolved.
         self.discover_models: Callable[[str], Awaitable[None]] | None = None
         self._live: dict[str, LiveSession] = {}
         self._loading: dict[str, anyio.Event] = {}
@@ -523,7 +523,7 @@ class SessionManager:
         async def run_tool(name: str, arguments: dict[str, Any], output: Any) -> tuple[str, bool]:
             # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
             # reaches events, the store and the model, so credentials are masked on the way
-            # out. Known now, not at turn start: a Copilot token may be new since.
+            # out. Known now, not at turn start: a short-lived provider token may be new since.
             secrets = self._secrets()
             mask = SecretMask(secrets)
 
