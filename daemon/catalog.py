@@ -283,13 +283,11 @@ class Catalog:
                 return self.config.default_model  # using it will say what is wrong
         ids = {spec.id for spec in self.list_models()}
         for provider in self.providers():
-            info = PROVIDERS.get(provider)
-            if (info and info.offline) or not self.is_available(provider):
+            if provider in providers_table.OFFLINE_PROVIDERS or not self.is_available(provider):
                 continue
-            default = info.default_model if info else None
-            preferred = f"{provider}/{default or ''}"
-            if preferred in ids:
-                return preferred
+            default = providers_table.default_model(provider)
+            if default is not None and f"{provider}/{default}" in ids:
+                return f"{provider}/{default}"
             own = self.list_models(provider)
             if own and default is None:  # a discovering provider, or one of the user's
                 return own[0].id

@@ -193,47 +193,51 @@ def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[
 
 
 def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], problems: list[str]) -> ProviderConfig:
-    info = PROVIDERS.get(name)
-    api = section.get("api") or (info.api if info else None)
+    # A provider only config.toml names starts from nothing: no API, URL or key variable.
+    info = PROVIDERS.get(name) or ProviderInfo(name, name, api="", base_url="", needs_key=False)
+    api = section.get("api") or info.api or None
     provider = ProviderConfig(
         name=name,
         api=str(api or ""),
-        base_url=str(section.get("base_url") or (info.base_url if info else "")),
-        needs_key=info.needs_key if info else False,
+        base_url=_base_url(info, section, env),
+        needs_key=info.needs_key,
         models=[m for m in section.get("models", []) if isinstance(m, dict)],
         default_thinking_level=_opt_str(section.get("default_thinking_level")),
         headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
+        endpoints=_endpoints(info, section, env),
     )
     if api not in KNOWN_APIS:
         provider.problem = f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
         problems.append(f"config.toml: {provider.problem}")
-    key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs if info else [])
-    if info is not None:
-        _apply_builtin(provider, info, section, env)
-    # Every alias and the config's key are masked, also those another one overrides.
-    for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
-        if value:
-            redact.remember(str(value))
+    key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs)
     provider.api_key, provider.key_source = _find_key(key_envs, section, env)
-    provider.key_hint = (info.key_hint if info else None) or (
+    provider.key_hint = info.key_hint or (
         f"set {' or '.join(key_envs)}" if key_envs else f"set api_key_env in [providers.{name}] of config.toml"
     )
     return provider
 
 
-def _apply_builtin(provider: ProviderConfig, info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> None:
-    """What the table says about a built-in provider: its base URL variable and extra endpoints."""
-    if info.base_url_env and env.get(info.base_url_env):
-        provider.base_url = env[info.base_url_env]
-        if info.default_scheme and not provider.base_url.startswith(("http://", "https://")):
-            provider.base_url = info.default_scheme + provider.base_url
-    provider.endpoints = {
-        e.name: env.get(e.env) or str(section.get(e.config_key) or e.default) for e in info.endpoints
-    }
+def _base_url(info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> str:
+    """The table's variable (given a scheme where it may lack one), else config.toml, else the table's URL."""
+    url = env.get(info.base_url_env) if info.base_url_env else None
+    if not url:
+        return str(section.get("base_url") or info.base_url)
+    if info.default_scheme and not url.startswith(("http://", "https://")):
+        return info.default_scheme + url
+    return url
+
+
+def _endpoints(info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """The provider's URLs besides base_url: the environment, else config.toml, else the table's default."""
+    return {e.name: env.get(e.env) or str(section.get(e.config_key) or e.default) for e in info.endpoints}
 
 
 def _find_key(key_envs: list[str], section: dict[str, Any], env: dict[str, str]) -> tuple[Secret | None, str | None]:
     """The provider's key and where it came from: the first variable set, else config.toml's api_key."""
+    # Every alias and the config's key are masked, also those another one overrides.
+    for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
+        if value:
+            redact.remember(str(value))
     for var in key_envs:
         if env.get(var):
             return Secret(env[var]), "env"

@@ -68,6 +68,16 @@ def test_the_entry_is_complete(name):
         assert info.base_url_env, f"{name}: no variable to point it elsewhere (proxies, tests)"
 
 
+@pytest.mark.parametrize("name", ONLINE)
+def test_its_base_url_variable_points_it_elsewhere(name, tmp_path):
+    info = PROVIDERS[name]
+    assert load_config(tmp_path, env={}).providers[name].base_url == info.base_url
+    url = "https://proxy.example.invalid/v1"
+    assert load_config(tmp_path, env={info.base_url_env: url}).providers[name].base_url == url
+    bare = load_config(tmp_path, env={info.base_url_env: "10.0.0.2:8080"}).providers[name].base_url
+    assert bare == f"{info.default_scheme or ''}10.0.0.2:8080", name  # OLLAMA_HOST=host:port
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_credentials_come_from_where_the_table_says(name, tmp_path):
     info = PROVIDERS[name]

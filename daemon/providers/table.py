@@ -263,6 +263,12 @@ def display_name(provider: str) -> str:
     return info.display_name if info else provider
 
 
+def default_model(provider: str) -> str | None:
+    """The model ``provider`` offers first (None: discovered at run time, or a provider of the user's)."""
+    info = PROVIDERS.get(provider)
+    return info.default_model if info else None
+
+
 def chat_dialect_for(name: str, base_url: str) -> str:
     """The Chat Completions dialect of a provider: its own for a built-in one, else by host; else "compat"."""
     info = PROVIDERS.get(name.lower())
