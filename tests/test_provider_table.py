@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +183,25 @@ async def test_a_rate_limit_is_retryable_after_the_server_said(name, tmp_path, r
     assert type(error) is ProviderError and error.provider == name, f"{name}: 429 became {type(error).__name__}"
     assert error.retryable and error.retry_after == 7, name
     assert error.status == 429
+
+
+# --- start-up -----------------------------------------------------------------------------
+
+
+def test_reading_the_table_imports_no_adapter():
+    """The daemon reads the table at start-up; adapters (and httpx) load on first use only."""
+    adapters = sorted(
+        {target.partition(":")[0] for target in [w.adapter for w in WIRE_APIS.values()]}
+        | {info.adapter.partition(":")[0] for info in PROVIDERS.values() if info.adapter}
+        | {info.discovery.partition(":")[0] for info in PROVIDERS.values() if info.discovery}
+    )
+    code = (
+        "import sys, tempfile, pathlib\n"
+        "import daemon.server, daemon.acp, daemon.client_cli\n"
+        "from daemon.config import load_config\n"
+        "from daemon.catalog import Catalog\n"
+        "Catalog(load_config(pathlib.Path(tempfile.mkdtemp()), env={}))\n"
+        f"loaded = [m for m in {adapters + ['httpx']!r} if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
