@@ -9,7 +9,8 @@ that no repr, log line or error message can show them, and every ``Secret`` is a
 What each built-in provider is (base URL, key variables, endpoints) is read from
 ``daemon.providers.table``, as is which environment variables hold credentials
 (``CREDENTIAL_ENV_VARS``). Also owns ``child_env``: the daemon's environment minus those
-and any variable holding a known credential, for ``run_command``'s children; ``[tools] pass_env`` names variables to pass anyway.
+and any variable holding a known credential, for ``run_command``'s children; ``[tools]
+pass_env`` names variables to pass anyway.
 """
 
 import os

