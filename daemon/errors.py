@@ -132,3 +132,13 @@ class ProviderModelNotFound(ProviderError):
     """The provider does not serve this model (HTTP 404, Ollama's "model not found")."""
 
     code = ErrorCode.MODEL_NOT_FOUND
+
+
+class StoreError(InternalError):
+    """The session store failed or refused a write (a bug or a broken file, never user input)."""
+
+
+class StoreUnavailable(StoreError):
+    """The session store cannot be used, for now or for good: a full disk, a write lock held too long
+    by another process, a read-only or damaged file, a schema from a newer ponder. The message is one
+    sentence naming the cause, never raw bytes from the file."""

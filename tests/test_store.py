@@ -15,6 +15,7 @@ import pytest
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, SessionNotFound
 from daemon.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
+from daemon.errors import StoreUnavailable
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner
 from protocol.objects import Usage
 
@@ -530,7 +531,7 @@ def test_processes_opening_a_fresh_file_at_once_migrate_it_once(db_path: Path) -
 
 def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(StoreError, match="Could not"):
+    with pytest.raises(StoreUnavailable, match="cannot be opened: a part of its path is not a directory"):
         Store(tmp_path / "file" / "sessions.db")
 
 
