@@ -201,15 +201,16 @@ class SessionManager:
                 if live.unsaved:
                     try:
                         await self._flush_unsaved(live)
-                    except StoreError as exc:
-                        log.error(
-                            "session %s: %d message(s) were not saved and are lost: %s",
-                            live.row.id,
-                            len(live.unsaved),
-                            exc.message,
-                        )
-                        live.unsaved.clear()
+                    except StoreError:
+                        pass  # said below
                 await self._release_lease(live)
+        for live in self._live.values():
+            if live.unsaved:
+                log.error(
+                    "session %s: %d message(s) the store refused could not be saved before exit and are lost.",
+                    live.row.id,
+                    len(live.unsaved),
+                )
 
     # --- loading --------------------------------------------------------------------------
 
@@ -282,7 +283,9 @@ class SessionManager:
 
     def wire_session(self, row: SessionRow) -> Session:
         live = self._live.get(row.id)
-        if live is not None:
+        # Memory is the truth while this daemon may be changing the session; otherwise the
+        # row given (fresh from the store for session/list) is, as another daemon may have.
+        if live is not None and (live.row is row or live.lease_held or live.unsaved or live.status != "idle"):
             row = live.row
             row.message_count = len(live.history)
         return row.to_wire(live.status if live is not None else "idle")

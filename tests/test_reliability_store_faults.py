@@ -219,7 +219,8 @@ async def test_lock_held_by_another_process_at_turn_end(home: Path, monkeypatch:
             reply = assert_one_failed_turn(events, message + NOT_SAVED)
             # Reads go on (WAL): other sessions are served while the lock is held.
             assert (await client.request("session/get", {"session_id": other_id}))["session"]["session_id"] == other_id
-            assert (await client.request("session/messages", {"session_id": session_id}))["messages"][-1]["role"] == "user"
+            stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+            assert stored[-1]["role"] == "user"
         finally:
             holder.execute("COMMIT")
             holder.close()
@@ -277,7 +278,10 @@ def truncated_store(home: Path) -> None:
 
 
 UNOPENABLE = [
-    (newer_schema_store, f"sessions.db was written by a newer ponder (schema 99); this one understands up to {len(MIGRATIONS)}."),
+    (
+        newer_schema_store,
+        f"sessions.db was written by a newer ponder (schema 99); this one understands up to {len(MIGRATIONS)}.",
+    ),
     (garbage_store, "sessions.db is damaged: it is not an SQLite database" + DAMAGED_HINT),
     (truncated_store, "sessions.db is damaged: the database disk image is malformed" + DAMAGED_HINT),
 ]
@@ -356,7 +360,8 @@ async def test_store_damaged_in_the_middle_fails_per_session_without_raw_bytes(h
         ]:
             with pytest.raises(RpcError) as failed:
                 await client.request("session/resume", {"session_id": session_id})
-            assert (failed.value.code, failed.value.message) == (-32603, f"sessions.db is damaged: {detail}{DAMAGED_HINT}")
+            expected = f"sessions.db is damaged: {detail}{DAMAGED_HINT}"
+            assert (failed.value.code, failed.value.message) == (-32603, expected)
             assert "\ufffd" not in failed.value.message and "MARK" not in failed.value.message
         resumed = await client.request("session/resume", {"session_id": healthy})
         assert [m["content"][0]["text"] for m in resumed["messages"]] == ["fine", "fine"]
@@ -392,6 +397,8 @@ async def test_a_daemon_never_serves_what_another_daemon_changed(home: Path) -> 
             assert resumed["session"]["message_count"] == 4
 
             await b.request("session/rename", {"session_id": session_id, "title": "renamed by b"})
+            listed = await a.request("session/list", {})
+            assert [s["title"] for s in listed["sessions"]] == ["renamed by b"]
             got = await a.request("session/get", {"session_id": session_id})
             assert got["session"]["title"] == "renamed by b"
 
@@ -459,7 +466,9 @@ def serve(home: Path, backend: str, **env: str) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("make", "problem"), UNOPENABLE, ids=["newer-schema", "garbage", "truncated"])
-async def test_subprocess_starts_with_an_unopenable_store(home: Path, make: Any, problem: str, anyio_backend: str) -> None:
+async def test_subprocess_starts_with_an_unopenable_store(
+    home: Path, make: Any, problem: str, anyio_backend: str
+) -> None:
     make(home)
     before = digest(home / "sessions.db")
     async with serve(home, anyio_backend) as client:
@@ -474,7 +483,8 @@ async def test_subprocess_starts_with_a_read_only_home(home: Path, anyio_backend
     Store(home / "sessions.db").close()
     with read_only(home) as reason:
         async with serve(home, anyio_backend) as client:
-            await check_unopenable_answers(client, f"The session store {home / 'sessions.db'} cannot be opened: {reason}.")
+            problem = f"The session store {home / 'sessions.db'} cannot be opened: {reason}."
+            await check_unopenable_answers(client, problem)
             assert await client.request("shutdown", {}) == {}
         assert client.process.returncode == 0
 
