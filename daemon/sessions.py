@@ -421,7 +421,7 @@ class SessionManager:
             live.history.append(message)
             try:
                 await self.store.save_message(message)
-            except BaseException:
+            except PonderError:
                 live.history.remove(message)  # refused: the client is told, nothing is kept
                 if live.current is None and not live.queued:
                     with anyio.move_on_after(2, shield=True):
@@ -524,13 +524,24 @@ class SessionManager:
                 log.error("session %s: %d message(s) not saved yet: %s", live.row.id, len(live.unsaved), exc.message)
                 self._retry_later(live)
                 raise ReplyNotSaved(exc.message) from exc
+            except anyio.get_cancelled_exc_class():
+                if live.unsaved:
+                    self._retry_later(live)  # the write may or may not have happened: write it again
+                raise
 
         return save
 
     async def _flush_unsaved(self, live: LiveSession) -> None:
         """Write the messages the store refused, in seq order; raises (keeping the rest) if it still refuses."""
         for message in sorted(live.unsaved.values(), key=lambda m: m.seq):
-            await self.store.save_message(message)
+            try:
+                await self.store.save_message(message)
+            except StoreUnavailable:
+                raise
+            except PonderError:
+                # Not an outage (the session was deleted meanwhile, or a bug): retrying cannot help.
+                live.unsaved.pop(message.message_id, None)
+                raise
             if live.unsaved.get(message.message_id) is message:
                 del live.unsaved[message.message_id]
 

@@ -228,6 +228,28 @@ async def test_lock_held_by_another_process_at_turn_end(home: Path, monkeypatch:
         assert stored[1] == reply
 
 
+async def test_a_reply_still_unsaved_at_exit_is_logged_as_lost(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
+    holder = raw(home / "sessions.db")
+    try:
+        async with in_memory_daemon(home, configure=slow_mock) as (client, _):
+            session_id = await start(client)
+            events = await turn_with_fault(
+                client, session_id, "a reply that never gets saved " * 4, lambda: holder.execute("BEGIN IMMEDIATE")
+            )
+            assert events[-1]["error"]["message"].endswith("(it is lost if ponder exits first).")
+        # the daemon has exited, the lock still held
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "lost" in r.getMessage()]
+    assert lost == [f"session {session_id}: 1 message(s) the store refused could not be saved before exit and are lost."]
+    with Store(home / "sessions.db") as store:
+        assert [m.role for m in store.get_messages(session_id)] == ["user"]
+
+
 async def test_read_only_file_mid_run_is_a_clear_error(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's own read-only refusal (SQLITE_READONLY), from a connection opened with ``mode=ro``:
     root cannot make an open file read-only under a running process, SQLite can."""
