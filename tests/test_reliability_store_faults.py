@@ -228,6 +228,30 @@ async def test_lock_held_by_another_process_at_turn_end(home: Path, monkeypatch:
         assert stored[1] == reply
 
 
+async def test_a_lease_release_the_store_refuses_does_not_kill_the_daemon(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease release at turn end is the last write of a turn; a trigger makes exactly it fail
+    (timing cannot single it out: nothing yields between the last save and the release)."""
+    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    async with in_memory_daemon(home) as (client, _):
+        session_id = await start(client)
+        db = raw(home / "sessions.db")
+        db.execute("CREATE TRIGGER refuse BEFORE DELETE ON turn_leases BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        events = await prompt_and_collect(client, session_id, "the reply is saved, the lease is not released")
+        assert [e["type"] for e in events].count("turn_end") == 1
+        assert events[-1]["stop_reason"] == "end_turn"
+        assert await client.request("ping", {}) == {}
+        assert db.execute("SELECT count(*) FROM turn_leases").fetchone() == (1,)
+        db.execute("DROP TRIGGER refuse")
+        with anyio.fail_after(5):  # retried: the lease is given back
+            while db.execute("SELECT count(*) FROM turn_leases").fetchone() != (0,):
+                await anyio.sleep(0.05)
+        db.close()
+        events = await prompt_and_collect(client, session_id, "still serving")
+        assert events[-1]["stop_reason"] == "end_turn"
+
+
 async def test_a_reply_still_unsaved_at_exit_is_logged_as_lost(
     home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
