@@ -347,8 +347,7 @@ class _Reply:
         message.usage = self.usage
         if self.usage is not None:
             self.turn.usage = add_usage(self.turn.usage, self.usage)
-        await self.turn.save(message)
-        await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+        await _save_and_end(self.turn, message)
         return message
 
 
@@ -398,11 +397,23 @@ async def _run_tools(turn: Turn, calls: list[Part]) -> None:
         with anyio.move_on_after(2, shield=True):
             message.parts = _with_cancelled(calls, results)
             message.status = "interrupted"
-            await turn.save(message)
-            await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+            await _save_and_end(turn, message)
         raise
     message.parts = [r for r in results if r is not None]
-    await turn.save(message)
+    await _save_and_end(turn, message)
+
+
+async def _save_and_end(turn: Turn, message: ChatMessage) -> None:
+    """Save a finished message and close its bracket with ``message_end``.
+
+    When the store refuses it, the bracket still closes (the message is what will be saved
+    once the store takes it) and the error then ends the turn with one ``turn_end``.
+    """
+    try:
+        await turn.save(message)
+    except PonderError:
+        await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+        raise
     await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
 
 

@@ -132,3 +132,23 @@ class ProviderModelNotFound(ProviderError):
     """The provider does not serve this model (HTTP 404, Ollama's "model not found")."""
 
     code = ErrorCode.MODEL_NOT_FOUND
+
+
+class StoreError(InternalError):
+    """The session store failed or refused a write (a bug or a broken file, never user input)."""
+
+
+class StoreUnavailable(StoreError):
+    """The session store cannot be used, for now or for good: a full disk, a write lock held too long
+    by another process, a read-only or damaged file, a schema from a newer ponder. The message is one
+    sentence naming the cause, never raw bytes from the file."""
+
+
+class ReplyNotSaved(StoreUnavailable):
+    """A turn's messages could not be written; the session keeps them and saves them later."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(
+            f"{cause} The reply was not saved yet: ponder keeps it in memory and saves it when the store "
+            "can be written again (it is lost if ponder exits first)."
+        )

@@ -1,18 +1,33 @@
 """Logging set-up: stderr and a rotating file in the home's ``logs/``; never stdout, and never a
-known credential (``daemon.redact.MaskingFormatter``)."""
+known credential (``daemon.redact.MaskingFormatter``).
+
+``logs/`` is created 0700 and every log file 0600, the ones made by a rotation included.
+"""
 
 import logging
 import logging.handlers
 import os
 import sys
 from pathlib import Path
+from typing import IO
 
+from daemon.home import make_private_dir, open_private
 from daemon.redact import MaskingFormatter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+MAX_BYTES = 5 * 1024 * 1024
+BACKUP_COUNT = 3
 
 
-def setup_logging(log_dir: Path | None, level: str = "info") -> None:
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A ``RotatingFileHandler`` whose files are owner-only, also the fresh one after each rotation."""
+
+    def _open(self) -> IO[str]:
+        fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)  # noqa: SIM115 - the handler owns it
+
+
+def setup_logging(log_dir: Path | None, level: str = "info", *, max_bytes: int = MAX_BYTES) -> None:
     root = logging.getLogger()
     root.setLevel(level.upper())
     for handler in list(root.handlers):
@@ -22,11 +37,11 @@ def setup_logging(log_dir: Path | None, level: str = "info") -> None:
     root.addHandler(stderr)
     if log_dir is not None:
         try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            path = log_dir / "ponder.log"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            os.close(fd)
-            rotating = logging.handlers.RotatingFileHandler(path, maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8")
+            make_private_dir(log_dir.parent)  # the home, when this is the first thing to make it
+            make_private_dir(log_dir)
+            rotating = PrivateRotatingFileHandler(
+                log_dir / "ponder.log", maxBytes=max_bytes, backupCount=BACKUP_COUNT, encoding="utf-8"
+            )
             rotating.setFormatter(MaskingFormatter(FORMAT))
             root.addHandler(rotating)
         except OSError as exc:

@@ -9,7 +9,7 @@ step. Append new steps; never edit or reorder a step that has shipped.
 import sqlite3
 from collections.abc import Callable
 
-from daemon.errors import InternalError
+from daemon.errors import StoreUnavailable
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -21,8 +21,23 @@ def migration(fn: Migration) -> Migration:
     return fn
 
 
-class SchemaTooNew(InternalError):
+class SchemaTooNew(StoreUnavailable):
     """The file was written by a newer ponder; touching it could lose that version's data."""
+
+    def __init__(self, version: int, understood: int) -> None:
+        super().__init__(
+            f"sessions.db was written by a newer ponder (schema {version}); this one understands up to {understood}."
+        )
+        self.version = version
+
+
+def check_not_too_new(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> int:
+    """The file's schema version; ``SchemaTooNew`` before anything is written when it is newer than ours."""
+    chain = MIGRATIONS if migrations is None else migrations
+    version = schema_version(db)
+    if version > len(chain):
+        raise SchemaTooNew(version, len(chain))
+    return version
 
 
 @migration
@@ -154,10 +169,4 @@ def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -
         except BaseException:
             db.execute("ROLLBACK")
             raise
-    version = schema_version(db)
-    if version > len(chain):
-        raise SchemaTooNew(
-            f"The session database is at schema version {version}, newer than this ponder "
-            f"understands ({len(chain)}); upgrade ponder or use a different home."
-        )
-    return version
+    return check_not_too_new(db, chain)

@@ -2,7 +2,9 @@
 
 ``serve(config, incoming, outgoing)`` runs one connection over any pair of streams (stdio
 in production, memory streams in tests). Heavy parts (the catalogue, the store, provider
-adapters) are opened lazily so that ``initialize`` is answered fast.
+adapters) are opened lazily so that ``initialize`` is answered fast. A home or store that
+cannot be opened does not stop the daemon: ``initialize`` reports it in ``problems`` and
+every session method answers with the same sentence.
 """
 
 import gc
@@ -18,6 +20,7 @@ from daemon import __version__
 from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError
+from daemon.home import make_private_dir
 from daemon.mcp import McpManager
 from daemon.providers import table as providers_table
 from daemon.providers.copilot_login import DeviceLogins, apply_stored_login
@@ -51,7 +54,9 @@ class Daemon:
         self._device_logins: DeviceLogins | None = None  # made on the first auth/login
         self._warmed = False
         self.shutdown_requested = anyio.Event()
-        for problem in config.problems:
+        # What initialize reports: the config's problems, then the store's (if it could not be opened).
+        self.problems = [*config.problems, *([store.store.problem] if store.store.problem else [])]
+        for problem in self.problems:
             log.warning("%s", problem)
 
     def register(self) -> None:
@@ -101,6 +106,7 @@ class Daemon:
                 thinking_levels=list(THINKING_LEVELS), approval_policies=["ask", "auto", "read_only"]
             ),
             home=str(self.config.home),
+            problems=list(self.problems),
         )
 
     async def _warm_up(self) -> None:
@@ -257,8 +263,11 @@ async def serve(
 ) -> None:
     """Serve one connection until end of input, ``shutdown`` or a signal; then shut down."""
     connection = Connection(outgoing)
-    config.home.mkdir(parents=True, exist_ok=True)
-    store = await AsyncStore.open(config.db_path)
+    try:
+        make_private_dir(config.home)
+    except OSError as exc:
+        log.warning("cannot create the home %s: %s", config.home, exc)  # the store says what this means
+    store = await AsyncStore.open_or_unavailable(config.db_path)
     daemon = Daemon(config, connection, store)
     daemon.register()
     if on_ready is not None:

@@ -5,7 +5,13 @@ alone runs that session's turns, one at a time, in order. Handlers admit prompts
 user message is committed before the prompt is answered), cancel turns and edit session
 settings; any method that names a session loads it from the store when needed, and idle
 actors are unloaded after a while. A lease in the store keeps two daemons sharing a home
-from running turns in the same session at once.
+from running turns in the same session at once, and an idle live session is checked against
+the store before it is answered from memory (another daemon may have changed it).
+
+When the store refuses a write during a turn (disk full, lock held, read-only), the turn
+ends with that error and the messages stay in the live session (``unsaved``): they are
+written, in seq order, at the next write of the session or by a periodic retry, and the
+session keeps its lease and stays loaded until then.
 """
 
 import logging
@@ -27,9 +33,12 @@ from daemon.conversation import ChatMessage, Part
 from daemon.errors import (
     InvalidParams,
     PonderError,
+    ReplyNotSaved,
     SessionBusy,
     SessionNotFound,
     ShuttingDown,
+    StoreError,
+    StoreUnavailable,
 )
 from daemon.keyed_lock import KeyedLock
 from daemon.providers.base import ProviderRequest
@@ -55,7 +64,8 @@ from protocol.objects import Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
-LEASE_TTL_S = 3600.0  # a crashed owner is detected by its pid long before this
+LEASE_TTL_S = 3600.0  # a crashed owner is detected by its pid and start time long before this
+STORE_RETRY_S = 5.0  # how often unsaved messages (and a lease the store would not release) are retried
 
 
 class ClientBridge(Protocol):
@@ -119,6 +129,9 @@ class LiveSession:
     current: agent.Turn | None = None
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
+    # Messages the store refused (by id, latest version); written again in seq order.
+    unsaved: dict[str, ChatMessage] = field(default_factory=dict)
+    retrying: bool = False  # a retry task is running for this session
     unloaded: bool = False
     last_active: float = field(default_factory=time.monotonic)
 
@@ -189,9 +202,19 @@ class SessionManager:
             while any(live.current is not None for live in self._live.values()):
                 await anyio.sleep(0.01)
             for live in list(self._live.values()):
-                if live.lease_held:
-                    live.lease_held = False
-                    await self.store.release_lease(live.row.id, self._lease_owner)
+                if live.unsaved:
+                    try:
+                        await self._flush_unsaved(live)
+                    except StoreError:
+                        pass  # said below
+                await self._release_lease(live)
+        for live in self._live.values():
+            if live.unsaved:
+                log.error(
+                    "session %s: %d message(s) the store refused could not be saved before exit and are lost.",
+                    live.row.id,
+                    len(live.unsaved),
+                )
 
     # --- loading --------------------------------------------------------------------------
 
@@ -200,6 +223,7 @@ class SessionManager:
         live = self._live.get(session_id)
         if live is not None:
             live.last_active = time.monotonic()
+            await self._sync(live)
             return live
         loading = self._loading.get(session_id)
         if loading is not None:
@@ -215,6 +239,26 @@ class SessionManager:
         finally:
             del self._loading[session_id]
             done.set()
+
+    async def _sync(self, live: LiveSession) -> None:
+        """Catch up with what another daemon sharing this home did to an idle live session.
+
+        One indexed read: a deleted session is unloaded (``SessionNotFound``), other messages
+        are reloaded, a renamed or re-modelled one takes the stored row. Skipped while this
+        daemon holds the lease or has unsaved messages: then memory is the truth.
+        """
+        if live.lease_held or live.unsaved or live.status != "idle":
+            return
+        async with live.admit_lock:
+            if live.lease_held or live.unsaved or live.status != "idle" or live.unloaded:
+                return
+            row = await self.store.get_session(live.row.id)
+            if row is None:
+                self._unload(live)
+                raise SessionNotFound(live.row.id)
+            if row.message_count != len(live.history):
+                live.history[:] = await self.store.get_messages(live.row.id)
+            live.row = row
 
     async def discover(self, model_id: str | None) -> None:
         if model_id and self.discover_models is not None:
@@ -234,6 +278,7 @@ class SessionManager:
         """A session's row, from the live session when loaded, without loading history."""
         live = self._live.get(session_id)
         if live is not None:
+            await self._sync(live)
             return live.row
         row = await self.store.get_session(session_id)
         if row is None:
@@ -242,7 +287,9 @@ class SessionManager:
 
     def wire_session(self, row: SessionRow) -> Session:
         live = self._live.get(row.id)
-        if live is not None:
+        # Memory is the truth while this daemon may be changing the session; otherwise the
+        # row given (fresh from the store for session/list) is, as another daemon may have.
+        if live is not None and (live.row is row or live.lease_held or live.unsaved or live.status != "idle"):
             row = live.row
             row.message_count = len(live.history)
         return row.to_wire(live.status if live is not None else "idle")
@@ -374,6 +421,8 @@ class SessionManager:
                     raise SessionBusy(session_id, "another ponder process is running a turn in it")
                 live.lease_held = True
                 await self._refresh(live)
+            if live.unsaved:
+                await self._flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
             queued = live.status == "running"
             message = ChatMessage(
                 message_id=new_id("msg"),
@@ -385,7 +434,14 @@ class SessionManager:
                 created_at=now_rfc3339(),
             )
             live.history.append(message)
-            await self.store.save_message(message)
+            try:
+                await self.store.save_message(message)
+            except PonderError:
+                live.history.remove(message)  # refused: the client is told, nothing is kept
+                if live.current is None and not live.queued:
+                    with anyio.move_on_after(2, shield=True):
+                        await self._release_lease(live)
+                raise
             turn_id = new_id("turn")
             live.inbox_send.send_nowait(PendingTurn(turn_id, message))
             return turn_id, queued
@@ -446,16 +502,85 @@ class SessionManager:
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     return
             if idle.cancelled_caught:
-                if live.status == "idle" and not self.shutting_down:
+                if live.status == "idle" and not self.shutting_down and not live.unsaved:
                     self._unload(live)
                     return
                 continue
             await self._run_turn(live, pending)
             with anyio.move_on_after(2, shield=True):
                 async with live.admit_lock:
-                    if not live.queued and live.lease_held:
-                        live.lease_held = False
-                        await self.store.release_lease(live.row.id, self._lease_owner)
+                    if not live.queued:
+                        await self._release_lease(live)
+
+    async def _release_lease(self, live: LiveSession) -> None:
+        """Give the turn lease back, unless messages are unsaved (they go in first, under it).
+
+        A store that refuses keeps the lease ours (the periodic retry releases it later)
+        instead of failing the caller: a turn's end must not die of it.
+        """
+        if not live.lease_held or live.unsaved:
+            return
+        live.lease_held = False
+        try:
+            await self.store.release_lease(live.row.id, self._lease_owner)
+        except StoreError as exc:
+            live.lease_held = True
+            log.warning("session %s: could not release its turn lease: %s", live.row.id, exc.message)
+            self._retry_later(live)
+
+    def _saver(self, live: LiveSession) -> Callable[[ChatMessage], Awaitable[None]]:
+        """The turn's save: this message after any earlier unsaved ones; kept in memory if refused."""
+
+        async def save(message: ChatMessage) -> None:
+            live.unsaved[message.message_id] = message
+            try:
+                await self._flush_unsaved(live)
+            except StoreUnavailable as exc:
+                log.error("session %s: %d message(s) not saved yet: %s", live.row.id, len(live.unsaved), exc.message)
+                self._retry_later(live)
+                raise ReplyNotSaved(exc.message) from exc
+            except anyio.get_cancelled_exc_class():
+                if live.unsaved:
+                    self._retry_later(live)  # the write may or may not have happened: write it again
+                raise
+
+        return save
+
+    async def _flush_unsaved(self, live: LiveSession) -> None:
+        """Write the messages the store refused, in seq order; raises (keeping the rest) if it still refuses."""
+        for message in sorted(live.unsaved.values(), key=lambda m: m.seq):
+            try:
+                await self.store.save_message(message)
+            except StoreUnavailable:
+                raise
+            except PonderError:
+                # Not an outage (the session was deleted meanwhile, or a bug): retrying cannot help.
+                live.unsaved.pop(message.message_id, None)
+                raise
+            if live.unsaved.get(message.message_id) is message:
+                del live.unsaved[message.message_id]
+
+    def _retry_later(self, live: LiveSession) -> None:
+        if not live.retrying and self._tg is not None and not self.shutting_down:
+            live.retrying = True
+            self._tg.start_soon(self._retry_store_writes, live)
+
+    async def _retry_store_writes(self, live: LiveSession) -> None:
+        """Every ``STORE_RETRY_S``: save the unsaved messages, then give the lease back, once idle."""
+        try:
+            while (live.unsaved or live.lease_held) and not live.unloaded and not self.shutting_down:
+                await anyio.sleep(STORE_RETRY_S)
+                async with live.admit_lock:
+                    if live.current is not None or live.queued:
+                        continue  # a running turn saves them itself and releases the lease after
+                    try:
+                        await self._flush_unsaved(live)
+                    except StoreError:
+                        continue
+                    log.info("session %s: the messages kept in memory are saved now", live.row.id)
+                    await self._release_lease(live)
+        finally:
+            live.retrying = False
 
     def _unload(self, live: LiveSession) -> None:
         if self._live.get(live.row.id) is live:
@@ -467,13 +592,13 @@ class SessionManager:
         # A prompt queued behind a running turn was stored before that turn's replies:
         # move it to the end so the stored history reads as the conversation happened.
         message = pending.user_message
-        if live.history and live.history[-1] is not message:
-            live.history.remove(message)
-            message.seq = live.next_seq()
-            live.history.append(message)
-            await self.store.save_message(message)
         emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
+            if live.history and live.history[-1] is not message:
+                live.history.remove(message)
+                message.seq = live.next_seq()
+                live.history.append(message)
+                await self._saver(live)(message)
             turn = self._build_turn(live, pending, emit)
         except PonderError as exc:
             await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": _no_thinking(live.row.thinking_level), "user_message_id": message.message_id})
@@ -496,9 +621,8 @@ class SessionManager:
 
         async def release_then_emit(kind: type, fields: dict[str, Any]) -> None:
             if kind is ev.TurnEnd and live.lease_held and not live.queued:
-                live.lease_held = False
                 with anyio.move_on_after(2, shield=True):
-                    await self.store.release_lease(live.row.id, self._lease_owner)
+                    await self._release_lease(live)
             await emit(kind, fields)
 
         return release_then_emit
@@ -556,7 +680,7 @@ class SessionManager:
             thinking=resolved,
             history=live.history,
             emit=emit,
-            save=self.store.save_message,
+            save=self._saver(live),
             next_seq=live.next_seq,
             approve=approve,
             run_tool=run_tool,

@@ -8,15 +8,18 @@ The schema itself lives in ``daemon.migrations``.
 worker thread, one at a time, so the event loop (asyncio or trio) never blocks on disk.
 Several daemons may share one file: every write is one ``BEGIN IMMEDIATE`` transaction,
 lock contention waits on ``busy_timeout`` and is retried, and a turn is guarded across
-processes by a lease row whose owner is ``"<pid>:<random>"``.
+processes by a lease row whose owner is ``"<pid>:<process start time>:<random>"``.
 
 sqlite3 errors are turned into ``StoreError`` here, at the one edge; callers see the
-daemon's own exception hierarchy only.
+daemon's own exception hierarchy only. A store that cannot be used (full disk, lock held
+too long, read-only, damaged, newer schema) raises ``StoreUnavailable`` with one sentence
+naming the cause; a file that is damaged or from a newer ponder is never written to.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import functools
 import os
 import sqlite3
@@ -31,8 +34,8 @@ import anyio
 import msgspec
 
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InternalError, InvalidParams, SessionNotFound, ShuttingDown
-from daemon.migrations import migrate
+from daemon.errors import InvalidParams, SessionNotFound, ShuttingDown, StoreError, StoreUnavailable
+from daemon.migrations import check_not_too_new, migrate
 from protocol.objects import Session, Usage
 
 T = TypeVar("T")
@@ -64,10 +67,6 @@ _json_encode = msgspec.json.Encoder().encode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_usage = msgspec.json.Decoder(Usage).decode
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
-
-
-class StoreError(InternalError):
-    """The database failed or refused a write (a bug or a broken file, never user input)."""
 
 
 class StoreClosed(ShuttingDown):
@@ -115,9 +114,26 @@ class Lease(msgspec.Struct, kw_only=True):
     expires_at: float  # unix seconds
 
 
+def process_start_time(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc), or "" where unknown.
+
+    A pid is reused (a container restart hands the daemon the same pid again); the pid with
+    its start time names one process.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read()
+    except OSError:
+        return ""
+    # Field 2 (the command name) may hold spaces and parentheses: count from the last ')'.
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
 def new_lease_owner() -> str:
-    """An owner string for this process: the pid makes a crashed owner detectable."""
-    return f"{os.getpid()}:{os.urandom(8).hex()}"
+    """An owner string for this process: pid and start time make a dead owner detectable."""
+    pid = os.getpid()
+    return f"{pid}:{process_start_time(pid)}:{os.urandom(8).hex()}"
 
 
 def rfc3339(epoch_s: float) -> str:
@@ -136,9 +152,10 @@ def _null_if_empty(value: str | None) -> str | None:
 
 
 def _owner_alive(owner: str) -> bool:
-    pid_text, _, _ = owner.partition(":")
+    # "<pid>:<start time>:<random>", or "<pid>:<random>" from an older ponder.
+    fields = owner.split(":")
     try:
-        pid = int(pid_text)
+        pid = int(fields[0])
     except ValueError:
         return True  # not ours to judge; the expiry still frees it
     if pid <= 0:
@@ -151,13 +168,66 @@ def _owner_alive(owner: str) -> bool:
     except ProcessLookupError:
         return False
     except OSError:
-        return True  # EPERM: it exists, it just belongs to someone else
-    return True
+        pass  # EPERM: it exists, it just belongs to someone else
+    if len(fields) != 3 or not fields[1]:
+        return True  # no start time recorded: the pid is all there is to go on
+    # The pid is alive, but it may be another process that got the dead owner's pid.
+    current = process_start_time(pid)
+    return not current or current == fields[1]
 
 
 def _is_busy(error: sqlite3.Error) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
+
+
+_DAMAGED_HINT = "; ponder leaves it untouched (move it aside to start with an empty store)."
+
+
+def _damaged(detail: str) -> StoreUnavailable:
+    return StoreUnavailable(f"sessions.db is damaged: {detail}{_DAMAGED_HINT}")
+
+
+def _store_error(error: sqlite3.Error, *, write: bool) -> StoreError:
+    """The daemon's error for a failed SQLite call: one sentence, no raw bytes from the file."""
+    # Errors raised by SQLite carry its result code; those raised by the sqlite3 module
+    # itself (a text that is not UTF-8) do not have the attribute at all.
+    code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+    doing = "written" if write else "read"
+    if code == 13:  # SQLITE_FULL
+        return StoreUnavailable("The session store could not be written: disk is full.")
+    if code in (5, 6) or (code == 0 and _is_busy(error)):  # SQLITE_BUSY, SQLITE_LOCKED
+        return StoreUnavailable(
+            f"The session store could not be {doing}: another process held its lock for more than "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s."
+        )
+    if code == 8:  # SQLITE_READONLY
+        return StoreUnavailable("The session store could not be written: sessions.db is read-only.")
+    if code in (3, 14):  # SQLITE_PERM, SQLITE_CANTOPEN
+        return StoreUnavailable(f"The session store could not be {doing}: permission denied or the file is missing.")
+    if code == 10:  # SQLITE_IOERR
+        return StoreUnavailable(f"The session store could not be {doing}: the disk reported an I/O error.")
+    if code == 11:  # SQLITE_CORRUPT
+        return _damaged("the database disk image is malformed")
+    if code == 26:  # SQLITE_NOTADB
+        return _damaged("it is not an SQLite database")
+    if str(error).startswith("Could not decode to UTF-8"):
+        return _damaged("a stored text is not valid UTF-8")
+    return StoreError(f"The session database failed: {error}")
+
+
+def _open_error(path: str, error: OSError) -> StoreUnavailable:
+    reasons = {
+        errno.EROFS: "it is on a read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.ENOSPC: "disk is full",
+        errno.ENOTDIR: "a part of its path is not a directory",
+        errno.EEXIST: "a part of its path is not a directory",  # what makedirs says then
+        errno.EISDIR: "it is a directory",
+    }
+    reason = reasons.get(error.errno or 0, error.strerror or type(error).__name__)
+    return StoreUnavailable(f"The session store {path} cannot be opened: {reason}.")
 
 
 def _encode_cursor(updated_at: str, session_id: str) -> str:
@@ -268,17 +338,22 @@ class Store:
         *,
         clock: Callable[[], float] = time.time,
         new_message_id: Callable[[], str] = _new_message_id,
+        problem: str | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._clock = clock
         self._new_message_id = new_message_id
         self._lock = threading.RLock()
+        self.problem = problem  # why it could not be opened (see ``unavailable``)
+        self._db: sqlite3.Connection | None = None
+        if problem is not None:
+            return  # nothing is opened, created or touched
         in_memory = self.path == ":memory:"
         if not in_memory:
             try:
                 _prepare_file(self.path)
             except OSError as error:
-                raise StoreError(f"Could not create the session database {self.path}: {error}") from error
+                raise _open_error(self.path, error) from error
         try:
             db = sqlite3.connect(
                 self.path,
@@ -287,19 +362,31 @@ class Store:
                 check_same_thread=False,  # AsyncStore calls from pooled worker threads
             )
         except sqlite3.Error as error:
-            raise StoreError(f"Could not open the session database {self.path}: {error}") from error
+            raise _store_error(error, write=False) from error
         try:
+            # Read before anything is written: a damaged file or one from a newer ponder
+            # stops here, untouched (switching to WAL would rewrite its header).
+            self._retry_locked(lambda: check_not_too_new(db))
             self._retry_locked(lambda: self._configure(db))
             self._retry_locked(lambda: migrate(db))
         except sqlite3.Error as error:
             db.close()
-            raise StoreError(f"Could not open the session database {self.path}: {error}") from error
+            raise _store_error(error, write=True) from error
         except BaseException:
             db.close()
             raise
-        self._db: sqlite3.Connection | None = db
+        self._db = db
         if not in_memory:
             _restrict_files(self.path)
+
+    @classmethod
+    def unavailable(cls, path: str | os.PathLike[str], problem: str) -> Store:
+        """A store that could not be opened: every call raises ``StoreUnavailable(problem)``.
+
+        Lets the daemon start and answer anyway (PROTOCOL.md, ``initialize``); the file is
+        left as it is.
+        """
+        return cls(path, problem=problem)
 
     @staticmethod
     def _configure(db: sqlite3.Connection) -> None:
@@ -314,10 +401,15 @@ class Store:
 
     def _retry_locked(self, attempt: Callable[[], T]) -> T:
         for remaining in range(LOCK_RETRIES, -1, -1):
+            started = time.monotonic()
             try:
                 return attempt()
             except sqlite3.OperationalError as error:
                 if not (_is_busy(error) and remaining):
+                    raise
+                # A whole busy_timeout spent waiting: another process holds the lock, and
+                # more rounds would only multiply the wait.
+                if time.monotonic() - started >= BUSY_TIMEOUT_MS / 1000:
                     raise
             time.sleep(LOCK_RETRY_DELAY_S * (LOCK_RETRIES - remaining + 1))
         raise AssertionError("unreachable")
@@ -327,6 +419,8 @@ class Store:
             with self._lock:
                 db = self._db
                 if db is None:
+                    if self.problem is not None:
+                        raise StoreUnavailable(self.problem)
                     raise StoreClosed()
                 # IMMEDIATE takes the write lock up front, so contention waits on
                 # busy_timeout instead of failing when a read would upgrade to a write.
@@ -343,7 +437,9 @@ class Store:
         try:
             return self._retry_locked(attempt)
         except sqlite3.Error as error:
-            raise StoreError(f"The session database failed: {error}") from error
+            raise _store_error(error, write=write) from error
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            raise _damaged("a stored JSON value is malformed") from error
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return self._transaction(body, write=True)
@@ -752,6 +848,14 @@ class AsyncStore:
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
         store = await anyio.to_thread.run_sync(functools.partial(Store, path, **options))
         return cls(store)
+
+    @classmethod
+    async def open_or_unavailable(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
+        """The opened store, or one that answers every call with why it could not be opened."""
+        try:
+            return await cls.open(path, **options)
+        except StoreUnavailable as error:
+            return cls(Store.unavailable(path, error.message))
 
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:

@@ -55,6 +55,9 @@ class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     server_info: ServerInfo
     capabilities: ServerCapabilities
     home: str
+    # What is wrong with the config or the store, one sentence each; session methods fail
+    # with the store's sentence when it could not be opened.
+    problems: list[str]
 
 
 # --- models and thinking -----------------------------------------------------------

@@ -118,6 +118,7 @@ export interface InitializeResult {
   server_info: ServerInfo;
   capabilities: ServerCapabilities;
   home: string;
+  problems: string[];
 }
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */

@@ -690,3 +690,17 @@ async def test_mcp_servers_from_the_client_go_to_the_mcp_manager(home: Path, wor
         ("remove", session_id, None),
         ("add", session_id, ([], str(work.resolve()))),
     ]
+
+
+async def test_a_cwd_that_cannot_be_resolved_is_invalid_params_or_only_noted(home: Path, work: Path) -> None:
+    # Path.expanduser/resolve raise on these; the daemon answered -32603 before.
+    async with acp_daemon(home) as (client, _daemon):
+        session_id = await new_session(client, work)
+        for method in ("session/load", "session/resume"):
+            for cwd in ("~nosuchuser-ponder/x", "/tmp/a\x00b"):
+                result = await client.request(method, {"sessionId": session_id, "cwd": cwd, "mcpServers": []})
+                assert option(result["configOptions"], "model")  # the session keeps its own directory
+        with pytest.raises(RpcError) as bad:
+            await client.request("session/list", {"cwd": "/tmp/a\x00b"})
+        assert bad.value.code == -32602
+        drain(client)

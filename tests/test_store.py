@@ -15,7 +15,8 @@ import pytest
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, SessionNotFound
 from daemon.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
-from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner
+from daemon.errors import StoreUnavailable
+from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
 from protocol.objects import Usage
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -530,7 +531,7 @@ def test_processes_opening_a_fresh_file_at_once_migrate_it_once(db_path: Path) -
 
 def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(StoreError, match="Could not"):
+    with pytest.raises(StoreUnavailable, match="cannot be opened: a part of its path is not a directory"):
         Store(tmp_path / "file" / "sessions.db")
 
 
@@ -610,6 +611,42 @@ def test_lease_of_a_dead_process_is_taken_over(store: Store) -> None:
     store.create_session(session("s2"))
     assert store.acquire_lease("s2", "not-a-pid", 3600)
     assert not store.acquire_lease("s2", new_lease_owner(), 30)
+
+
+def test_lease_of_a_dead_owner_whose_pid_was_reused_is_taken_over(store: Store) -> None:
+    store.create_session(session())
+    me = os.getpid()
+    started = process_start_time(me)
+    assert started  # Linux: /proc is there
+    # Our pid, but another start time: a daemon that died before a container restart.
+    assert store.acquire_lease("s1", f"{me}:{int(started) - 1}:cafe", 3600)
+    assert store.acquire_lease("s1", new_lease_owner(), 30)
+    # Our pid and our start time: alive, so it stays.
+    assert not store.acquire_lease("s1", f"{me}:{started}:beef", 30)
+
+
+def test_newer_schema_is_refused_before_anything_is_written(db_path: Path) -> None:
+    Store(db_path).close()
+    conn = raw(db_path)
+    conn.execute("PRAGMA journal_mode = DELETE")  # so that a switch back to WAL would rewrite the header
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(SchemaTooNew) as refused:
+        Store(db_path)
+    assert refused.value.message == (
+        f"sessions.db was written by a newer ponder (schema 99); this one understands up to {len(MIGRATIONS)}."
+    )
+    assert db_path.read_bytes() == before
+
+
+def test_unavailable_store_answers_every_call_with_its_problem(db_path: Path) -> None:
+    unavailable = Store.unavailable(db_path, "sessions.db is damaged: it is not an SQLite database.")
+    assert not db_path.exists()  # nothing is created either
+    for call in (lambda: unavailable.get_session("s1"), lambda: unavailable.create_session(session())):
+        with pytest.raises(StoreUnavailable, match="^sessions.db is damaged: it is not an SQLite database.$"):
+            call()
+    unavailable.close()
 
 
 # --- async facade ------------------------------------------------------------------------

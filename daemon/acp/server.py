@@ -231,8 +231,14 @@ class AcpServer:
             await self.daemon.mcp.remove_session_servers(session_id)
 
     def _note_cwd(self, requested: str, row: SessionRow) -> None:
-        if Path(requested).expanduser().resolve() != Path(row.cwd):
-            log.info("session %s keeps its directory %s (the client asked for %s)", row.id, row.cwd, requested)
+        # Only a note for the log: a cwd that cannot even be resolved (``~nosuchuser``, a NUL
+        # byte) must not fail a load whose session already has its directory.
+        try:
+            same = Path(requested).expanduser().resolve() == Path(row.cwd)
+        except (OSError, ValueError, RuntimeError):
+            same = False
+        if not same:
+            log.info("session %s keeps its directory %s (the client asked for %r)", row.id, row.cwd, requested)
 
     async def session_new(self, params: t.NewSessionRequest) -> t.NewSessionResponse:
         live = await self.sessions.start(
@@ -260,7 +266,10 @@ class AcpServer:
         if cwd is not None:
             if not Path(cwd).is_absolute():
                 raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
-            cwd = str(Path(cwd).resolve())  # sessions record their directory resolved
+            try:
+                cwd = str(Path(cwd).resolve())  # sessions record their directory resolved
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise InvalidParams(f"cwd cannot be used: {exc}.", path="$.params.cwd") from None
         try:
             rows, cursor = await self.daemon.store.list_sessions(cwd, LIST_PAGE, params.cursor)
         except ValueError as exc:
