@@ -77,7 +77,7 @@ class ProviderConfig:
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
     # Provider-specific URLs besides base_url (``ProviderInfo.endpoints``), e.g. where a
-    # device sign-in runs; see daemon.providers.copilot_login.
+    # device sign-in runs; see daemon.providers.device_login.
     endpoints: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -177,7 +177,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
     config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
-    from daemon.providers.copilot_login import apply_stored_login  # imported here: it imports this module
+    from daemon.providers.device_login import apply_stored_login  # imported here: it imports this module
 
     apply_stored_login(config)  # a stored device sign-in: configured, source "login"
     return config

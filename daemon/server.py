@@ -23,7 +23,7 @@ from daemon.errors import InvalidParams, PonderError
 from daemon.home import make_private_dir
 from daemon.mcp import McpManager
 from daemon.providers import table as providers_table
-from daemon.providers.copilot_login import DeviceLogins, apply_stored_login
+from daemon.providers.device_login import DeviceLogins, apply_stored_login
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 from daemon.rpc import Connection
@@ -246,7 +246,7 @@ class Daemon:
 
     async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
         # Created on first use; its background polls run in the sessions' task group, which
-        # lives as long as the daemon serves. The code is answered at once (see daemon.providers.copilot_login).
+        # lives as long as the daemon serves. The code is answered at once (see daemon.providers.device_login).
         if self._device_logins is None:
             self._device_logins = DeviceLogins(self.config, self.connection.notify, self.sessions.background_task_group)
         logins = self._device_logins

@@ -26,7 +26,7 @@ from daemon.config import ProviderConfig, Secret, load_config
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
-from daemon.providers.copilot_login import GITHUB_CLIENT_ID, load_github_token, save_github_token, token_path
+from daemon.providers.device_login import GITHUB_CLIENT_ID, load_github_token, save_github_token, token_path
 from protocol.errors import ErrorCode
 from tests.support.fake_github import COPILOT_TOKEN, DEVICE_CODE, GITHUB_TOKEN, FakeGitHub, _json
 from tests.support.harness import in_memory_daemon

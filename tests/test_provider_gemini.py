@@ -18,6 +18,7 @@ import pytest
 from daemon.config import ProviderConfig, Secret
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
+from daemon.providers.assembler import pieces_of
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -28,7 +29,6 @@ from daemon.providers.base import (
     ToolSpec,
     UsageUpdate,
 )
-from daemon.providers.assembler import pieces_of
 from daemon.providers.gemini import DUMMY_SIGNATURE, GeminiProvider, parse_duration
 from protocol.objects import TextBlock, Thinking, Usage
 from tests.support.provider_streams import enqueue_local

@@ -23,7 +23,7 @@ import pytest
 from daemon.catalog import Catalog, builtin_specs
 from daemon.config import CREDENTIAL_ENV_VARS, Secret, load_config
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.copilot_login import save_github_token
+from daemon.providers.device_login import save_github_token
 from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.registry import ProviderRegistry

@@ -146,7 +146,7 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
 
 
 def test_the_credential_file_is_private_and_its_token_never_logged(home, tmp_path, permissive_umask):
-    auth = pytest.importorskip("daemon.providers.copilot_login")
+    auth = pytest.importorskip("daemon.providers.device_login")
     token = f"gho_PLANTED{uuid.uuid4().hex}"
     auth.save_github_token(home, Secret(token))
     path = auth.token_path(home)
@@ -206,7 +206,7 @@ async def test_every_known_credential_is_masked_and_kept_from_commands(home, tmp
         f"[mcp_servers.widgets]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(liar)}\n"
         f"env = {{ WIDGET_TOKEN = {json.dumps(MCP_TOKEN)}, MCP_TEST_DIR = {json.dumps(str(state))} }}\n"
     )
-    auth = pytest.importorskip("daemon.providers.copilot_login")
+    auth = pytest.importorskip("daemon.providers.device_login")
     auth.save_github_token(home, Secret(COPILOT_TOKEN))
     env = {**PLANTED_ENV, "PONDER_ASYNC_BACKEND": anyio_backend}
     commands = [

@@ -1,4 +1,4 @@
 """Everything that knows a vendor: the provider table (``table``), the catalogue rows
 (``models``), how each API spells a thinking level (``thinking_params``), the Chat
-Completions dialects, Copilot's sign-in, and the adapters, one module per wire API,
+Completions dialects, the device sign-in (Copilot's), and the adapters, one module per wire API,
 loaded lazily (``registry``) so start-up stays fast."""

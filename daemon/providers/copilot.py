@@ -2,7 +2,7 @@
 
 Owns:
 
-* ``CopilotTokens``: exchanges the stored GitHub token (``daemon.providers.copilot_login``) for a Copilot
+* ``CopilotTokens``: exchanges the stored GitHub token (``daemon.providers.device_login``) for a Copilot
   token at ``GET {github_api}/copilot_internal/v2/token`` (``authorization: token ...``),
   keeps it in memory only, and fetches a new one before it expires (at ``refresh_in``, or
   60 s before ``expires_at``, whichever is sooner). The token names the API base URL for
@@ -35,10 +35,10 @@ from typing import Any
 import anyio
 import httpx
 
-from daemon.providers.copilot_login import github_api_url, load_github_token
 from daemon.config import ProviderConfig, Secret
 from daemon.errors import ProviderAuthError, ProviderError, ProviderNotConfigured
 from daemon.providers.base import ProviderEvent, ProviderRequest
+from daemon.providers.device_login import github_api_url, load_github_token
 from daemon.providers.http import error_message_from_body, parse_retry_after
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider

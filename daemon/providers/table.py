@@ -116,7 +116,7 @@ class ProviderInfo:
     # Other credentials its users hold, never passed to a command's children (GitHub tokens).
     credential_envs: tuple[str, ...] = ()
     # "device": signs in with an OAuth device flow (auth/login, `ponder login NAME`);
-    # see daemon.providers.copilot_login.
+    # see daemon.providers.device_login.
     login: str | None = None
     key_hint: str | None = None  # how to configure it, when not "set <key_envs>"
     endpoints: tuple[Endpoint, ...] = ()

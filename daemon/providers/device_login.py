@@ -1,4 +1,5 @@
-"""Signing in to GitHub for Copilot: the OAuth device flow and the stored GitHub token.
+"""Signing in with an OAuth device flow (``ProviderInfo.login == "device"``): GitHub's, for
+Copilot, and the stored GitHub token.
 
 Owns:
 
