@@ -205,3 +205,47 @@ def test_reading_the_table_imports_no_adapter():
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+# --- adding a provider ----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_provider_added_to_the_table_and_its_rows_is_served_everywhere(monkeypatch, tmp_path, replay_server):
+    """The done-when of the table: one entry plus its catalogue rows, and config, the catalogue,
+    ACP's selector, the registry and the Chat adapter all serve the new provider."""
+    from daemon.acp.config_options import model_option
+    from daemon.providers import models
+    from daemon.providers.models import ModelRow
+    from daemon.providers.openai_chat import OpenAIChatProvider
+    from daemon.thinking import NO_THINKING
+
+    info = ProviderInfo(
+        "newco", "NewCo Cloud", "openai-chat", "https://api.newco.invalid/v1", ("NEWCO_API_KEY",), "NEWCO_BASE_URL",
+        default_model="newco-1", chat_dialect="compat", hosts=("newco.invalid",),
+    )  # fmt: skip
+    monkeypatch.setitem(PROVIDERS, "newco", info)
+    row = ModelRow("newco", "newco-1", "NewCo One", "openai-chat", NO_THINKING, context_window=8192)
+    monkeypatch.setattr(models, "BUILTIN_MODELS", (*models.BUILTIN_MODELS, row))
+    builtin_specs.cache_clear()
+    try:
+        config = load_config(tmp_path, env={"NEWCO_API_KEY": FAKE_KEY, "NEWCO_BASE_URL": replay_server.url})
+        settings = config.providers["newco"]
+        assert (settings.configured, settings.api, settings.base_url) == (True, "openai-chat", replay_server.url)
+        catalog = Catalog(config)
+        assert catalog.default_model_id() == "newco/newco-1"
+        assert catalog.to_wire(catalog.get("newco-1")).available
+        groups = {group.group: group.name for group in model_option(catalog, "newco/newco-1").options}
+        assert groups["newco"] == "NewCo Cloud"
+        registry = ProviderRegistry(config)
+        adapter = registry.get("newco", "openai-chat")
+        assert isinstance(adapter, OpenAIChatProvider) and adapter.dialect == "compat"
+        try:
+            replay_server.enqueue(_error(401, "invalid key"))
+            outcome = await collect(adapter, make_request("newco", "newco-1", [user("hi")]))
+        finally:
+            await registry.aclose()
+        assert isinstance(outcome.error, ProviderAuthError) and outcome.error.provider == "newco"
+        assert replay_server.requests[-1].headers["authorization"] == f"Bearer {FAKE_KEY}"
+    finally:
+        builtin_specs.cache_clear()
