@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,28 @@ async def test_a_rate_limit_is_retryable_after_the_server_said(name, tmp_path, r
     assert type(error) is ProviderError and error.provider == name, f"{name}: 429 became {type(error).__name__}"
     assert error.retryable and error.retry_after == 7, name
     assert error.status == 429
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ONLINE)
+async def test_an_unreachable_server_is_a_retryable_connection_error(name, tmp_path):
+    info = PROVIDERS[name]
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    env = env_for(info, tmp_path, dead)
+    if info.login:  # its token exchange is where it first goes
+        env |= {endpoint.env: dead for endpoint in info.endpoints}
+    registry = ProviderRegistry(load_config(tmp_path, env=env))
+    rows = rows_of(name)
+    api, model = (rows[0].api, rows[0].model) if rows else (info.api, "some-model")
+    try:
+        outcome = await collect(registry.get(name, api), make_request(name, model, [user("hi")]))
+    finally:
+        await registry.aclose()
+    error = outcome.error
+    assert error is not None and error.kind == "connection_error", f"{name}: {error!r}"
+    assert error.retryable and error.provider == name and FAKE_KEY not in error.message
 
 
 # --- start-up -----------------------------------------------------------------------------

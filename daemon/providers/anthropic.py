@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +49,11 @@ from daemon.providers.base import (
 from daemon.providers.http import (
     LazyClient,
     aiter_sse,
+    apply_retry_hint,
     close_response,
     connection_error,
     ended_early,
-    read_error_body,
+    open_stream,
     status_error,
 )
 from daemon.providers.usage import normalized_usage
@@ -190,35 +191,28 @@ class AnthropicProvider:
         body = self.build_body(request)
         headers = self.build_headers(body)
         url = self.config.base_url.rstrip("/") + "/v1/messages"
-        client = self._clients.get()
-        async with AsyncExitStack() as stack:
-            try:
-                response = await stack.enter_async_context(
-                    client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
-                )
-                if not response.is_success:
-                    # Masked: the body becomes the error message, and a proxy may echo the key.
-                    key = self.config.api_key.reveal() if self.config.api_key is not None else ""
-                    raw = await read_error_body(response, (key,) if key else ())
-                    raise self._status_error(response, raw)
-            except httpx.RequestError as exc:
-                raise connection_error(self.name, exc) from exc
+        key = self.config.api_key.reveal() if self.config.api_key is not None else ""
+        async with open_stream(
+            self._clients.get(),
+            url,
+            provider=self.name,
+            headers=headers,
+            content=msgspec.json.encode(body),
+            map_error=self._status_error,
+            secrets=(key,),
+        ) as response:
             events = self._events(response, request)
-            stack.push_async_callback(events.aclose)
-            yield events
+            try:
+                yield events
+            finally:
+                await events.aclose()
 
     def _status_error(self, response: httpx.Response, raw: bytes) -> ProviderError:
         error = status_error(
             self.name, response.status_code, response.headers, raw, hint=self.config.key_hint or DEFAULT_KEY_HINT
         )
-        # Anthropic's own retry signal, honoured like its SDKs do; and a monthly spend cap
-        # answers 429 but will not lift by waiting.
-        should_retry = response.headers.get("x-should-retry")
-        if should_retry == "false" or _error_code(raw) == "enforced_spend_limit_reached":
-            error.retryable, error.retry_after = False, None
-        elif should_retry == "true" and not isinstance(error, ProviderAuthError):
-            error.retryable = True
-        return error
+        # Anthropic's own retry signal; and a monthly spend cap answers 429 but will not lift by waiting.
+        return apply_retry_hint(error, response.headers, final=_error_code(raw) == "enforced_spend_limit_reached")
 
     async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         parser = StreamParser(provider=self.name, request=request)

@@ -50,7 +50,7 @@ from daemon.providers.http import (
     connection_error,
     deep_merge,
     error_message_from_body,
-    read_error_body,
+    open_stream,
     status_error,
 )
 from daemon.providers.usage import count, normalized_usage
@@ -100,24 +100,22 @@ class GeminiProvider:
             "accept": "text/event-stream",
         }
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
-        client = self._clients.get()
-        http_request = client.build_request("POST", self.url(request.model), headers=headers, content=content)
-        try:
-            response = await client.send(http_request, stream=True)
-        except httpx.TransportError as exc:
-            raise connection_error(self.name, exc) from None
-        source: AsyncIterator[httpx_sse.ServerSentEvent] | None = None
-        try:
-            if response.status_code >= 400:
-                raise self._status_error(response, await read_error_body(response, (key,)))
+        async with open_stream(
+            self._clients.get(),
+            self.url(request.model),
+            provider=self.name,
+            headers=headers,
+            content=content,
+            map_error=self._status_error,
+            secrets=(key,),
+        ) as response:
             source = httpx_sse.EventSource(response).aiter_sse()
             events = self._events(source, request)
             try:
                 yield events
             finally:
                 await events.aclose()
-        finally:
-            await close_response(response, source)
+                await close_response(response, source)
 
     def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         return gemini_status_error(

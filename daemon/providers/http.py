@@ -1,5 +1,7 @@
-"""HTTP plumbing shared by the provider adapters: clients with explicit timeouts, status →
-``ProviderError`` mapping, ``retry-after`` parsing, and SSE/NDJSON line iteration.
+"""HTTP plumbing shared by the provider adapters: clients with explicit timeouts, the one
+stream opener (``open_stream``: connection failures and non-2xx answers become
+``ProviderError``s there), status → ``ProviderError`` mapping, ``retry-after`` parsing, and
+SSE/NDJSON line iteration.
 
 Imported only when a real provider is used, so that httpx never slows start-up.
 """
@@ -9,7 +11,8 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -140,6 +143,51 @@ async def read_error_body(response: httpx.Response, secrets: tuple[str, ...] = (
         if len(secret) >= 8:  # shorter ones would mangle ordinary text
             body = body.replace(secret.encode(), b"***")
     return body
+
+
+def apply_retry_hint(error: ProviderError, headers: httpx.Headers, *, final: bool = False) -> ProviderError:
+    """``error`` with the server's own retry signal honoured (``x-should-retry``, as the
+    vendors' SDKs do); ``final``: the body names a failure waiting will not lift (a quota)."""
+    should_retry = headers.get("x-should-retry")
+    if should_retry == "false" or final:
+        error.retryable, error.retry_after = False, None
+    elif should_retry == "true" and not isinstance(error, ProviderAuthError):
+        error.retryable = True
+    return error
+
+
+# (the response, its body read bounded and with credentials masked) -> the error to raise
+ErrorMapper = Callable[[httpx.Response, bytes], ProviderError]
+
+
+@asynccontextmanager
+async def open_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    provider: str,
+    headers: dict[str, str],
+    content: bytes,
+    map_error: ErrorMapper,
+    secrets: Iterable[str] = (),
+) -> AsyncIterator[httpx.Response]:
+    """POST ``content`` to ``url`` and open the streamed answer, for every adapter.
+
+    The one place where opening a stream fails: a server that cannot be reached is a
+    retryable ``connection_error``; a non-2xx answer is ``map_error(response, body)``, the
+    body read through ``read_error_body`` with ``secrets`` masked (a proxy may echo the
+    key). Leaving the context closes the response.
+    """
+    try:
+        response = await client.send(client.build_request("POST", url, headers=headers, content=content), stream=True)
+    except httpx.RequestError as exc:
+        raise connection_error(provider, exc) from exc
+    try:
+        if not response.is_success:
+            raise map_error(response, await read_error_body(response, tuple(s for s in secrets if s)))
+        yield response
+    finally:
+        await close_response(response)
 
 
 def connection_error(provider: str, exc: Exception, *, midstream: bool = False) -> ProviderError:

@@ -41,7 +41,7 @@ from daemon.providers.http import (
     deep_merge,
     error_message_from_body,
     iter_lines,
-    read_error_body,
+    open_stream,
     ssl_context,
     status_error,
 )
@@ -95,25 +95,22 @@ class OllamaProvider:
         if self.config.api_key is not None:  # a proxy or ollama.com in front of the server
             headers["authorization"] = f"Bearer {self.config.api_key.reveal()}"
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
-        client = self._clients.get()
-        http_request = client.build_request("POST", f"{self._base_url}/api/chat", headers=headers, content=content)
-        try:
-            response = await client.send(http_request, stream=True)
-        except httpx.TransportError as exc:
-            raise connection_error(self.name, exc) from None
-        lines: AsyncIterator[str] | None = None
-        try:
-            if response.status_code >= 400:
-                secrets = (self.config.api_key.reveal(),) if self.config.api_key else ()
-                raise self._status_error(response, request.model, await read_error_body(response, secrets))
+        async with open_stream(
+            self._clients.get(),
+            f"{self._base_url}/api/chat",
+            provider=self.name,
+            headers=headers,
+            content=content,
+            map_error=lambda response, body: self._status_error(response, request.model, body),
+            secrets=(self.config.api_key.reveal(),) if self.config.api_key else (),
+        ) as response:
             lines = iter_lines(response)
             events = self._events(lines, request, response.status_code)
             try:
                 yield events
             finally:
                 await events.aclose()
-        finally:
-            await close_response(response, lines)
+                await close_response(response, lines)
 
     def _status_error(self, response: httpx.Response, model: str, body: bytes) -> ProviderError:
         message, _ = error_message_from_body(body)

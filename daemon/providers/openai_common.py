@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Protocol
 
 import httpx
@@ -33,9 +33,11 @@ from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
     aiter_sse,
+    apply_retry_hint,
     close_response,
     connection_error,
     ended_early,
+    open_stream,
     status_error,
 )
 from daemon.providers.table import PROVIDERS
@@ -140,22 +142,27 @@ class OpenAIStyleProvider:
         body = self.build_body(request)
         headers = await self.build_headers()
         url = self.config.base_url.rstrip("/") + self.endpoint
-        client = self._clients.get()
-        async with AsyncExitStack() as stack:
-            try:
-                response = await stack.enter_async_context(
-                    client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
-                )
-                if not response.is_success:
-                    raw = await response.aread()
-                    raise http_error(self.name, response, raw, hint=self.key_hint, secrets=_secrets(headers))
-                if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
-                    raise await self._not_an_event_stream(response, _secrets(headers))
-            except httpx.RequestError as exc:
-                raise connection_error(self.name, exc) from exc
+        secrets = _secrets(headers)
+
+        def map_error(response: httpx.Response, raw: bytes) -> ProviderError:
+            return http_error(self.name, response, raw, hint=self.key_hint, secrets=secrets)
+
+        async with open_stream(
+            self._clients.get(),
+            url,
+            provider=self.name,
+            headers=headers,
+            content=msgspec.json.encode(body),
+            map_error=map_error,
+            secrets=secrets,
+        ) as response:
+            if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
+                raise await self._not_an_event_stream(response, secrets)
             events = self._events(response, self.new_parser(request))
-            stack.push_async_callback(events.aclose)
-            yield events
+            try:
+                yield events
+            finally:
+                await events.aclose()
 
     async def _events(self, response: httpx.Response, parser: StreamParser) -> AsyncIterator[ProviderEvent]:
         sse = aiter_sse(response)
@@ -243,12 +250,8 @@ def http_error(provider: str, response: httpx.Response, raw: bytes, *, hint: str
     raw = scrub(raw, secrets)
     error = status_error(provider, response.status_code, response.headers, raw, hint=hint)
     details = _error_object(raw) or {}
-    should_retry = response.headers.get("x-should-retry")
-    if should_retry == "false" or str(details.get("code") or "").lower() in _FINAL_CODES:
-        # e.g. insufficient_quota comes back as 429 but waiting will not lift it.
-        error.retryable, error.retry_after = False, None
-    elif should_retry == "true" and not isinstance(error, ProviderAuthError):
-        error.retryable = True
+    # e.g. insufficient_quota comes back as 429 but waiting will not lift it.
+    apply_retry_hint(error, response.headers, final=str(details.get("code") or "").lower() in _FINAL_CODES)
     if error.retryable and error.retry_after is None and response.status_code == 429:
         error.retry_after = rate_limit_wait(response.headers, str(details.get("message") or ""))
     return error
