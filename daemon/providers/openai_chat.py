@@ -22,6 +22,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2 and §6.
 
 from __future__ import annotations
 
+import copy
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,7 +101,7 @@ class OpenAIChatProvider(OpenAIStyleProvider):
         if request.max_output_tokens:
             body[dialect.max_tokens_field] = request.max_output_tokens
         body["stream"] = True
-        body.update(dialect.usage_request)
+        body.update(copy.deepcopy(dialect.usage_request))  # the body is the request's own to change
         return deep_merge(body, request.thinking.request_params)
 
     def new_parser(self, request: ProviderRequest) -> ChatStreamParser:
