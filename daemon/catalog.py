@@ -283,15 +283,20 @@ class Catalog:
                 return self.config.default_model  # using it will say what is wrong
         ids = {spec.id for spec in self.list_models()}
         for provider in self.providers():
-            if provider in providers_table.OFFLINE_PROVIDERS or not self.is_available(provider):
-                continue
-            default = providers_table.default_model(provider)
-            if default is not None and f"{provider}/{default}" in ids:
-                return f"{provider}/{default}"
-            own = self.list_models(provider)
-            if own and default is None:  # a discovering provider, or one of the user's
-                return own[0].id
+            if provider not in providers_table.OFFLINE_PROVIDERS and self.is_available(provider):
+                choice = self._provider_default(provider, ids)
+                if choice is not None:
+                    return choice
         return FALLBACK_MODEL
+
+    def _provider_default(self, provider: str, ids: set[str]) -> str | None:
+        """The table's default model of ``provider`` if listed; a provider without one (it
+        discovers its models, or is one of the user's) offers its first model."""
+        default = providers_table.default_model(provider)
+        if default is not None:
+            return f"{provider}/{default}" if f"{provider}/{default}" in ids else None
+        own = self.list_models(provider)
+        return own[0].id if own else None
 
     def default_level(self, spec: ModelSpec) -> str:
         """The provider's ``default_thinking_level`` from config (if valid), else the model's default."""
