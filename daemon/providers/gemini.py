@@ -35,6 +35,7 @@ from daemon.providers.base import (
     BlockEnd,
     BlockKind,
     BlockStart,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -45,6 +46,7 @@ from daemon.providers.base import (
 from daemon.providers.blocks import TextBlocks
 from daemon.providers.http import (
     LazyClient,
+    aiter_sse,
     close_response,
     connection_error,
     deep_merge,
@@ -104,11 +106,11 @@ class GeminiProvider:
             response = await client.send(http_request, stream=True)
         except httpx.TransportError as exc:
             raise connection_error(self.name, exc) from None
-        source: AsyncIterator[httpx_sse.ServerSentEvent] | None = None
+        source: AsyncIterator[httpx_sse.ServerSentEvent | None] | None = None
         try:
             if response.status_code >= 400:
                 raise self._status_error(response, await read_error_body(response, (key,)))
-            source = httpx_sse.EventSource(response).aiter_sse()
+            source = aiter_sse(response, self.name, request.limits)
             events = self._events(source, request)
             try:
                 yield events
@@ -123,11 +125,14 @@ class GeminiProvider:
         )
 
     async def _events(
-        self, source: AsyncIterator[httpx_sse.ServerSentEvent], request: ProviderRequest
+        self, source: AsyncIterator[httpx_sse.ServerSentEvent | None], request: ProviderRequest
     ) -> AsyncIterator[ProviderEvent]:
         parser = _StreamParser(request)
         try:
             async for sse in source:
+                if sse is None:  # a comment line: the connection is alive
+                    yield KeepAlive()
+                    continue
                 if not sse.data:  # httpx-sse dispatches retry-only blocks with empty data
                     continue
                 try:

@@ -28,7 +28,7 @@ import msgspec
 from daemon.config import BUILTIN_PROVIDERS, ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, decode_arguments
+from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
@@ -152,12 +152,14 @@ class OpenAIStyleProvider:
                     raise await self._not_an_event_stream(response, _secrets(headers))
             except httpx.RequestError as exc:
                 raise connection_error(self.name, exc) from exc
-            events = self._events(response, self.new_parser(request))
+            events = self._events(response, self.new_parser(request), request.limits)
             stack.push_async_callback(events.aclose)
             yield events
 
-    async def _events(self, response: httpx.Response, parser: StreamParser) -> AsyncIterator[ProviderEvent]:
-        sse = aiter_sse(response)
+    async def _events(
+        self, response: httpx.Response, parser: StreamParser, limits: StreamLimits
+    ) -> AsyncIterator[ProviderEvent]:
+        sse = aiter_sse(response, self.name, limits)
         try:
             async for event in sse:
                 if event is None:  # a comment (``: keep-alive``, ``: OPENROUTER PROCESSING``)
