@@ -147,6 +147,11 @@ class LiveSession:
     def stored_count(self) -> int:
         return len(self.history) + len(self.waiting)
 
+    @property
+    def stored_messages(self) -> list[ChatMessage]:
+        """Every message the store holds: the history, then the prompts waiting for their turn."""
+        return [*self.history, *self.waiting]
+
 
 class SessionManager:
     def __init__(

@@ -12,6 +12,7 @@ import ssl
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -172,9 +173,10 @@ async def iter_lines(response: httpx.Response, provider: str, limits: StreamLimi
     A line longer than ``limits.max_event_bytes`` ends the response with a ``ProviderError``.
     """
     lines = _LineSplitter(provider, limits.max_event_bytes)
-    async for chunk in aiter_body(response, provider, limits):
-        for line in lines.feed(chunk):
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    async with aclosing(aiter_body(response, provider, limits)) as body:
+        async for chunk in body:
+            for line in lines.feed(chunk):
+                yield line.rstrip(b"\r").decode("utf-8", "replace")
     if (last := lines.rest()) is not None:
         yield last.rstrip(b"\r").decode("utf-8", "replace")
 
@@ -233,7 +235,10 @@ def response_too_large(provider: str, max_bytes: int) -> ProviderError:
 
 
 def _size_text(size: int) -> str:
-    return f"{size / (1024 * 1024):g} MiB" if size >= 1024 * 1024 else f"{size} bytes"
+    for unit, name in ((1024 * 1024, "MiB"), (1024, "KiB")):
+        if size >= unit:
+            return f"{size / unit:g} {name}"
+    return f"{size} bytes"
 
 
 # Decompressed output per step: a small compressed chunk may expand a thousandfold
@@ -266,8 +271,9 @@ class _Inflater:
             data = self._zlib.unconsumed_tail
             if out:
                 yield out
-            if self._zlib.eof:
-                return
+            if self._zlib.eof:  # the end of a gzip member; another may follow
+                data = self._zlib.unused_data + data
+                self._zlib = zlib.decompressobj(32 + zlib.MAX_WBITS)
 
     def flush(self) -> bytes:
         return self._zlib.flush()
@@ -281,8 +287,10 @@ async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimi
     encoding = response.headers.get("content-encoding", "").strip().lower()
     inflater = _Inflater(encoding) if encoding in ("gzip", "x-gzip", "deflate") else None
     total = 0
+    raw_reader = response.aiter_raw()
+    finished = False
     try:
-        async for raw in response.aiter_raw():
+        async for raw in raw_reader:
             for out in inflater.steps(raw) if inflater is not None else (raw,):
                 total += len(out)
                 if total > limits.max_response_bytes:
@@ -292,6 +300,7 @@ async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimi
             if total + len(out) > limits.max_response_bytes:
                 raise response_too_large(provider, limits.max_response_bytes)
             yield out
+        finished = True
     except zlib.error as exc:
         raise ProviderError(
             f"{provider} sent a {encoding} body that does not decompress: {exc}.",
@@ -299,6 +308,9 @@ async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimi
             retryable=True,
             kind="bad_encoding",
         ) from None
+    finally:
+        if not finished:  # left early (a cap, an error, the consumer gone): unwind httpx's readers
+            await close_response(response, raw_reader)
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -353,17 +365,18 @@ async def aiter_sse(
         raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}")
     lines, events = _LineSplitter(provider, limits.max_event_bytes), SSEDecoder()
     event_size = 0
-    async for chunk in aiter_body(response, provider, limits):
-        for line in lines.feed(chunk):
-            for text in _sse_lines(line):
-                if text.startswith(":"):
-                    yield None
-                    continue
-                event_size = 0 if not text else event_size + len(text)
-                if event_size > limits.max_event_bytes:
-                    raise event_too_large(provider, limits.max_event_bytes)
-                if (event := events.decode(text)) is not None:
-                    yield event
+    async with aclosing(aiter_body(response, provider, limits)) as body:
+        async for chunk in body:
+            for line in lines.feed(chunk):
+                for text in _sse_lines(line):
+                    if text.startswith(":"):
+                        yield None
+                        continue
+                    event_size = 0 if not text else event_size + len(text)
+                    if event_size > limits.max_event_bytes:
+                        raise event_too_large(provider, limits.max_event_bytes)
+                    if (event := events.decode(text)) is not None:
+                        yield event
     if (rest := lines.rest()) is not None:
         for text in _sse_lines(rest):
             if not text.startswith(":") and (event := events.decode(text)) is not None:
