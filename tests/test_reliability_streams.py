@@ -315,3 +315,51 @@ async def test_a_lone_surrogate_from_a_provider_is_a_provider_error(home, tmp_pa
     assert end["error"]["message"] == "gemini sent text that is not valid Unicode (a lone UTF-16 surrogate); the response was aborted."
     assert streamed_text(events) == "so far "
     assert stored[-1]["status"] == "error" and stored[-1]["content"] == [{"type": "text", "text": "so far "}]
+
+
+# --- a prompt queued during a tool turn ---------------------------------------------------------
+
+
+async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, tmp_path, replay_server):
+    (tmp_path / "notes.txt").write_text("the notes", encoding="utf-8")
+    calling = [
+        sse(MESSAGE_START),
+        sse({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}}),
+        sse({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'}}),
+        sse({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '.txt"}'}}),
+        sse(block_stop(), *message_end("tool_use")),
+    ]
+    cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
+    replay_server.enqueue(streamed(b"".join(calling), split_at=cuts, chunk_delay_s=0.3))
+    replay_server.enqueue(streamed(text_reply("they say: the notes")))
+    replay_server.enqueue(streamed(text_reply("and now the second")))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        first = await client.request("session/prompt", {"session_id": session_id, "text": "read my notes"})
+        events = []
+        async for event in client.events(first["turn_id"]):
+            events.append(event)
+            if event["type"] == "tool_call_start":  # the tool_use block is still streaming
+                second = await client.request("session/prompt", {"session_id": session_id, "text": "QUEUED QUESTION"})
+                assert second["queued"] is True
+                resumed = await client.request("session/resume", {"session_id": session_id})
+        later = await client.collect_turn(second["turn_id"])
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert events[-1]["stop_reason"] == "end_turn" and later[-1]["stop_reason"] == "end_turn"
+    assert resumed["messages"][-1]["content"] == [{"type": "text", "text": "QUEUED QUESTION"}], "stored at once"
+    during = [json.loads(r.body)["messages"] for r in replay_server.requests[:2]]
+    assert "QUEUED QUESTION" not in json.dumps(during), "the queued prompt stays out of the running turn"
+    results = during[1][-1]
+    assert results["role"] == "user" and [b["type"] for b in results["content"]] == ["tool_result"]
+    own = json.loads(replay_server.requests[2].body)["messages"]
+    assert own[-1] == {"role": "user", "content": "QUEUED QUESTION"}
+    roles = [(m["role"], m["content"][0].get("text")) for m in stored]
+    assert roles == [
+        ("user", "read my notes"),
+        ("assistant", None),
+        ("tool", "     1\tthe notes"),
+        ("assistant", "they say: the notes"),
+        ("user", "QUEUED QUESTION"),
+        ("assistant", "and now the second"),
+    ]
+    assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
