@@ -2,8 +2,8 @@
 
 Data flows one way: normalized provider events → protocol events (to the client) and one
 ``ChatMessage`` per reply (to the store). The partial reply is checkpointed at most every
-``CHECKPOINT_S`` as ``interrupted``, appending only the text that arrived since the last
-checkpoint, so a crash loses little and a long reply costs the same per delta at its end as
+``CHECKPOINT_S`` (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending
+only the text that arrived since the last checkpoint, so a crash loses little and a long reply costs the same per delta at its end as
 at its start; the final save marks it ``complete``. Every turn is bracketed by exactly one
 ``turn_start`` and one ``turn_end``, whatever happens (cancel, provider failure, bug), and
 no event of a turn is given up on because the client reads slowly.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -52,6 +52,9 @@ from protocol.objects import ErrorInfo, Thinking, Usage
 log = logging.getLogger("ponder.agent")
 
 CHECKPOINT_S = 0.5
+# A fast stream checkpoints by size too: one append stays small, and so do the transient
+# copies (ours and SQLite's) that it costs.
+CHECKPOINT_BYTES = 1024 * 1024
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 30.0
 CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
@@ -65,8 +68,20 @@ Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 # (name, arguments, emit_output) -> (text, is_error)
 RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
-# (message_id, whole parts by position, text to append by position): an incremental checkpoint
-AppendParts = Callable[[str, dict[int, Part], dict[int, str]], Awaitable[None]]
+
+
+class AppendParts(Protocol):
+    """An incremental checkpoint: ``daemon.store.AsyncStore.append_to_message``."""
+
+    async def __call__(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = ...,
+        final: ChatMessage | None = ...,
+    ) -> None: ...
 
 
 @dataclass
@@ -245,11 +260,13 @@ class _Reply:
         self.stop = "end_turn"
         self.usage: Usage | None = None
         self.last_checkpoint = 0.0
+        self.unsaved_bytes = 0  # text received since the last checkpoint (characters, near enough)
         # What the store holds of the message: nothing until the first checkpoint, then
         # how many chunks of each streaming part it has, and which parts it must be given
         # whole at the next checkpoint (started or ended since the last one).
         self.stored = False
         self.stored_chunks: dict[int, int] = {}
+        self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
         self.changed_parts: set[int] = set()
 
     @property
@@ -364,9 +381,10 @@ class _Reply:
                 )
             else:
                 self.text_chunks.setdefault(index, []).append(event.delta)
+                self.unsaved_bytes += len(event.delta)
                 kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
                 await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})  # type: ignore[union-attr]
-            if time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
+            if self.unsaved_bytes >= CHECKPOINT_BYTES or time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
                 await self._checkpoint()
         elif isinstance(event, BlockStart):
             await self._start_block(event)
@@ -424,7 +442,6 @@ class _Reply:
         part = event.part
         message.parts[index] = part
         self.text_chunks.pop(index, None)
-        self.stored_chunks.pop(index, None)
         self.changed_parts.add(index)
         mid = message.message_id
         if part.type == "thinking":
@@ -443,10 +460,18 @@ class _Reply:
             self.message.parts[index].text = "".join(chunks)
 
     async def _checkpoint(self) -> None:
-        """Persist the reply so far: whole the first time, then incrementally: the parts that
-        started or ended since the last checkpoint whole, and only the new text of the
-        parts still streaming, so a checkpoint costs what arrived since the last one."""
         self.last_checkpoint = time.monotonic()
+        self.unsaved_bytes = 0
+        await self._persist(final=False)
+
+    async def _persist(self, *, final: bool) -> None:
+        """Store the reply so far: whole the first time, then incrementally, so that a
+        checkpoint costs what arrived since the last one, however long the reply is.
+
+        Parts never stored are written whole; parts streaming get their new text appended;
+        parts that ended (and every part, at the ``final`` save) get their fields written
+        with their stored text kept and only the rest of their text appended.
+        """
         message = self.message
         assert message is not None
         if not self.stored:
@@ -455,23 +480,35 @@ class _Reply:
             self.stored = True
             self.changed_parts.clear()
             self.stored_chunks = {index: len(chunks) for index, chunks in self.text_chunks.items()}
+            self.stored_len = {index: len(part.text) for index, part in enumerate(message.parts)}
             return
         whole: dict[int, Part] = {}
-        for index in self.changed_parts:
-            chunks = self.text_chunks.get(index)
-            if chunks is not None:  # started and still streaming: what it has so far
-                message.parts[index].text = "".join(chunks)
-                self.stored_chunks[index] = len(chunks)
-            whole[index] = message.parts[index]
+        keep_text: set[int] = set()
         appended: dict[int, str] = {}
-        for index, chunks in self.text_chunks.items():
-            done = self.stored_chunks.get(index, 0)
-            if index not in whole and len(chunks) > done:
-                appended[index] = "".join(chunks[done:])
+        positions = range(len(message.parts)) if final else sorted(self.changed_parts | self.text_chunks.keys())
+        for index in positions:
+            part, chunks, stored = message.parts[index], self.text_chunks.get(index), self.stored_len.get(index)
+            if chunks is not None and not final and stored is not None:  # streaming: its new text only
+                done = self.stored_chunks.get(index, 0)
+                if len(chunks) > done:
+                    appended[index] = "".join(chunks[done:])
+                    self.stored_len[index] = stored + len(appended[index])
+                    self.stored_chunks[index] = len(chunks)
+                continue
+            if chunks is not None and not final:  # started since the last checkpoint
+                part.text = "".join(chunks)
                 self.stored_chunks[index] = len(chunks)
+            whole[index] = part
+            if stored is not None and len(part.text) >= stored:  # the text starts with what is stored
+                keep_text.add(index)
+                if len(part.text) > stored:
+                    appended[index] = part.text[stored:]
+            self.stored_len[index] = len(part.text)
         self.changed_parts.clear()
-        if whole or appended:
-            await self.turn.append(message.message_id, whole, appended)
+        if whole or appended or final:
+            await self.turn.append(
+                message.message_id, whole, appended, keep_text=frozenset(keep_text), final=message if final else None
+            )
 
     async def _finish(self, status: str) -> ChatMessage | None:
         message = self.message
@@ -487,7 +524,10 @@ class _Reply:
         message.usage = self.usage
         if self.usage is not None:
             self.turn.usage = add_usage(self.turn.usage, self.usage)
-        await self.turn.save(message)
+        if self.stored:
+            await self._persist(final=True)  # a long reply is not rewritten whole at its end
+        else:
+            await self.turn.save(message)
         await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
         return message
 

@@ -634,13 +634,23 @@ class Store:
 
     # --- incremental checkpoints -------------------------------------------------------
 
-    def append_to_message(self, message_id: str, parts: dict[int, Part], texts: dict[int, str]) -> None:
+    def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
         """Checkpoint a stored message that is still streaming, at the cost of what changed.
 
         ``parts`` (position → part) are written whole, replacing what the store held at
-        those positions; ``texts`` (position → text) are appended to the text of the parts
-        stored there, without reading or rewriting it. The next ``save_message`` of the
-        message folds everything back into plain parts.
+        those positions, except that for positions in ``keep_text`` every field but the
+        text is written and the stored text stays. ``texts`` (position → text) are then
+        appended to the text of the parts stored there, without reading or rewriting it.
+        ``final`` sets the message's status, stop reason and usage (its last checkpoint).
+        Reads fold the appended text in; a later ``save_message`` folds it in the store.
         """
 
         def body(db: sqlite3.Connection) -> None:
@@ -648,8 +658,20 @@ class Store:
             if found is None:
                 raise StoreError(f"Message {message_id!r} must be saved before text is appended to it.")
             for position, part in parts.items():
-                db.execute("DELETE FROM part_appends WHERE message_id = ? AND position = ?", (message_id, position))
                 row = _part_params(message_id, [_normalized_part(part)])[0]
+                if position in keep_text:
+                    updated = db.execute(
+                        """
+                        UPDATE parts SET type = ?, redacted = ?, call_id = ?, name = ?, arguments_json = ?,
+                            is_error = ?, provider = ?, model = ?, signature = ?, provider_data_json = ?
+                        WHERE message_id = ? AND position = ?
+                        """,
+                        (row[2], *row[4:], message_id, position),
+                    )
+                    if updated.rowcount == 0:
+                        raise StoreError(f"Message {message_id!r} has no stored part at position {position}.")
+                    continue
+                db.execute("DELETE FROM part_appends WHERE message_id = ? AND position = ?", (message_id, position))
                 db.execute(
                     f"""
                     INSERT INTO parts ({_PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -668,6 +690,16 @@ class Store:
                 )
             except sqlite3.IntegrityError as error:
                 raise StoreError(f"Message {message_id!r} has no part to append text to: {error}") from error
+            if final is not None:
+                db.execute(
+                    "UPDATE messages SET status = ?, stop_reason = ?, usage_json = ? WHERE id = ?",
+                    (
+                        final.status,
+                        final.stop_reason,
+                        None if final.usage is None else _json_encode(final.usage).decode(),
+                        message_id,
+                    ),
+                )
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (self._now(), found[0]))
 
         self._write(body)
@@ -873,8 +905,16 @@ class AsyncStore:
     ) -> list[ChatMessage]:
         return await self._call(self.store.get_messages, session_id, after_seq, limit)
 
-    async def append_to_message(self, message_id: str, parts: dict[int, Part], texts: dict[int, str]) -> None:
-        await self._call(self.store.append_to_message, message_id, parts, texts)
+    async def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
 
     async def next_seq(self, session_id: str) -> int:
         return await self._call(self.store.next_seq, session_id)

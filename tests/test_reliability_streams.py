@@ -145,9 +145,9 @@ async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(
     appended = []
     original = AsyncStore.append_to_message
 
-    async def recording(self, message_id, parts, texts):
-        appended.append((parts, dict(texts)))
-        await original(self, message_id, parts, texts)
+    async def recording(self, message_id, parts, texts, **options):
+        appended.append((parts, dict(texts), options))
+        await original(self, message_id, parts, texts, **options)
 
     monkeypatch.setattr(AsyncStore, "append_to_message", recording)
     pieces = [f"piece {i}; " for i in range(40)]
@@ -160,9 +160,13 @@ async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(
         events = await prompt(client, session_id, "go")
         stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
     assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "".join(pieces)
-    texts = [texts[0] for parts, texts in appended if 0 in texts]
-    assert len(texts) >= len(pieces) - 2, "after the first checkpoint (a whole save), each one appends"
-    assert texts == pieces[len(pieces) - len(texts) :], "each checkpoint appends exactly the new delta, nothing before it"
+    *checkpoints, (parts, rest, options) = appended
+    texts = [texts[0] for parts, texts, _ in checkpoints if 0 in texts]
+    assert len(texts) >= len(pieces) - 3, "after the first checkpoint (a whole save), each one appends"
+    assert texts == pieces[len(pieces) - len(texts) : len(pieces) - len(texts) + len(texts)], "only the new delta"
+    assert "".join(texts) + rest.get(0, "") == "".join(pieces)[-len("".join(texts) + rest.get(0, "")) :]
+    # the final save is a checkpoint too: the part's fields, its stored text kept, the rest appended
+    assert options["keep_text"] == {0} and options["final"].status == "complete" and parts[0].text == "".join(pieces)
     assert stored[-1]["content"] == [{"type": "text", "text": "".join(pieces)}] and stored[-1]["status"] == "complete"
 
 
@@ -186,8 +190,16 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
         ]
         forked = store.fork_session("s1", SessionRow(id="s2", cwd="/", model_id="m", thinking_level="off"))
         assert [p.text for p in store.get_messages(forked.id)[0].parts] == ["hmm", "abcd!", "ef"]
-        store.save_message(msgspec.structs.replace(read, status="complete"))
-        assert [p.text for p in store.get_messages("s1")[0].parts] == ["hmm", "abcd!", "ef"]
+        done = msgspec.structs.replace(read, status="complete", stop_reason="end_turn")
+        done.parts[1] = Part(type="text", text="abcd!?", provider="p", model="m")
+        store.append_to_message("m1", {1: done.parts[1]}, {1: "?"}, keep_text=frozenset({1}), final=done)
+        [final] = store.get_messages("s1")
+        assert (final.status, final.stop_reason) == ("complete", "end_turn")
+        assert [(p.text, p.provider) for p in final.parts] == [("hmm", None), ("abcd!?", "p"), ("ef", None)]
+        with pytest.raises(StoreError):
+            store.append_to_message("m1", {7: Part(type="text")}, {}, keep_text=frozenset({7}))
+        store.save_message(final)
+        assert [p.text for p in store.get_messages("s1")[0].parts] == ["hmm", "abcd!?", "ef"]
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM part_appends WHERE message_id = 'm1'").fetchone() == (0,)
 
