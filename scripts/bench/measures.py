@@ -691,6 +691,10 @@ def measure_streams(b: Bench, reply_mb: int, endless_mb: int) -> dict[str, Any]:
             "rate_first_tenth_mb_per_s": profile.get("rate_first_tenth_per_s", float("nan")) * (size + 10) / 2**20,
             "rate_last_tenth_mb_per_s": profile.get("rate_last_tenth_per_s", float("nan")) * (size + 10) / 2**20,
             "rate_last_over_first": profile.get("rate_last_over_first", float("nan")),
+            # The last tenth also holds the deltas still queued for stdout when the reply ends,
+            # which wait while the daemon joins and encodes text_end; the ninth has no such tail.
+            "rate_ninth_over_first": (profile["rates_per_tenth_per_s"][8] / profile["rates_per_tenth_per_s"][0]) if profile else float("nan"),
+            "rates_per_tenth_mb_per_s": [r * (size + 10) / 2**20 for r in profile.get("rates_per_tenth_per_s", [])],
             "max_gap_s": profile.get("max_gap_s", float("nan")),
             "stop_reason": turn.events[-1].get("stop_reason"),
             "problems": check_turn(turn, n, th=0),
