@@ -234,7 +234,7 @@ class _Watchdog:
         stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
         while True:
             if self.relaying:  # the provider's clock starts again when the client has read
-                await anyio.sleep(stall_s)
+                await anyio.sleep(min(1.0, stall_s / 4))
                 continue
             now = time.monotonic()
             stall_left = self.last_life + stall_s - now
@@ -313,8 +313,14 @@ class _Reply:
                 watchdog = _Watchdog(turn.settings, scope)
                 tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
                 try:
-                    events = await stack.enter_async_context(turn.provider.stream(self._request()))
-                    async for event in events:
+                    events = aiter(await stack.enter_async_context(turn.provider.stream(self._request())))
+                    while True:
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        except RecursionError:  # e.g. JSON nested past the decoder's limit
+                            raise self._unreadable("data nested too deeply to read") from None
                         if isinstance(event, KeepAlive):  # proves the stream lives, not that the model progresses
                             watchdog.last_life = time.monotonic()
                             continue
@@ -362,7 +368,7 @@ class _Reply:
         await turn.emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
 
     async def _on_event(self, event: Any) -> None:
-        if isinstance(event, (BlockDelta, BlockEnd)):
+        if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
             self._check_unicode(event)
         if self.message is None and isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
             await self._begin()
@@ -395,10 +401,16 @@ class _Reply:
         elif isinstance(event, Stop):
             self.stop = event.reason
 
-    def _check_unicode(self, event: BlockDelta | BlockEnd) -> None:
+    def _unreadable(self, what: str) -> ProviderError:
+        name = self.turn.provider_name
+        return ProviderError(f"{name} sent {what}; the response was aborted.", provider=name, kind="invalid_data")
+
+    def _check_unicode(self, event: BlockStart | BlockDelta | BlockEnd) -> None:
         """Reject text that cannot be encoded (a lone UTF-16 surrogate, which a JSON escape
         such as ``\\ud800`` can carry) before it reaches the client or the store."""
-        if isinstance(event, BlockDelta):
+        if isinstance(event, BlockStart):
+            bad = any(_SURROGATE.search(text) is not None for text in (event.name or "", event.call_id or ""))
+        elif isinstance(event, BlockDelta):
             bad = not event.delta.isascii() and _SURROGATE.search(event.delta) is not None
         else:
             part = event.part
@@ -409,12 +421,7 @@ class _Reply:
                 except UnicodeEncodeError:
                     bad = True
         if bad:
-            name = self.turn.provider_name
-            raise ProviderError(
-                f"{name} sent text that is not valid Unicode (a lone UTF-16 surrogate); the response was aborted.",
-                provider=name,
-                kind="invalid_unicode",
-            )
+            raise self._unreadable("text that is not valid Unicode (a lone UTF-16 surrogate)")
 
     async def _start_block(self, event: BlockStart) -> None:
         message = self.message

@@ -436,8 +436,11 @@ class SessionManager:
                 self._tg.start_soon(self._bracket_dropped, live, pending, moved)
 
     async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
-        if moved:
-            await self.store.save_message(pending.user_message)
+        if moved and not live.unloaded:  # a deleted session's prompts go with it
+            try:
+                await self.store.save_message(pending.user_message)
+            except PonderError as exc:  # shutting down, or the session just deleted
+                log.info("a dropped prompt keeps its first seq: %s", exc.message)
         try:
             thinking_now = self.thinking_for(live.row)
         except PonderError:

@@ -375,3 +375,16 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
         ("assistant", "and now the second"),
     ]
     assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+
+
+async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error(home, tmp_path, replay_server):
+    deep = "[" * 5000 + "]" * 5000
+    frame = f'data: {{"candidates": [{{"content": {{"parts": [{{"functionCall": {{"name": "read_file", "args": {{"path": {deep}}}}}}}], "role": "model"}}, "index": 0}}]}}\n\n'
+    replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=frame.encode()))
+    env = {"GEMINI_API_KEY": "AIza-fake", "GEMINI_BASE_URL": replay_server.url}
+    async with in_memory_daemon(home, env=env, configure=limits) as (client, _):
+        session_id = await start_session(client, str(tmp_path), model_id="gemini/gemini-3.1-pro-preview")
+        events = await prompt(client, session_id, "hi")
+    end = events[-1]
+    assert end["stop_reason"] == "error"
+    assert end["error"]["message"] == "gemini sent data nested too deeply to read; the response was aborted."
