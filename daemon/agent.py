@@ -3,8 +3,9 @@
 Data flows one way: normalized provider events → protocol events (to the client) and one
 ``ChatMessage`` per reply (to the store). The partial reply is checkpointed at most every
 ``CHECKPOINT_S`` (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending
-only the text that arrived since the last checkpoint, so a crash loses little and a long reply costs the same per delta at its end as
-at its start; the final save marks it ``complete``. Every turn is bracketed by exactly one
+only the text that arrived since the last checkpoint, so a crash loses little and a long
+reply costs the same per delta at its end as at its start; the final save (also
+incremental) marks it ``complete``. Every turn is bracketed by exactly one
 ``turn_start`` and one ``turn_end``, whatever happens (cancel, provider failure, bug), and
 no event of a turn is given up on because the client reads slowly.
 
@@ -15,7 +16,6 @@ never counts against the provider.
 """
 
 import logging
-import math
 import random
 import re
 import time

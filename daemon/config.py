@@ -163,7 +163,12 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
         )
         config.no_progress_timeout_s = _number(
-            reliability, "reliability", "no_progress_timeout_s", config.no_progress_timeout_s, config.problems, minimum=0.1
+            reliability,
+            "reliability",
+            "no_progress_timeout_s",
+            config.no_progress_timeout_s,
+            config.problems,
+            minimum=0.1,
         )
         config.max_event_bytes = _number(
             reliability, "reliability", "max_event_bytes", config.max_event_bytes, config.problems, minimum=1024

@@ -3,8 +3,9 @@
 Each live session has one actor task with a bounded inbox of admitted prompts; the actor
 alone runs that session's turns, one at a time, in order. Handlers admit prompts (the
 user message is committed before the prompt is answered, but joins the history the
-provider sees only when its own turn starts), cancel turns and edit session settings; any method that names a session loads it from the store when needed, and idle
-actors are unloaded after a while. A lease in the store keeps two daemons sharing a home
+provider sees only when its own turn starts), cancel turns and edit session settings;
+any method that names a session loads it from the store when needed, and idle actors
+are unloaded after a while. A lease in the store keeps two daemons sharing a home
 from running turns in the same session at once.
 """
 

@@ -72,7 +72,9 @@ async def test_an_event_that_never_ends_is_cut_off_at_max_event_bytes_from_confi
     events, stored = await two_turns(home, tmp_path, replay_server, response, configure=None)
     end = events[-1]
     assert end["stop_reason"] == "error"
-    assert end["error"]["message"].startswith("anthropic sent a stream event larger than 64 KiB; the response was aborted")
+    assert end["error"]["message"].startswith(
+        "anthropic sent a stream event larger than 64 KiB; the response was aborted"
+    )
     assert "max_event_bytes" in end["error"]["message"]
     assert streamed_text(events) == "so far"
     assert stored[1]["status"] == "error" and stored[1]["content"] == [{"type": "text", "text": "so far"}]
@@ -91,14 +93,18 @@ async def test_a_long_ndjson_line_is_cut_off_too(home, tmp_path, replay_server):
 
     clear_discovery_cache()
     enqueue_ollama_discovery(replay_server)
-    replay_server.enqueue(ScriptedResponse(headers={"content-type": "application/x-ndjson"}, body=b'{"message": "' + b"y" * 200_000))
+    replay_server.enqueue(
+        ScriptedResponse(headers={"content-type": "application/x-ndjson"}, body=b'{"message": "' + b"y" * 200_000)
+    )
     env = {"OLLAMA_HOST": replay_server.url}
     async with in_memory_daemon(home, env=env, configure=lambda c: limits(c, event=65536)) as (client, _):
         session_id = await start_session(client, str(tmp_path), model_id="ollama/gpt-oss:20b")
         events = await prompt(client, session_id, "hi")
     clear_discovery_cache()
     end = events[-1]
-    assert end["stop_reason"] == "error" and end["error"]["message"].startswith("ollama sent a stream event larger than 64 KiB")
+    assert end["stop_reason"] == "error" and end["error"]["message"].startswith(
+        "ollama sent a stream event larger than 64 KiB"
+    )
 
 
 def gzip_of(piece: bytes, times: int) -> bytes:
@@ -140,7 +146,9 @@ async def test_a_compressed_stream_is_inflated_in_bounded_steps(replay_server):
 # --- incremental checkpoints ----------------------------------------------------------------
 
 
-async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(home, tmp_path, replay_server, monkeypatch):
+async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(
+    home, tmp_path, replay_server, monkeypatch
+):
     monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     appended = []
     original = AsyncStore.append_to_message
@@ -175,7 +183,11 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
     with Store(path) as store:
         store.create_session(SessionRow(id="s1", cwd="/", model_id="m", thinking_level="off"))
         message = ChatMessage(
-            message_id="m1", session_id="s1", seq=1, role="assistant", status="interrupted",
+            message_id="m1",
+            session_id="s1",
+            seq=1,
+            role="assistant",
+            status="interrupted",
             parts=[Part(type="thinking", text="hm"), Part(type="text", text="a")],
         )
         with pytest.raises(StoreError):
@@ -186,7 +198,9 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
         store.append_to_message("m1", {2: Part(type="text", text="e")}, {2: "f", 1: "!"})
         [read] = store.get_messages("s1")
         assert [(p.type, p.text, p.signature) for p in read.parts] == [
-            ("thinking", "hmm", "sig"), ("text", "abcd!", None), ("text", "ef", None)
+            ("thinking", "hmm", "sig"),
+            ("text", "abcd!", None),
+            ("text", "ef", None),
         ]
         forked = store.fork_session("s1", SessionRow(id="s2", cwd="/", model_id="m", thinking_level="off"))
         assert [p.text for p in store.get_messages(forked.id)[0].parts] == ["hmm", "abcd!", "ef"]
@@ -251,7 +265,9 @@ async def test_a_client_that_stops_reading_is_not_a_stalled_provider(home, tmp_p
 
     async def request(method, params):
         request_id = next(ids)
-        await to_daemon.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode())
+        await to_daemon.send(
+            json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+        )
         with anyio.fail_after(10):
             async for line in from_daemon:
                 message = json.loads(line)
@@ -265,7 +281,9 @@ async def test_a_client_that_stops_reading_is_not_a_stalled_provider(home, tmp_p
     events = []
     async with from_daemon, anyio.create_task_group() as tg:
         tg.start_soon(run_daemon)
-        await request("initialize", {"protocol_version": 1, "client_info": {"name": "t", "version": "0"}, "capabilities": {}})
+        await request(
+            "initialize", {"protocol_version": 1, "client_info": {"name": "t", "version": "0"}, "capabilities": {}}
+        )
         started = await request(
             "session/start", {"model_id": "anthropic/claude-opus-4-6", "cwd": str(tmp_path), "approval_policy": "auto"}
         )
@@ -291,8 +309,16 @@ async def test_a_client_that_stops_reading_is_not_a_stalled_provider(home, tmp_p
 def tool_use(arguments_json: str) -> bytes:
     return sse(
         MESSAGE_START,
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": arguments_json}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": arguments_json},
+        },
         block_stop(),
         *message_end("tool_use"),
     )
@@ -324,7 +350,10 @@ async def test_a_lone_surrogate_from_a_provider_is_a_provider_error(home, tmp_pa
         stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
     end = events[-1]
     assert end["stop_reason"] == "error"
-    assert end["error"]["message"] == "gemini sent text that is not valid Unicode (a lone UTF-16 surrogate); the response was aborted."
+    assert (
+        end["error"]["message"]
+        == "gemini sent text that is not valid Unicode (a lone UTF-16 surrogate); the response was aborted."
+    )
     assert streamed_text(events) == "so far "
     assert stored[-1]["status"] == "error" and stored[-1]["content"] == [{"type": "text", "text": "so far "}]
 
@@ -336,9 +365,23 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
     (tmp_path / "notes.txt").write_text("the notes", encoding="utf-8")
     calling = [
         sse(MESSAGE_START),
-        sse({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}}),
-        sse({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'}}),
-        sse({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '.txt"}'}}),
+        sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
+            }
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
+            }
+        ),
+        sse(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '.txt"}'}}
+        ),
         sse(block_stop(), *message_end("tool_use")),
     ]
     cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
