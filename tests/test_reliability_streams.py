@@ -431,3 +431,57 @@ async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error
     end = events[-1]
     assert end["stop_reason"] == "error"
     assert end["error"]["message"] == "gemini sent data nested too deeply to read; the response was aborted."
+
+
+@pytest.mark.slow
+async def test_a_real_daemon_whose_client_stops_reading_ends_every_turn_without_gaps(
+    home, tmp_path, replay_server, anyio_backend
+):
+    """``ponder serve`` as a subprocess: the client reads nothing for five stall timeouts while
+    6 MB of events back up in the pipe and the daemon's output queue."""
+    import sys
+
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    from tests.support.harness import subprocess_env
+
+    (home / "config.toml").write_text("[reliability]\nstall_timeout_s = 0.3\nmax_attempts = 1\n", encoding="utf-8")
+    pieces = [f"{i:06d}" + "x" * 994 for i in range(6000)]
+    replay_server.enqueue(streamed(text_reply(*pieces)))
+    env = subprocess_env(home, {**anthropic_env(replay_server), "PONDER_ASYNC_BACKEND": anyio_backend})
+    process = await anyio.open_process([sys.executable, "-m", "daemon", "serve"], env=env)
+    assert process.stdin is not None and process.stdout is not None
+    lines = BufferedByteReceiveStream(process.stdout)
+    ids = iter(range(1, 100))
+
+    async def request(method, params):
+        request_id = next(ids)
+        line = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        await process.stdin.send(json.dumps(line).encode() + b"\n")
+        with anyio.fail_after(20):
+            while True:
+                message = json.loads(await lines.receive_until(b"\n", 1 << 30))
+                if message.get("id") == request_id:
+                    return message["result"]
+
+    events = []
+    try:
+        await request("initialize", {"protocol_version": 1, "client_info": {"name": "t", "version": "0"}})
+        started = await request(
+            "session/start", {"model_id": "anthropic/claude-opus-4-6", "cwd": str(tmp_path), "approval_policy": "auto"}
+        )
+        await request("session/prompt", {"session_id": started["session"]["session_id"], "text": "hi"})
+        await anyio.sleep(1.5)  # the client reads nothing
+        with anyio.fail_after(30):
+            while not events or events[-1]["type"] != "turn_end":
+                message = json.loads(await lines.receive_until(b"\n", 1 << 30))
+                if message.get("method") == "agent/event":
+                    events.append(message["params"])
+    finally:
+        await process.stdin.aclose()
+        with anyio.fail_after(10):
+            await process.wait()
+    assert events[-1]["stop_reason"] == "end_turn", events[-1]
+    assert streamed_text(events) == "".join(pieces)
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "no event was dropped"
