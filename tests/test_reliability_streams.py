@@ -485,3 +485,27 @@ async def test_a_real_daemon_whose_client_stops_reading_ends_every_turn_without_
     assert streamed_text(events) == "".join(pieces)
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "no event was dropped"
+
+
+@pytest.mark.parametrize("model_id", ["anthropic/claude-opus-4-6", "deepseek/deepseek-chat"])
+async def test_an_error_body_that_is_a_gzip_bomb_is_read_only_in_part(home, tmp_path, replay_server, model_id):
+    message = b'{"error": {"type": "invalid_request_error", "message": "bad request"}}'
+    bomb = gzip.compress(message) + gzip_of(b" " * 1024, 16 * 1024)  # then 16 MiB of spaces
+    replay_server.enqueue(ScriptedResponse(status=400, headers={"content-encoding": "gzip"}, body=bomb))
+    env = {**anthropic_env(replay_server), "DEEPSEEK_API_KEY": "sk-deepseek-test", "DEEPSEEK_BASE_URL": replay_server.url}
+    async with in_memory_daemon(home, env=env, configure=limits) as (client, _):
+        session_id = await start_session(client, str(tmp_path), model_id=model_id)
+        events = await prompt(client, session_id, "hi")
+    end = events[-1]
+    assert end["stop_reason"] == "error" and end["error"]["provider_status"] == 400
+    assert "HTTP 400" in end["error"]["message"]
+
+
+async def test_only_the_start_of_an_error_body_is_read(replay_server):
+    from daemon.providers.http import MAX_ERROR_BODY, make_client, read_error_body
+
+    bomb = gzip.compress(b"first words ") + gzip_of(b"z" * 1024, 64 * 1024)  # 64 MiB more
+    replay_server.enqueue(ScriptedResponse(status=500, headers={"content-encoding": "gzip"}, body=bomb))
+    async with make_client() as client, client.stream("GET", replay_server.url) as response:
+        body = await read_error_body(response)
+    assert len(body) == MAX_ERROR_BODY and body.startswith(b"first words zzz")

@@ -36,6 +36,7 @@ from daemon.providers.http import (
     close_response,
     connection_error,
     ended_early,
+    read_error_body,
     status_error,
 )
 
@@ -146,7 +147,7 @@ class OpenAIStyleProvider:
                     client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
                 )
                 if not response.is_success:
-                    raw = await response.aread()
+                    raw = await read_error_body(response)  # bounded: an error page can be a bomb too
                     raise http_error(self.name, response, raw, hint=self.key_hint, secrets=_secrets(headers))
                 if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
                     raise await self._not_an_event_stream(response, _secrets(headers))
@@ -185,7 +186,7 @@ class OpenAIStyleProvider:
         # Some OpenAI-compatible servers answer a failed streaming request with HTTP 200
         # and a plain JSON error body: report the error they meant.
         try:
-            raw = scrub(await response.aread(), secrets)
+            raw = scrub(await read_error_body(response), secrets)
         except httpx.RequestError:
             raw = b""
         error = _error_object(raw)
