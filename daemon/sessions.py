@@ -394,8 +394,12 @@ class SessionManager:
                 status="complete",
                 created_at=now_rfc3339(),
             )
-            await self.store.save_message(message)
-            live.waiting.append(message)
+            live.waiting.append(message)  # before the save: a running turn's next seq must skip it
+            try:
+                await self.store.save_message(message)
+            except BaseException:
+                live.waiting.remove(message)
+                raise
             turn_id = new_id("turn")
             live.inbox_send.send_nowait(PendingTurn(turn_id, message))
             return turn_id, queued
