@@ -108,6 +108,7 @@ class Config:
     stall_timeout_s: float = 90.0
     # No real output (only keep-alives) for this long ends a response: see agent.TurnSettings.
     no_progress_timeout_s: float = 600.0
+    # Caps on one provider response (defaults as in providers.base.StreamLimits).
     max_event_bytes: int = 16 * 1024 * 1024
     max_response_bytes: int = 1024 * 1024 * 1024
     idle_unload_s: float = 600.0
