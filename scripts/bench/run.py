@@ -245,7 +245,7 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 def print_table(rows: list[tuple[str, str, str, str, str]], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
     headers = ("measure", "ponder", "reference / context", "target", "verdict")
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     widths = [min(w, 80) for w in widths]
     line = "+".join("-" * (w + 2) for w in widths)
     print(line, file=out)
