@@ -138,6 +138,11 @@ class Config:
     max_queued_prompts: int = 16
     retry_max_attempts: int = 4
     stall_timeout_s: float = 90.0
+    # No real output (only keep-alives) for this long ends a response: see agent.TurnSettings.
+    no_progress_timeout_s: float = 600.0
+    # Caps on one provider response (defaults as in providers.base.StreamLimits).
+    max_event_bytes: int = 16 * 1024 * 1024
+    max_response_bytes: int = 1024 * 1024 * 1024
     idle_unload_s: float = 600.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
@@ -191,6 +196,20 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.retry_max_attempts = _number(reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems)
         config.stall_timeout_s = _number(
             reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
+        )
+        config.no_progress_timeout_s = _number(
+            reliability,
+            "reliability",
+            "no_progress_timeout_s",
+            config.no_progress_timeout_s,
+            config.problems,
+            minimum=0.1,
+        )
+        config.max_event_bytes = _number(
+            reliability, "reliability", "max_event_bytes", config.max_event_bytes, config.problems, minimum=1024
+        )
+        config.max_response_bytes = _number(
+            reliability, "reliability", "max_response_bytes", config.max_response_bytes, config.problems, minimum=1024
         )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):

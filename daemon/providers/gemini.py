@@ -39,6 +39,7 @@ from daemon.providers.base import (
     BlockEnd,
     BlockKind,
     BlockStart,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -49,6 +50,7 @@ from daemon.providers.base import (
 from daemon.providers.blocks import TextBlocks, pieces_of
 from daemon.providers.http import (
     LazyClient,
+    aiter_sse,
     close_response,
     connection_error,
     deep_merge,
@@ -109,11 +111,11 @@ class GeminiProvider:
             response = await client.send(http_request, stream=True)
         except httpx.TransportError as exc:
             raise connection_error(self.name, exc) from None
-        source: AsyncIterator[httpx_sse.ServerSentEvent] | None = None
+        source: AsyncIterator[httpx_sse.ServerSentEvent | None] | None = None
         try:
             if response.status_code >= 400:
                 raise self._status_error(response, await read_error_body(response, (key,)))
-            source = httpx_sse.EventSource(response).aiter_sse()
+            source = aiter_sse(response, self.name, request.limits)
             events = self._events(source, request)
             try:
                 yield events
@@ -128,11 +130,14 @@ class GeminiProvider:
         )
 
     async def _events(
-        self, source: AsyncIterator[httpx_sse.ServerSentEvent], request: ProviderRequest
+        self, source: AsyncIterator[httpx_sse.ServerSentEvent | None], request: ProviderRequest
     ) -> AsyncIterator[ProviderEvent]:
         parser = _StreamParser(request)
         try:
             async for sse in source:
+                if sse is None:  # a comment line: the connection is alive
+                    yield KeepAlive()
+                    continue
                 if not sse.data:  # httpx-sse dispatches retry-only blocks with empty data
                     continue
                 try:

@@ -106,7 +106,7 @@ class OllamaProvider:
             if response.status_code >= 400:
                 secrets = (self.config.api_key.reveal(),) if self.config.api_key else ()
                 raise self._status_error(response, request.model, await read_error_body(response, secrets))
-            lines = iter_lines(response)
+            lines = iter_lines(response, self.name, request.limits)
             events = self._events(lines, request, response.status_code)
             try:
                 yield events

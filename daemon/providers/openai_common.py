@@ -28,7 +28,7 @@ import msgspec
 from daemon.config import BUILTIN_PROVIDERS, ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, decode_arguments
+from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
@@ -36,6 +36,7 @@ from daemon.providers.http import (
     close_response,
     connection_error,
     ended_early,
+    read_error_body,
     status_error,
 )
 
@@ -146,18 +147,20 @@ class OpenAIStyleProvider:
                     client.stream("POST", url, content=msgspec.json.encode(body), headers=headers)
                 )
                 if not response.is_success:
-                    raw = await response.aread()
+                    raw = await read_error_body(response)  # bounded: an error page can be a bomb too
                     raise http_error(self.name, response, raw, hint=self.key_hint, secrets=_secrets(headers))
                 if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
                     raise await self._not_an_event_stream(response, _secrets(headers))
             except httpx.RequestError as exc:
                 raise connection_error(self.name, exc) from exc
-            events = self._events(response, self.new_parser(request))
+            events = self._events(response, self.new_parser(request), request.limits)
             stack.push_async_callback(events.aclose)
             yield events
 
-    async def _events(self, response: httpx.Response, parser: StreamParser) -> AsyncIterator[ProviderEvent]:
-        sse = aiter_sse(response)
+    async def _events(
+        self, response: httpx.Response, parser: StreamParser, limits: StreamLimits
+    ) -> AsyncIterator[ProviderEvent]:
+        sse = aiter_sse(response, self.name, limits)
         try:
             async for event in sse:
                 if event is None:  # a comment (``: keep-alive``, ``: OPENROUTER PROCESSING``)
@@ -183,7 +186,7 @@ class OpenAIStyleProvider:
         # Some OpenAI-compatible servers answer a failed streaming request with HTTP 200
         # and a plain JSON error body: report the error they meant.
         try:
-            raw = scrub(await response.aread(), secrets)
+            raw = scrub(await read_error_body(response), secrets)
         except httpx.RequestError:
             raw = b""
         error = _error_object(raw)
