@@ -3,6 +3,9 @@
 Uniqueness is required so an edit never lands somewhere the model did not look: zero
 or several matches are an error that says how many, and the model adds context. The
 result carries a unified diff so the model (and the person watching) sees the change.
+The file is read and replaced through one ``confined_parent`` descriptor (see ``replace``
+for atomicity and the hard-link refusal); files over ``MAX_EDIT_BYTES`` are refused rather
+than loaded whole.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import anyio
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import display_path, resolve_in_cwd
+from daemon.tools.paths import confined_parent, display_path, open_regular, resolve_in_cwd
+from daemon.tools.replace import check_replaceable, replace_file
 from daemon.tools.text import decode_text
 
-__all__ = ["MAX_DIFF_CHARS", "EditFile", "EditFileArgs"]
+__all__ = ["MAX_DIFF_CHARS", "MAX_EDIT_BYTES", "EditFile", "EditFileArgs"]
 
 MAX_DIFF_CHARS = 64 * 1024
+MAX_EDIT_BYTES = 32 * 1024 * 1024
 
 
 class EditFileArgs(ToolArgs):
@@ -42,29 +47,48 @@ class EditFile(Tool[EditFileArgs]):
 
     async def run(self, args: EditFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
+        root = resolve_in_cwd(ctx.cwd, ".")
         shown = display_path(path, ctx.cwd)
         if not args.old_string:
             raise ToolError("old_string is empty; to create or replace a whole file use write_file.")
         if args.old_string == args.new_string:
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
-        return await anyio.to_thread.run_sync(_edit, path, shown, args.old_string, args.new_string)
+        if path == root:
+            raise ToolError(f"'{shown}' is a directory, not a file.")
+        return await anyio.to_thread.run_sync(_edit, root, path, shown, args.old_string, args.new_string)
 
 
-def _edit(path: Path, shown: str, old: str, new: str) -> ToolResult:
-    if not path.exists():
-        raise ToolError(f"file '{shown}' does not exist; use write_file to create it.")
-    if path.is_dir():
-        raise ToolError(f"'{shown}' is a directory, not a file.")
-    if not path.is_file():
-        raise ToolError(f"'{shown}' is not a regular file.")  # a FIFO would block forever
+def _edit(root: Path, path: Path, shown: str, old: str, new: str) -> ToolResult:
     try:
-        data = path.read_bytes()
+        with confined_parent(root, path) as (dir_fd, name):
+            fd, info = open_regular(name, dir_fd, shown)
+            with open(fd, "rb") as file:
+                check_replaceable(info, shown, "edit_file")
+                if info.st_size > MAX_EDIT_BYTES:
+                    raise ToolError(
+                        f"'{shown}' is {info.st_size // (1024 * 1024)} MiB; edit_file only edits files up to "
+                        f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB."
+                    )
+                data = file.read(MAX_EDIT_BYTES + 1)
+            after = _replace_unique(data, shown, old, new)
+            before = data.decode("utf-8")
+            replace_file(dir_fd, name, after.encode("utf-8"), info.st_mode)
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"new_string is not valid Unicode: it has a lone surrogate ({exc.reason}).") from None
+    except FileNotFoundError:
+        raise ToolError(f"file '{shown}' does not exist; use write_file to create it.") from None
+    except NotADirectoryError:
+        raise ToolError(f"file '{shown}' does not exist: a parent of it is a file, not a directory.") from None
     except OSError as exc:
-        raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}.") from None
+        raise ToolError(f"cannot edit '{shown}': {exc.strerror or exc}; the file is unchanged.") from None
+    return ToolResult(f"edited '{shown}'\n{unified_diff(before, after, shown)}")
+
+
+def _replace_unique(data: bytes, shown: str, old: str, new: str) -> str:
+    """The text of ``data`` with its one occurrence of ``old`` replaced by ``new``."""
     before = decode_text(data)
     if before is None:
         raise ToolError(f"'{shown}' is binary or not UTF-8 text; edit_file only edits text.")
-
     count = before.count(old)
     if count == 0 and "\r\n" in before and "\r\n" not in old:
         # Models write '\n'; a CRLF file would otherwise never match. Keep its endings.
@@ -80,12 +104,7 @@ def _edit(path: Path, shown: str, old: str, new: str) -> ToolResult:
             f"old_string occurs {count} times in '{shown}'; it must occur exactly once. "
             "Include more surrounding lines to make it unique."
         )
-    after = before.replace(old, new, 1)
-    try:
-        path.write_bytes(after.encode("utf-8"))
-    except OSError as exc:
-        raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}.") from None
-    return ToolResult(f"edited '{shown}'\n{unified_diff(before, after, shown)}")
+    return before.replace(old, new, 1)
 
 
 def unified_diff(before: str, after: str, shown: str) -> str:
