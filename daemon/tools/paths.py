@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from daemon.tools.base import ToolError
+from daemon.tools.text import escape_char
 
 __all__ = [
     "DIR_FLAGS",
@@ -81,15 +82,7 @@ def escape_name(name: str) -> str:
     ``\\xNN``, so a name can neither break the wire's UTF-8 nor pass for two lines."""
     if name.isprintable():
         return name
-    out = []
-    for char in name:
-        if char.isprintable():
-            out.append(char)
-        elif "\udc80" <= char <= "\udcff":  # os.fsdecode's surrogateescape for a byte >= 0x80
-            out.append(f"\\x{ord(char) - 0xDC00:02x}")
-        else:
-            out.append(repr(char)[1:-1])  # '\\n', '\\x07', '\\u2028', a lone '\\udcxx' from JSON
-    return "".join(out)
+    return "".join(char if char.isprintable() else escape_char(char) for char in name)
 
 
 @contextmanager
