@@ -106,6 +106,7 @@ class Config:
     max_queued_prompts: int = 16
     retry_max_attempts: int = 4
     stall_timeout_s: float = 90.0
+    scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
     problems: list[str] = field(default_factory=list)
 
@@ -157,6 +158,11 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.retry_max_attempts = _number(reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems)
         config.stall_timeout_s = _number(
             reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
+        )
+    tools = raw.get("tools", {})
+    if isinstance(tools, dict):
+        config.scan_time_limit_s = _number(
+            tools, "tools", "scan_time_limit_s", config.scan_time_limit_s, config.problems, minimum=0.1
         )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
