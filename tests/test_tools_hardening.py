@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import anyio
 import pytest
@@ -179,9 +179,7 @@ async def test_search_shows_non_utf8_names_escaped(odd_names: Path) -> None:
 async def test_a_non_utf8_name_does_not_end_the_turn(home: Path, odd_names: Path) -> None:
     async with in_memory_daemon(home) as (client, _):
         session_id = await start(client, odd_names)
-        events = await run_prompt(
-            client, session_id, script(("list_files", {}), ("search", {"pattern": "needle"}))
-        )
+        events = await run_prompt(client, session_id, script(("list_files", {}), ("search", {"pattern": "needle"})))
     assert events[-1]["type"] == "turn_end" and events[-1]["stop_reason"] == "end_turn", events[-1]
     ends = tool_ends(events)
     assert [e["is_error"] for e in ends] == [False, False]
@@ -291,7 +289,7 @@ class Swapper:
             self.exchange(self.a, self.b)
             self.swaps += 1
 
-    def __enter__(self) -> Swapper:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -358,7 +356,9 @@ async def test_write_and_edit_refuse_a_hard_link_out_of_the_tree(tmp_path: Path)
     assert (outside / "secret.txt").read_text() == "SECRET = 1\n"
     assert (work / "linked.txt").read_text() == "SECRET = 1\n"
     # Following the advice breaks the link; then the edit works and only touches the copy.
-    os.system(f"cd '{work}' && cp 'linked.txt' 'linked.txt.copy' && mv 'linked.txt.copy' 'linked.txt'")
+    await anyio.run_process(
+        ["sh", "-c", "cp 'linked.txt' 'linked.txt.copy' && mv 'linked.txt.copy' 'linked.txt'"], cwd=work
+    )
     assert not (await call(work, "edit_file", path="linked.txt", old_string="1", new_string="2")).is_error
     assert (outside / "secret.txt").read_text() == "SECRET = 1\n"
 

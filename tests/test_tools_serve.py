@@ -5,7 +5,6 @@ runs in a child process; before, it held the daemon's GIL and froze everything.
 """
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -25,9 +24,12 @@ def scan_children() -> set[int]:
     found = set()
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and b"daemon.tools.child" in (proc / "cmdline").read_bytes():
-                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.add(int(proc.name))
+            if (
+                proc.name.isdigit()
+                and b"daemon.tools.child" in (proc / "cmdline").read_bytes()
+                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
+                found.add(int(proc.name))
         except (OSError, IndexError):
             continue
     return found

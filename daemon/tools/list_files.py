@@ -109,7 +109,9 @@ def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
         notes.append(f"[skipped {stats.unreadable_dirs} director(ies) that could not be read]")
     if not found:
         what = f"matching '{pattern}' " if pattern else ""
-        return ToolResult("\n".join([f"(no files {what}under '{where}', ignoring .git and .gitignore'd files)", *notes]))
+        return ToolResult(
+            "\n".join([f"(no files {what}under '{where}', ignoring .git and .gitignore'd files)", *notes])
+        )
     return ToolResult("\n".join(found + notes))
 
 

@@ -84,8 +84,7 @@ def scan(root: Path, start: Path, pattern: str, ignore_case: bool, glob: str | N
     more = False
     stats = WalkStats()
     try:
-        walk = walk_files(root, start, stats)
-        for walked in walk:
+        for walked in walk_files(root, start, stats):
             if not matches(walked.rel.removeprefix(base)):
                 continue
             opened = open_walked(root, walked)
