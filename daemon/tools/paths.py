@@ -48,12 +48,16 @@ def resolve_in_cwd(cwd: Path, path: str) -> Path:
         raise ToolError("path is empty; give a path relative to the session's working directory.")
     if "\0" in path:
         raise ToolError(f"path {path!r} contains a NUL byte.")
-    root = Path(os.path.realpath(cwd))
     candidate = Path(path)
     if not candidate.is_absolute():
         # Join to the unresolved cwd: realpath below resolves both the same way.
         candidate = Path(cwd) / candidate
-    resolved = Path(os.path.realpath(candidate))
+    try:
+        root = Path(os.path.realpath(cwd))
+        resolved = Path(os.path.realpath(candidate))
+    except OSError as exc:
+        # realpath itself races: a symlink it saw can be gone when it reads it (EINVAL).
+        raise ToolError(f"cannot resolve path {path!r}: {exc.strerror or exc}; it is changing, try again.") from None
     if not is_inside(resolved, root):
         raise ToolError(
             f"path {path!r} is outside the session's working directory {root}; file tools only reach files inside it."
