@@ -328,7 +328,7 @@ async def test_symlink_swaps_never_let_a_file_tool_escape(racy: tuple[Path, Path
     assert not [r.text for r in results if "SECRET" in r.text]
     assert {p.name: p.read_text() for p in outside.iterdir()} == outside_before, "a write escaped"
     assert not [r.text for r in results if r.text.startswith("internal error")]
-    assert any(not r.is_error for r in results[::3]), "no read ever succeeded: the test proves nothing"
+    assert any(not r.is_error for r in results), "no call ever succeeded: the test proves nothing"
 
 
 async def test_symlink_swaps_never_let_a_search_escape(racy: tuple[Path, Path]) -> None:
