@@ -44,7 +44,7 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
     (work / "a.txt").write_text("a" * 35 + "!\n")  # (a+)+$ backtracks 2**35 ways: hours
     before = scan_children()
     events: list[dict] = []
-    async with subprocess_daemon(home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0"}) as client:
+    async with subprocess_daemon(home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0", "SOME_TOKEN": "s3cret"}) as client:
         process = process_of(client)
         started = await client.request(
             "session/start", {"model_id": "mock/tools", "cwd": str(work), "approval_policy": "auto"}
@@ -68,7 +68,10 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
             with anyio.fail_after(10):
                 await searching.wait()
             await anyio.sleep(0.3)  # the child is deep in backtracking by now
-            assert scan_children() - before, "the search is not running in a child process"
+            children = scan_children() - before
+            assert children, "the search is not running in a child process"
+            for pid in children:  # no credential (nor anything else) of the daemon's environment reaches it
+                assert Path(f"/proc/{pid}/environ").read_bytes() == b""
             slowest = 0.0
             for _ in range(5):
                 sent = time.monotonic()
