@@ -372,3 +372,35 @@ async def test_writes_are_atomic_and_keep_the_mode(tmp_path: Path) -> None:
     assert script_path.read_text() == "echo three\n"
     assert script_path.stat().st_mode & 0o777 == 0o750
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.sh"], "a temporary file was left behind"
+
+
+# --- edit_file's diff stays small and fast on big files ----------------------------------
+
+
+async def test_edit_file_diff_of_a_big_repetitive_file_is_the_change_only(tmp_path: Path) -> None:
+    # Diffing whole files, difflib's heuristics showed a 64 KiB diff for this one changed line.
+    (tmp_path / "big.txt").write_text("same\n" * 500_000 + "unique\n" + "same\n" * 500_000)
+    result = await call(tmp_path, "edit_file", path="big.txt", old_string="unique", new_string="changed")
+    assert result.text == (
+        "edited 'big.txt'\n--- a/big.txt\n+++ b/big.txt\n@@ -499998,7 +499998,7 @@\n"
+        " same\n same\n same\n-unique\n+changed\n same\n same\n same\n"
+    )
+
+
+def test_change_diff_equals_the_whole_file_diff() -> None:
+    import random
+
+    from daemon.tools.edit_file import change_diff, unified_diff
+
+    rng = random.Random(15)
+    checked = 0
+    while checked < 500:
+        text = "\n".join(f"l{rng.randint(0, 1000)}" for _ in range(rng.randint(1, 30))) + rng.choice(["", "\n"])
+        at = rng.randrange(len(text))
+        old = text[at : rng.randint(at + 1, min(len(text), at + 20))]
+        new = rng.choice(["", "X", "Y\nZ", "\n", "q\n", "\nq"])
+        if text.count(old) != 1 or new == old:
+            continue
+        after = text[:at] + new + text[at + len(old) :]
+        assert change_diff(text, at, old, new, "f") == unified_diff(text, after, "f"), (text, old, new)
+        checked += 1

@@ -11,6 +11,7 @@ than loaded whole.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -70,8 +71,8 @@ def _edit(root: Path, path: Path, shown: str, old: str, new: str) -> ToolResult:
                         f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB."
                     )
                 data = file.read(MAX_EDIT_BYTES + 1)
-            after = _replace_unique(data, shown, old, new)
-            before = data.decode("utf-8")
+            before, at, old, new = _find_unique(data, shown, old, new)
+            after = before[:at] + new + before[at + len(old) :]
             replace_file(dir_fd, name, after.encode("utf-8"), info.st_mode)
     except UnicodeEncodeError as exc:
         raise ToolError(f"new_string is not valid Unicode: it has a lone surrogate ({exc.reason}).") from None
@@ -81,11 +82,11 @@ def _edit(root: Path, path: Path, shown: str, old: str, new: str) -> ToolResult:
         raise ToolError(f"file '{shown}' does not exist: a parent of it is a file, not a directory.") from None
     except OSError as exc:
         raise ToolError(f"cannot edit '{shown}': {exc.strerror or exc}; the file is unchanged.") from None
-    return ToolResult(f"edited '{shown}'\n{unified_diff(before, after, shown)}")
+    return ToolResult(f"edited '{shown}'\n{change_diff(before, at, old, new, shown)}")
 
 
-def _replace_unique(data: bytes, shown: str, old: str, new: str) -> str:
-    """The text of ``data`` with its one occurrence of ``old`` replaced by ``new``."""
+def _find_unique(data: bytes, shown: str, old: str, new: str) -> tuple[str, int, str, str]:
+    """``(text of data, where old occurs in it, old, new)``, old and new given the file's line endings."""
     before = decode_text(data)
     if before is None:
         raise ToolError(f"'{shown}' is binary or not UTF-8 text; edit_file only edits text.")
@@ -104,7 +105,53 @@ def _replace_unique(data: bytes, shown: str, old: str, new: str) -> str:
             f"old_string occurs {count} times in '{shown}'; it must occur exactly once. "
             "Include more surrounding lines to make it unique."
         )
-    return before.replace(old, new, 1)
+    return before, before.index(old), old, new
+
+
+def change_diff(before: str, at: int, old: str, new: str, shown: str) -> str:
+    """The unified diff of replacing ``before[at:at + len(old)]`` with ``new``.
+
+    Only the changed lines and their context are compared: the same diff as of the whole
+    files, in time proportional to the change rather than the file, and without difflib's
+    heuristics mistaking a one-line change in a repetitive file for a huge one.
+    """
+    start = _context_start(before, at)
+    end = _context_end(before, at + len(old))
+    region = before[start:end]
+    changed = region[: at - start] + new + region[at - start + len(old) :]
+    offset = before.count("\n", 0, start)  # lines above the region
+    return _HUNK.sub(
+        lambda m: f"@@ -{int(m[1]) + offset}{m[2] or ''} +{int(m[3]) + offset}{m[4] or ''} @@",
+        unified_diff(region, changed, shown),
+    )
+
+
+_CONTEXT = 3  # difflib's default
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.MULTILINE)
+
+
+def _context_start(text: str, pos: int) -> int:
+    """Where the line ``_CONTEXT`` lines above the one holding ``pos`` starts."""
+    i = text.rfind("\n", 0, pos)
+    for _ in range(_CONTEXT):
+        if i < 0:
+            break
+        i = text.rfind("\n", 0, i)
+    return i + 1
+
+
+def _context_end(text: str, end: int) -> int:
+    """Where the line ``_CONTEXT`` lines below the one holding ``text[end]`` ends.
+
+    That line is changed too when ``old`` ended with a newline (``new``'s tail joins it);
+    when it is not, difflib shows only ``_CONTEXT`` of the lines after all the same.
+    """
+    j = text.find("\n", end)
+    for _ in range(_CONTEXT):
+        if j < 0:
+            break
+        j = text.find("\n", j + 1)
+    return len(text) if j < 0 else j + 1
 
 
 def unified_diff(before: str, after: str, shown: str) -> str:
