@@ -46,13 +46,16 @@ async def run_in_child(tool: str, request: dict[str, Any], time_limit_s: float, 
     cancellation kills the child and propagates.
     """
     payload = json.dumps({"tool": tool, "parent_pid": os.getpid(), "time_limit_s": time_limit_s, **request})
-    process = await anyio.open_process(
-        [sys.executable, "-I", "-X", "utf8", "-c", _BOOT, str(_PACKAGE_ROOT)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={},
-    )
+    try:
+        process = await anyio.open_process(
+            [sys.executable, "-I", "-X", "utf8", "-c", _BOOT, str(_PACKAGE_ROOT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={},
+        )
+    except OSError as exc:  # out of processes or descriptors: worth a retry later
+        raise ToolError(f"{tool} could not start its child process: {exc.strerror or exc}; try again.") from None
     out, err = bytearray(), bytearray()
     try:
         with anyio.move_on_after(time_limit_s) as timer:
