@@ -143,6 +143,7 @@ class Config:
     # Caps on one provider response (defaults as in providers.base.StreamLimits).
     max_event_bytes: int = 16 * 1024 * 1024
     max_response_bytes: int = 1024 * 1024 * 1024
+    scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
@@ -211,6 +212,20 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.max_response_bytes = _number(
             reliability, "reliability", "max_response_bytes", config.max_response_bytes, config.problems, minimum=1024
         )
+    tools = raw.get("tools", {})
+    if isinstance(tools, dict):
+        config.scan_time_limit_s = _number(
+            tools, "tools", "scan_time_limit_s", config.scan_time_limit_s, config.problems, minimum=0.1
+        )
+        if "pass_env" in tools:
+            pass_env = tools["pass_env"]
+            if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
+                config.pass_env = tuple(pass_env)
+            else:
+                config.problems.append(
+                    "config.toml: [tools] pass_env must be a list of variable names, e.g. "
+                    f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
+                )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
         config.mock_delay_ms = _number(mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0)
@@ -219,16 +234,6 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
         except ValueError:
             config.problems.append("PONDER_MOCK_DELAY_MS is not a number; using the default.")
-    tools = raw.get("tools", {})
-    if isinstance(tools, dict) and "pass_env" in tools:
-        pass_env = tools["pass_env"]
-        if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
-            config.pass_env = tuple(pass_env)
-        else:
-            config.problems.append(
-                "config.toml: [tools] pass_env must be a list of variable names, e.g. "
-                f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
-            )
     for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
         if env.get(var):
             redact.remember(env[var])

@@ -186,7 +186,7 @@ class SessionManager:
         self.catalog = catalog
         self.providers = providers
         self.bridge = bridge
-        self.tools = builtin_tools()
+        self.tools = builtin_tools(config.scan_time_limit_s)
         self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
         # Models found at run time (Ollama): looked up before a model id is resolved.
         self.discover_models: Callable[[str], Awaitable[None]] | None = None
