@@ -180,7 +180,8 @@ async def _tool_loop(turn: Turn) -> str:
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
         if stop != "tool_use" or not calls:
-            return stop
+            # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
+            return "end_turn" if stop == "tool_use" else stop
         await _run_tools(turn, calls)
     return "tool_limit"
 
