@@ -2,18 +2,27 @@
 
 Data flows one way: normalized provider events → protocol events (to the client) and one
 ``ChatMessage`` per reply (to the store). The partial reply is checkpointed at most every
-``CHECKPOINT_S`` as ``interrupted``, so a crash loses little; the final save marks it
-``complete``. Every turn is bracketed by exactly one ``turn_start`` and one ``turn_end``,
-whatever happens (cancel, provider failure, bug).
+``CHECKPOINT_S`` (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending
+only the text that arrived since the last checkpoint, so a crash loses little and a long
+reply costs the same per delta at its end as at its start; the final save (also
+incremental) marks it ``complete``. Every turn is bracketed by exactly one
+``turn_start`` and one ``turn_end``, whatever happens (cancel, provider failure, bug), and
+no event of a turn is given up on because the client reads slowly.
+
+A watchdog task aborts a response when the provider goes silent (``stall_timeout_s``; its
+keep-alives count as life) or sends only keep-alives (``no_progress_timeout_s``). Time spent
+waiting for the client to read what we relay is neither: back-pressure from our own output
+never counts against the provider.
 """
 
 import logging
 import random
+import re
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -29,9 +38,12 @@ from daemon.providers.base import (
     Provider,
     ProviderRequest,
     Stop,
+    StreamLimits,
     ToolSpec,
     UsageUpdate,
+    arguments_problem,
     decode_arguments,
+    invalid_arguments,
 )
 from daemon.timeutil import new_id, now_rfc3339
 from protocol import events as ev
@@ -41,9 +53,16 @@ from protocol.objects import ErrorInfo, Thinking, Usage
 log = logging.getLogger("ponder.agent")
 
 CHECKPOINT_S = 0.5
+# A fast stream checkpoints by size too: one append stays small, and so do the transient
+# copies (ours and SQLite's) that it costs.
+CHECKPOINT_BYTES = 1024 * 1024
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 30.0
 CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
+# How long the last writes and events of a cancelled turn may take once the daemon is
+# shutting down; until then they wait for the client however long it takes to read.
+SHUTDOWN_GRACE_S = 2.0
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
 # (call part) -> (allowed, message shown to the model when denied)
@@ -52,11 +71,27 @@ Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
 
 
+class AppendParts(Protocol):
+    """An incremental checkpoint: ``daemon.store.AsyncStore.append_to_message``."""
+
+    async def __call__(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = ...,
+        final: ChatMessage | None = ...,
+    ) -> None: ...
+
+
 @dataclass
 class TurnSettings:
     max_steps: int = 50
     max_attempts: int = 4
-    stall_timeout_s: float = 90.0
+    stall_timeout_s: float = 90.0  # no bytes at all (keep-alives included) from the provider
+    no_progress_timeout_s: float = 600.0  # nothing but keep-alives from the provider
+    limits: StreamLimits = field(default_factory=StreamLimits)
 
 
 @dataclass
@@ -74,6 +109,7 @@ class Turn:
     history: list[ChatMessage]  # the session's messages; this turn appends to it
     emit: Emit
     save: Callable[[ChatMessage], Awaitable[None]]
+    append: AppendParts
     next_seq: Callable[[], int]
     approve: Approve
     run_tool: RunTool
@@ -85,6 +121,29 @@ class Turn:
     settings: TurnSettings = field(default_factory=TurnSettings)
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
+    hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
+    _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
+
+    def hurry(self) -> None:
+        """Bound the turn's last writes and events (the daemon is shutting down)."""
+        self.hurried = True
+        deadline = anyio.current_time() + SHUTDOWN_GRACE_S
+        for scope in self._final_scopes:
+            scope.deadline = min(scope.deadline, deadline)
+
+    @contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Shielded from cancellation, for the writes and events that close a cancelled or
+        failed step: they wait for a slow client instead of being dropped, unless the
+        daemon is shutting down (``hurry``)."""
+        with anyio.CancelScope(shield=True) as scope:
+            if self.hurried:
+                scope.deadline = anyio.current_time() + SHUTDOWN_GRACE_S
+            self._final_scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._final_scopes.discard(scope)
 
 
 async def run_turn(turn: Turn) -> str:
@@ -106,7 +165,7 @@ async def run_turn(turn: Turn) -> str:
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
-    with anyio.move_on_after(2, shield=True):
+    with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
 
@@ -121,7 +180,8 @@ async def _tool_loop(turn: Turn) -> str:
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
         if stop != "tool_use" or not calls:
-            return stop
+            # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
+            return "end_turn" if stop == "tool_use" else stop
         await _run_tools(turn, calls)
     return "tool_limit"
 
@@ -157,6 +217,37 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     return base / 2 + random.uniform(0, base / 2)  # noqa: S311 - jitter, not crypto
 
 
+class _Watchdog:
+    """Aborts one streamed response when the provider goes silent or sends only keep-alives.
+
+    One task per response (a cancel scope per event would cost more than relaying the
+    event): the stream loop only stamps the time after each event, and time spent relaying
+    an event to the client is excluded, since a slow client is not a stalled provider.
+    """
+
+    def __init__(self, settings: TurnSettings, scope: anyio.CancelScope) -> None:
+        self.settings = settings
+        self.scope = scope
+        self.last_life = self.last_progress = time.monotonic()
+        self.relaying = False
+        self.verdict: str | None = None  # "stall" or "no_progress" once it fired
+
+    async def run(self) -> None:
+        stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
+        while True:
+            if self.relaying:  # the provider's clock starts again when the client has read
+                await anyio.sleep(min(1.0, stall_s / 4))
+                continue
+            now = time.monotonic()
+            stall_left = self.last_life + stall_s - now
+            progress_left = self.last_progress + progress_s - now
+            if stall_left <= 0 or progress_left <= 0:
+                self.verdict = "stall" if stall_left <= 0 else "no_progress"
+                self.scope.cancel()
+                return
+            await anyio.sleep(min(stall_left, progress_left))
+
+
 class _Reply:
     """One streamed assistant reply: its events out, its message into the store."""
 
@@ -168,11 +259,18 @@ class _Reply:
         # Deltas of blocks still streaming, joined only when saved: appending to one string
         # per delta would copy the whole text every time (quadratic in the reply's length).
         self.text_chunks: dict[int, list[str]] = {}
-        self.relaying = False  # handing an event to the client (which may be slow to read)
         self.stop = "end_turn"
         self.usage: Usage | None = None
         self.last_checkpoint = 0.0
         self.call_ids = ReplyCallIds(turn.history)  # unique in the session even if the provider repeats one
+        self.unsaved_bytes = 0  # text received since the last checkpoint (characters, near enough)
+        # What the store holds of the message: nothing until the first checkpoint, then
+        # how many chunks of each streaming part it has, and which parts it must be given
+        # whole at the next checkpoint (started or ended since the last one).
+        self.stored = False
+        self.stored_chunks: dict[int, int] = {}
+        self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
+        self.changed_parts: set[int] = set()
 
     @property
     def started(self) -> bool:
@@ -186,38 +284,21 @@ class _Reply:
             messages=for_provider(repair_history(self.turn.history), self.turn.provider_name),
             system_prompt=self.turn.system_prompt,
             tools=self.turn.tools,
+            limits=self.turn.settings.limits,
         )
 
     async def stream(self) -> tuple[ChatMessage, str]:
         turn = self.turn
         try:
-            async with AsyncExitStack() as stack:
-                # One watchdog scope per stream whose deadline moves forward as events arrive
-                # (a scope per event costs more than relaying the event). Connecting and
-                # waiting for the response headers count as silence too.
-                stall_s = turn.settings.stall_timeout_s
-                push_every = min(1.0, stall_s / 4)
-                last_push = anyio.current_time()
-                with anyio.CancelScope(deadline=last_push + stall_s) as watchdog:
-                    events = await stack.enter_async_context(turn.provider.stream(self._request()))
-                    async for event in events:
-                        now = anyio.current_time()
-                        if now - last_push >= push_every:
-                            watchdog.deadline, last_push = now + stall_s, now
-                        if not isinstance(event, KeepAlive):  # keep-alives only prove the stream lives
-                            self.relaying = True
-                            await self._on_event(event)
-                            self.relaying = False
-                if watchdog.cancelled_caught:
-                    raise self._stalled()
+            await self._relay()
         except anyio.get_cancelled_exc_class():
-            with anyio.move_on_after(2, shield=True):
+            with turn.finishing():
                 await self._finish("interrupted")
                 await _record_cancelled_results(turn, self.message)
             raise
         except Exception:  # a ProviderError, or an adapter's bug on odd data: keep the partial reply
             if self.started:
-                with anyio.move_on_after(2, shield=True):
+                with turn.finishing():
                     await self._finish("error")
             raise
         if self.message is None:
@@ -226,15 +307,50 @@ class _Reply:
         assert message is not None
         return message, self.stop
 
-    def _stalled(self) -> ProviderError:
+    async def _relay(self) -> None:
+        """Stream the provider's events to the client, watched by a ``_Watchdog``."""
         turn = self.turn
-        stall_s = turn.settings.stall_timeout_s
-        if self.relaying:
-            # The provider was alive: the time went into waiting for the client to read.
-            message = f"The client read nothing for {stall_s:g} s; the stream was aborted."
+        failure: Exception | None = None
+        async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
+            with anyio.CancelScope() as scope:
+                watchdog = _Watchdog(turn.settings, scope)
+                tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
+                try:
+                    events = aiter(await stack.enter_async_context(turn.provider.stream(self._request())))
+                    while True:
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        except RecursionError:  # e.g. JSON nested past the decoder's limit
+                            raise self._unreadable("data nested too deeply to read") from None
+                        if isinstance(event, KeepAlive):  # proves the stream lives, not that the model progresses
+                            watchdog.last_life = time.monotonic()
+                            continue
+                        watchdog.relaying = True
+                        await self._on_event(event)
+                        watchdog.relaying = False
+                        watchdog.last_life = watchdog.last_progress = time.monotonic()
+                except Exception as exc:  # noqa: BLE001 - raised below, outside the task group (no ExceptionGroup)
+                    failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if watchdog.verdict is not None:
+            raise self._aborted(watchdog.verdict)
+
+    def _aborted(self, verdict: str) -> ProviderError:
+        turn = self.turn
+        if verdict == "stall":
+            seconds, what = turn.settings.stall_timeout_s, "nothing"
         else:
-            message = f"{turn.provider_name} sent nothing for {stall_s:g} s; the stream was aborted."
-        return ProviderError(message, provider=turn.provider_name, retryable=True, kind="stall")
+            seconds, what = turn.settings.no_progress_timeout_s, "only keep-alives"
+        return ProviderError(
+            f"{turn.provider_name} sent {what} for {seconds:g} s; the stream was aborted.",
+            provider=turn.provider_name,
+            retryable=True,
+            kind=verdict,
+        )
 
     async def _begin(self) -> None:
         turn = self.turn
@@ -255,6 +371,8 @@ class _Reply:
         await turn.emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
 
     async def _on_event(self, event: Any) -> None:
+        if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
+            self._check_unicode(event)
         if self.message is None and isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
             await self._begin()
         message = self.message
@@ -272,9 +390,10 @@ class _Reply:
                 )
             else:
                 self.text_chunks.setdefault(index, []).append(event.delta)
+                self.unsaved_bytes += len(event.delta)
                 kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
                 await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})  # type: ignore[union-attr]
-            if time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
+            if self.unsaved_bytes >= CHECKPOINT_BYTES or time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
                 await self._checkpoint()
         elif isinstance(event, BlockStart):
             await self._start_block(event)
@@ -285,11 +404,34 @@ class _Reply:
         elif isinstance(event, Stop):
             self.stop = event.reason
 
+    def _unreadable(self, what: str) -> ProviderError:
+        name = self.turn.provider_name
+        return ProviderError(f"{name} sent {what}; the response was aborted.", provider=name, kind="invalid_data")
+
+    def _check_unicode(self, event: BlockStart | BlockDelta | BlockEnd) -> None:
+        """Reject text that cannot be encoded (a lone UTF-16 surrogate, which a JSON escape
+        such as ``\\ud800`` can carry) before it reaches the client or the store."""
+        if isinstance(event, BlockStart):
+            bad = any(_SURROGATE.search(text) is not None for text in (event.name or "", event.call_id or ""))
+        elif isinstance(event, BlockDelta):
+            bad = not event.delta.isascii() and _SURROGATE.search(event.delta) is not None
+        else:
+            part = event.part
+            bad = not part.text.isascii() and _SURROGATE.search(part.text) is not None
+            if not bad and part.type != "text":
+                try:  # names, arguments, round-trip data: small next to the text
+                    msgspec.json.encode(msgspec.structs.replace(part, text=""))
+                except UnicodeEncodeError:
+                    bad = True
+        if bad:
+            raise self._unreadable("text that is not valid Unicode (a lone UTF-16 surrogate)")
+
     async def _start_block(self, event: BlockStart) -> None:
         message = self.message
         assert message is not None
         index = len(message.parts)
         self.wire_index[event.index] = index
+        self.changed_parts.add(index)
         if event.kind == "tool_call":
             call_id = self.call_ids.start(event.index, event.call_id)
             message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
@@ -311,6 +453,7 @@ class _Reply:
         part = self.call_ids.finish(event.index, event.part) if event.part.type == "tool_call" else event.part
         message.parts[index] = part
         self.text_chunks.pop(index, None)
+        self.changed_parts.add(index)
         mid = message.message_id
         if part.type == "thinking":
             await self.turn.emit(ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
@@ -329,9 +472,54 @@ class _Reply:
 
     async def _checkpoint(self) -> None:
         self.last_checkpoint = time.monotonic()
-        self._join_streaming_text()
-        assert self.message is not None
-        await self.turn.save(self.message)
+        self.unsaved_bytes = 0
+        await self._persist(final=False)
+
+    async def _persist(self, *, final: bool) -> None:
+        """Store the reply so far: whole the first time, then incrementally, so that a
+        checkpoint costs what arrived since the last one, however long the reply is.
+
+        Parts never stored are written whole; parts streaming get their new text appended;
+        parts that ended (and every part, at the ``final`` save) get their fields written
+        with their stored text kept and only the rest of their text appended.
+        """
+        message = self.message
+        assert message is not None
+        if not self.stored:
+            self._join_streaming_text()
+            await self.turn.save(message)
+            self.stored = True
+            self.changed_parts.clear()
+            self.stored_chunks = {index: len(chunks) for index, chunks in self.text_chunks.items()}
+            self.stored_len = {index: len(part.text) for index, part in enumerate(message.parts)}
+            return
+        whole: dict[int, Part] = {}
+        keep_text: set[int] = set()
+        appended: dict[int, str] = {}
+        positions = range(len(message.parts)) if final else sorted(self.changed_parts | self.text_chunks.keys())
+        for index in positions:
+            part, chunks, stored = message.parts[index], self.text_chunks.get(index), self.stored_len.get(index)
+            if chunks is not None and not final and stored is not None:  # streaming: its new text only
+                done = self.stored_chunks.get(index, 0)
+                if len(chunks) > done:
+                    appended[index] = "".join(chunks[done:])
+                    self.stored_len[index] = stored + len(appended[index])
+                    self.stored_chunks[index] = len(chunks)
+                continue
+            if chunks is not None and not final:  # started since the last checkpoint
+                part.text = "".join(chunks)
+                self.stored_chunks[index] = len(chunks)
+            whole[index] = part
+            if stored is not None and len(part.text) >= stored:  # the text starts with what is stored
+                keep_text.add(index)
+                if len(part.text) > stored:
+                    appended[index] = part.text[stored:]
+            self.stored_len[index] = len(part.text)
+        self.changed_parts.clear()
+        if whole or appended or final:
+            await self.turn.append(
+                message.message_id, whole, appended, keep_text=frozenset(keep_text), final=message if final else None
+            )
 
     async def _finish(self, status: str) -> ChatMessage | None:
         message = self.message
@@ -347,7 +535,17 @@ class _Reply:
         message.usage = self.usage
         if self.usage is not None:
             self.turn.usage = add_usage(self.turn.usage, self.usage)
-        await _save_and_end(self.turn, message)
+        if not self.stored:
+            await _save_and_end(self.turn, message)
+            return message
+        try:
+            await self._persist(final=True)  # a long reply is not rewritten whole at its end
+        except PonderError:
+            # The store refused the increment: the session's saver takes the whole message
+            # and keeps it for a later save if the store still refuses.
+            await _save_and_end(self.turn, message)
+            return message
+        await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
         return message
 
 
@@ -384,6 +582,11 @@ async def _run_tools(turn: Turn, calls: list[Part]) -> None:
     try:
         approved: list[int] = []
         for i, call in enumerate(calls):
+            raw = invalid_arguments(call)
+            if raw is not None:  # nothing to approve or run: the model hears why and may try again
+                await _emit_start(turn, call)
+                results[i] = await _finish_call(turn, message, call, arguments_problem(raw), True)
+                continue
             allowed, why = await turn.approve(call)
             if allowed:
                 approved.append(i)
@@ -394,7 +597,7 @@ async def _run_tools(turn: Turn, calls: list[Part]) -> None:
             for i in approved:
                 tg.start_soon(_execute, turn, message, calls[i], results, i)
     except anyio.get_cancelled_exc_class():
-        with anyio.move_on_after(2, shield=True):
+        with turn.finishing():
             message.parts = _with_cancelled(calls, results)
             message.status = "interrupted"
             await _save_and_end(turn, message)

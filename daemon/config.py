@@ -98,6 +98,12 @@ class Config:
     max_queued_prompts: int = 16
     retry_max_attempts: int = 4
     stall_timeout_s: float = 90.0
+    # No real output (only keep-alives) for this long ends a response: see agent.TurnSettings.
+    no_progress_timeout_s: float = 600.0
+    # Caps on one provider response (defaults as in providers.base.StreamLimits).
+    max_event_bytes: int = 16 * 1024 * 1024
+    max_response_bytes: int = 1024 * 1024 * 1024
+    scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
@@ -152,6 +158,34 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.stall_timeout_s = _number(
             reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
         )
+        config.no_progress_timeout_s = _number(
+            reliability,
+            "reliability",
+            "no_progress_timeout_s",
+            config.no_progress_timeout_s,
+            config.problems,
+            minimum=0.1,
+        )
+        config.max_event_bytes = _number(
+            reliability, "reliability", "max_event_bytes", config.max_event_bytes, config.problems, minimum=1024
+        )
+        config.max_response_bytes = _number(
+            reliability, "reliability", "max_response_bytes", config.max_response_bytes, config.problems, minimum=1024
+        )
+    tools = raw.get("tools", {})
+    if isinstance(tools, dict):
+        config.scan_time_limit_s = _number(
+            tools, "tools", "scan_time_limit_s", config.scan_time_limit_s, config.problems, minimum=0.1
+        )
+        if "pass_env" in tools:
+            pass_env = tools["pass_env"]
+            if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
+                config.pass_env = tuple(pass_env)
+            else:
+                config.problems.append(
+                    "config.toml: [tools] pass_env must be a list of variable names, e.g. "
+                    f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
+                )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
         config.mock_delay_ms = _number(mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0)
@@ -160,16 +194,6 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
         except ValueError:
             config.problems.append("PONDER_MOCK_DELAY_MS is not a number; using the default.")
-    tools = raw.get("tools", {})
-    if isinstance(tools, dict) and "pass_env" in tools:
-        pass_env = tools["pass_env"]
-        if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
-            config.pass_env = tuple(pass_env)
-        else:
-            config.problems.append(
-                "config.toml: [tools] pass_env must be a list of variable names, e.g. "
-                f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
-            )
     for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
         if env.get(var):
             redact.remember(env[var])

@@ -146,6 +146,25 @@ def m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m002_part_appends(db: sqlite3.Connection) -> None:
+    # Text appended to a part by an incremental checkpoint of a reply still streaming, in
+    # ``id`` order; the part's text is its own text followed by these. The final save of
+    # the message rewrites its parts, which deletes them (ON DELETE CASCADE).
+    db.execute(
+        """
+        CREATE TABLE part_appends (
+            id         INTEGER PRIMARY KEY,
+            message_id TEXT NOT NULL,
+            position   INTEGER NOT NULL,
+            text       TEXT NOT NULL,
+            FOREIGN KEY (message_id, position) REFERENCES parts (message_id, position) ON DELETE CASCADE
+        )
+        """
+    )
+    db.execute("CREATE INDEX part_appends_by_part ON part_appends (message_id, position, id)")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -185,7 +185,7 @@ class Daemon:
         return m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
-            messages=[message.to_wire() for message in live.history],
+            messages=[message.to_wire() for message in live.stored_messages],
         )
 
     async def session_list(self, params: m.SessionListParams) -> m.SessionListResult:

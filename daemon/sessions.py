@@ -2,9 +2,10 @@
 
 Each live session has one actor task with a bounded inbox of admitted prompts; the actor
 alone runs that session's turns, one at a time, in order. Handlers admit prompts (the
-user message is committed before the prompt is answered), cancel turns and edit session
-settings; any method that names a session loads it from the store when needed, and idle
-actors are unloaded after a while. A lease in the store keeps two daemons sharing a home
+user message is committed before the prompt is answered, but joins the history the
+provider sees only when its own turn starts), cancel turns and edit session settings;
+any method that names a session loads it from the store when needed, and idle actors
+are unloaded after a while. A lease in the store keeps two daemons sharing a home
 from running turns in the same session at once, and an idle live session is checked against
 the store before it is answered from memory (another daemon may have changed it).
 
@@ -41,7 +42,7 @@ from daemon.errors import (
     StoreUnavailable,
 )
 from daemon.keyed_lock import KeyedLock
-from daemon.providers.base import ProviderRequest
+from daemon.providers.base import ProviderRequest, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.redact import SecretMask
 from daemon.redact import known as known_secrets
@@ -127,6 +128,10 @@ class LiveSession:
     # session: two prompts interleaving there could reload the history under each other.
     admit_lock: anyio.Lock = field(default_factory=anyio.Lock)
     current: agent.Turn | None = None
+    # Admitted prompts, stored but not yet in ``history``: a running turn must not send
+    # them to its provider (they would answer a question asked later, or land between a
+    # tool call and its result).
+    waiting: list[ChatMessage] = field(default_factory=list)
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
@@ -144,7 +149,27 @@ class LiveSession:
         return "running" if self.current is not None or self.queued else "idle"
 
     def next_seq(self) -> int:
-        return self.history[-1].seq + 1 if self.history else 1
+        seqs = [m.seq for m in self.waiting]
+        if self.history:
+            seqs.append(self.history[-1].seq)
+        return max(seqs, default=0) + 1
+
+    def take_waiting(self, message: ChatMessage) -> bool:
+        """Move an admitted prompt into the history, at its end; False if it is not waiting."""
+        if not any(m is message for m in self.waiting):
+            return False
+        self.waiting = [m for m in self.waiting if m is not message]
+        self.history.append(message)
+        return True
+
+    @property
+    def stored_count(self) -> int:
+        return len(self.history) + len(self.waiting)
+
+    @property
+    def stored_messages(self) -> list[ChatMessage]:
+        """Every message the store holds: the history, then the prompts waiting for their turn."""
+        return [*self.history, *self.waiting]
 
 
 class SessionManager:
@@ -161,7 +186,7 @@ class SessionManager:
         self.catalog = catalog
         self.providers = providers
         self.bridge = bridge
-        self.tools = builtin_tools()
+        self.tools = builtin_tools(config.scan_time_limit_s)
         self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
         # Models found at run time (a provider's discovery): looked up before a model id is resolved.
         self.discover_models: Callable[[str], Awaitable[None]] | None = None
@@ -197,6 +222,7 @@ class SessionManager:
         for live in list(self._live.values()):
             self._drop_queue(live)
             if live.current is not None:
+                live.current.hurry()
                 live.current.cancel_scope.cancel()
         with anyio.move_on_after(timeout_s, shield=True):
             while any(live.current is not None for live in self._live.values()):
@@ -256,9 +282,7 @@ class SessionManager:
             if row is None:
                 self._unload(live)
                 raise SessionNotFound(live.row.id)
-            if row.message_count != len(live.history):
-                live.history[:] = await self.store.get_messages(live.row.id)
-            live.row = row
+            await self._catch_up(live, row)
 
     async def discover(self, model_id: str | None) -> None:
         if model_id and self.discover_models is not None:
@@ -291,7 +315,7 @@ class SessionManager:
         # row given (fresh from the store for session/list) is, as another daemon may have.
         if live is not None and (live.row is row or live.lease_held or live.unsaved or live.status != "idle"):
             row = live.row
-            row.message_count = len(live.history)
+            row.message_count = live.stored_count
         return row.to_wire(live.status if live is not None else "idle")
 
     def thinking_for(self, row: SessionRow) -> Thinking:
@@ -398,6 +422,7 @@ class SessionManager:
             self._drop_queue(live)
             turn = live.current
             if turn is not None:
+                turn.hurry()
                 turn.cancel_scope.cancel()
                 with anyio.move_on_after(3):
                     while live.current is not None:
@@ -433,11 +458,11 @@ class SessionManager:
                 status="complete",
                 created_at=now_rfc3339(),
             )
-            live.history.append(message)
+            live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
                 await self.store.save_message(message)
-            except PonderError:
-                live.history.remove(message)  # refused: the client is told, nothing is kept
+            except BaseException:
+                live.waiting.remove(message)  # refused: the client is told, nothing is kept
                 if live.current is None and not live.queued:
                     with anyio.move_on_after(2, shield=True):
                         await self._release_lease(live)
@@ -451,8 +476,13 @@ class SessionManager:
         row = await self.store.get_session(live.row.id)
         if row is None:
             raise SessionNotFound(live.row.id)
-        if row.message_count != len(live.history):
-            live.history[:] = await self.store.get_messages(live.row.id)
+        await self._catch_up(live, row)
+
+    async def _catch_up(self, live: LiveSession, row: SessionRow) -> None:
+        """Take the stored row, and the stored history when another daemon added messages."""
+        if row.message_count != live.stored_count:
+            waiting = {m.message_id for m in live.waiting}
+            live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
         live.row = row
 
     async def cancel(self, session_id: str) -> tuple[bool, int]:
@@ -477,10 +507,16 @@ class SessionManager:
             dropped += 1
             # The prompt stays in the history (it was said); its turn still gets its
             # bracket so a client waiting on the turn id is never left hanging.
+            moved = self._join_history(live, pending.user_message)
             if self._tg is not None:
-                self._tg.start_soon(self._bracket_dropped, live, pending)
+                self._tg.start_soon(self._bracket_dropped, live, pending, moved)
 
-    async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn) -> None:
+    async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
+        if moved and not live.unloaded:  # a deleted session's prompts go with it
+            try:
+                await self.store.save_message(pending.user_message)
+            except PonderError as exc:  # shutting down, or the session just deleted
+                log.info("a dropped prompt keeps its first seq: %s", exc.message)
         try:
             thinking_now = self.thinking_for(live.row)
         except PonderError:
@@ -588,16 +624,24 @@ class SessionManager:
         live.unloaded = True
         live.inbox_send.close()
 
+    def _join_history(self, live: LiveSession, message: ChatMessage) -> bool:
+        """Put an admitted prompt at the end of the history; True when its seq changed, as for
+        a prompt queued behind a turn whose replies were stored after it."""
+        if not live.take_waiting(message):
+            return False
+        if len(live.history) < 2 or live.history[-2].seq < message.seq:
+            return False
+        live.history.pop()
+        message.seq = live.next_seq()
+        live.history.append(message)
+        return True
+
     async def _run_turn(self, live: LiveSession, pending: PendingTurn) -> None:
-        # A prompt queued behind a running turn was stored before that turn's replies:
-        # move it to the end so the stored history reads as the conversation happened.
         message = pending.user_message
         emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
-            if live.history and live.history[-1] is not message:
-                live.history.remove(message)
-                message.seq = live.next_seq()
-                live.history.append(message)
+            if self._join_history(live, message):
+                # Stored again with its new seq, so the stored history reads as the conversation happened.
                 await self._saver(live)(message)
             turn = self._build_turn(live, pending, emit)
         except PonderError as exc:
@@ -611,7 +655,7 @@ class SessionManager:
             live.current = None
             live.last_active = time.monotonic()
         if not live.unloaded:
-            live.row.message_count = len(live.history)
+            live.row.message_count = live.stored_count
             with anyio.move_on_after(2, shield=True):
                 await self.bridge.session_updated(self.wire_session(live.row))
 
@@ -681,6 +725,7 @@ class SessionManager:
             history=live.history,
             emit=emit,
             save=self._saver(live),
+            append=self.store.append_to_message,
             next_seq=live.next_seq,
             approve=approve,
             run_tool=run_tool,
@@ -690,6 +735,10 @@ class SessionManager:
                 max_steps=self.config.max_tool_steps,
                 max_attempts=self.config.retry_max_attempts,
                 stall_timeout_s=self.config.stall_timeout_s,
+                no_progress_timeout_s=self.config.no_progress_timeout_s,
+                limits=StreamLimits(
+                    max_event_bytes=self.config.max_event_bytes, max_response_bytes=self.config.max_response_bytes
+                ),
             ),
         )
 
@@ -744,6 +793,8 @@ class SessionManager:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
             # Fast path (the common case): nobody else is emitting and the outgoing queue
             # has room, so the event is numbered and queued without yielding to the loop.
+            # An event that was not delivered (cancelled while the client was not reading,
+            # or unencodable) gives its seq back, so the client never sees a gap.
             if deliver_nowait is not None and not lock.locked():
                 lock.acquire_nowait()
                 try:
@@ -751,12 +802,19 @@ class SessionManager:
                     event = kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields)
                     if not deliver_nowait(event):
                         await deliver(event)  # queue full: wait, still holding the lock
+                except BaseException:
+                    event_seq[session_id] = seq - 1
+                    raise
                 finally:
                     lock.release()
                 return
             async with lock:
                 seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
-                await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+                try:
+                    await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+                except BaseException:
+                    event_seq[session_id] = seq - 1
+                    raise
 
         return emit
 

@@ -602,6 +602,11 @@ class Store:
                 """,
                 mapping,
             )
+            db.executemany(
+                "INSERT INTO part_appends (message_id, position, text) "
+                "SELECT ?1, position, text FROM part_appends WHERE message_id = ?2 ORDER BY id",
+                mapping,
+            )
             forked = self._fetch_session(db, new_row.id)
             assert forked is not None
             return forked
@@ -702,6 +707,7 @@ class Store:
                 (session_id, low, rows[-1][2]),
             ):
                 parts[part_row[0]].append(_part_from_row(part_row))
+            self._add_appended_text(db, parts, session_id, low, rows[-1][2])
             return [
                 ChatMessage(
                     message_id=row[0],
@@ -721,6 +727,99 @@ class Store:
             ]
 
         return self._read(body)
+
+    # --- incremental checkpoints -------------------------------------------------------
+
+    def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        """Checkpoint a stored message that is still streaming, at the cost of what changed.
+
+        ``parts`` (position → part) are written whole, replacing what the store held at
+        those positions, except that for positions in ``keep_text`` every field but the
+        text is written and the stored text stays. ``texts`` (position → text) are then
+        appended to the text of the parts stored there, without reading or rewriting it.
+        ``final`` sets the message's status, stop reason and usage (its last checkpoint).
+        Reads fold the appended text in; a later ``save_message`` folds it in the store.
+        """
+
+        def body(db: sqlite3.Connection) -> None:
+            found = db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if found is None:
+                raise StoreError(f"Message {message_id!r} must be saved before text is appended to it.")
+            for position, part in parts.items():
+                row = _part_params(message_id, [_normalized_part(part)])[0]
+                if position in keep_text:
+                    updated = db.execute(
+                        """
+                        UPDATE parts SET type = ?, redacted = ?, call_id = ?, name = ?, arguments_json = ?,
+                            is_error = ?, provider = ?, model = ?, signature = ?, provider_data_json = ?
+                        WHERE message_id = ? AND position = ?
+                        """,
+                        (row[2], *row[4:], message_id, position),
+                    )
+                    if updated.rowcount == 0:
+                        raise StoreError(f"Message {message_id!r} has no stored part at position {position}.")
+                    continue
+                db.execute("DELETE FROM part_appends WHERE message_id = ? AND position = ?", (message_id, position))
+                db.execute(
+                    f"""
+                    INSERT INTO parts ({_PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (message_id, position) DO UPDATE SET
+                        type = excluded.type, text = excluded.text, redacted = excluded.redacted,
+                        call_id = excluded.call_id, name = excluded.name, arguments_json = excluded.arguments_json,
+                        is_error = excluded.is_error, provider = excluded.provider, model = excluded.model,
+                        signature = excluded.signature, provider_data_json = excluded.provider_data_json
+                    """,
+                    (row[0], position, *row[2:]),
+                )
+            try:
+                db.executemany(
+                    "INSERT INTO part_appends (message_id, position, text) VALUES (?, ?, ?)",
+                    [(message_id, position, text) for position, text in texts.items()],
+                )
+            except sqlite3.IntegrityError as error:
+                raise StoreError(f"Message {message_id!r} has no part to append text to: {error}") from error
+            if final is not None:
+                db.execute(
+                    "UPDATE messages SET status = ?, stop_reason = ?, usage_json = ? WHERE id = ?",
+                    (
+                        final.status,
+                        final.stop_reason,
+                        None if final.usage is None else _json_encode(final.usage).decode(),
+                        message_id,
+                    ),
+                )
+            db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (self._now(), found[0]))
+
+        self._write(body)
+
+    @staticmethod
+    def _add_appended_text(
+        db: sqlite3.Connection, parts: dict[str, list[Part]], session_id: str, low: int, high: int
+    ) -> None:
+        """Fold the text of incremental checkpoints (a reply cut off mid-stream) into ``parts``."""
+        appended: dict[tuple[str, int], list[str]] = {}
+        for message_id, position, text in db.execute(
+            """
+            SELECT a.message_id, a.position, a.text
+            FROM messages AS m JOIN part_appends AS a ON a.message_id = m.id
+            WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
+            ORDER BY a.id
+            """,
+            (session_id, low, high),
+        ):
+            appended.setdefault((message_id, position), []).append(text)
+        for (message_id, position), texts in appended.items():
+            message_parts = parts.get(message_id, [])
+            if position < len(message_parts):  # positions are 0..n-1 as saved
+                message_parts[position].text += "".join(texts)
 
     def next_seq(self, session_id: str) -> int:
         """The seq for the session's next message: 1 for an empty session."""
@@ -909,6 +1008,17 @@ class AsyncStore:
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
     ) -> list[ChatMessage]:
         return await self._call(self.store.get_messages, session_id, after_seq, limit)
+
+    async def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
 
     async def next_seq(self, session_id: str) -> int:
         return await self._call(self.store.next_seq, session_id)

@@ -39,6 +39,7 @@ OVERLONG: Final = _Overlong()
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 READ_CHUNK = 256 * 1024
 OUTGOING_BUFFER = 4096  # messages queued for stdout before producers wait
+BIG_MESSAGE = 1024 * 1024  # written without joining it to its newline (a copy of it)
 
 
 class LineSplitter:
@@ -152,14 +153,39 @@ async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
                         break
                 if not writable:
                     continue
-                data = b"\n".join(batch) + b"\n"
-                if direct:
-                    writable = await _write_nonblocking(fd, data)
-                else:
-                    writable = await anyio.to_thread.run_sync(_write_all, fd, data)
+                for data in _writes(batch):
+                    if direct:
+                        writable = await _write_nonblocking(fd, data)
+                    else:
+                        writable = await anyio.to_thread.run_sync(_write_all, fd, data)
+                    if not writable:
+                        break
     finally:
         if direct:
             os.set_blocking(fd, True)
+
+
+def _writes(batch: list[bytes]) -> list[bytes]:
+    """The batch as few buffers to write: small messages joined with their newlines, large
+    ones (a ``text_end`` or ``message_end`` can hold a whole reply) written as they are,
+    since joining would copy them."""
+    if len(batch) == 1 or all(len(message) < BIG_MESSAGE for message in batch):
+        if len(batch[0]) >= BIG_MESSAGE:
+            return [batch[0], b"\n"]
+        return [b"\n".join([*batch, b""])]
+    out: list[bytes] = []
+    small: list[bytes] = []
+    for message in batch:
+        if len(message) < BIG_MESSAGE:
+            small.append(message)
+            continue
+        if small:
+            out.append(b"\n".join([*small, b""]))
+            small = []
+        out += [message, b"\n"]
+    if small:
+        out.append(b"\n".join([*small, b""]))
+    return out
 
 
 def _use_nonblocking(fd: int) -> bool:

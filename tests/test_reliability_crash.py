@@ -134,7 +134,13 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
     try:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok", seed
         parts: dict[str, list[tuple]] = {}
-        for row in db.execute("SELECT message_id, type, text, call_id, name, arguments_json, signature FROM parts ORDER BY message_id, position"):
+        # A part's text is its own followed by what incremental checkpoints appended to it.
+        appended = """coalesce((SELECT group_concat(text, '') FROM (SELECT text FROM part_appends AS a
+                       WHERE a.message_id = p.message_id AND a.position = p.position ORDER BY a.id)), '')"""
+        for row in db.execute(
+            f"SELECT message_id, type, text || {appended}, call_id, name, arguments_json, signature FROM parts AS p "
+            "ORDER BY message_id, position"
+        ):
             parts.setdefault(row[0], []).append(row[1:])
         by_session: dict[str, list[dict[str, Any]]] = {}
         for mid, sid, seq, role, model_id, stop, usage, status in db.execute(

@@ -223,3 +223,11 @@ async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_o
     first_delta = json.loads(blocks[first_text].split("data: ", 1)[1])["delta"]
     assert streamed_text(broken) == first_delta
     assert stored[-1]["status"] == "error" and stored[-1]["content"][-1] == {"type": "text", "text": first_delta}
+
+
+async def test_a_tool_use_stop_without_tool_calls_ends_the_turn_end_turn(home, tmp_path, replay_server):
+    # "tool_use" is a reply's stop reason, never a turn's: with nothing to run the turn is over.
+    no_calls = streamed(sse(MESSAGE_START, text_start(), text_delta("nothing to run"), block_stop(), *message_end("tool_use")))
+    events, stored = await run_turns(home, tmp_path, replay_server, no_calls)
+    assert events[-1]["stop_reason"] == "end_turn", events[-1]
+    assert stored[1]["stop_reason"] == "tool_use"  # the message keeps what the provider said

@@ -104,7 +104,7 @@ def test_walk_agrees_with_git(tmp_path: Path) -> None:
         text=True,
     )
     expected = sorted(path for path in git.stdout.split("\0") if path)
-    ours = [rel for _, rel in walk_files(tmp_path.resolve(), tmp_path.resolve())]
+    ours = [walked.rel for walked in walk_files(tmp_path.resolve(), tmp_path.resolve())]
     assert sorted(ours) == expected
     assert "important.log" in ours and "debug.log" not in ours  # the test really tests something
 
@@ -115,4 +115,4 @@ def test_walk_from_a_subdirectory_applies_rules_from_above(tmp_path: Path) -> No
         (tmp_path / rel).write_text("")
     (tmp_path / ".gitignore").write_text("*.log\n")
     root = tmp_path.resolve()
-    assert [rel for _, rel in walk_files(root, root / "sub")] == ["sub/b.txt"]
+    assert [walked.rel for walked in walk_files(root, root / "sub")] == ["sub/b.txt"]

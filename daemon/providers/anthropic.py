@@ -216,7 +216,7 @@ class AnthropicProvider:
 
     async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
         parser = StreamParser(provider=self.name, request=request)
-        sse = aiter_sse(response)
+        sse = aiter_sse(response, self.name, request.limits)
         try:
             try:
                 async for event in sse:

@@ -68,6 +68,19 @@ class ToolSpec(msgspec.Struct, kw_only=True):
     input_schema: dict[str, Any]
 
 
+class StreamLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """How much one streamed response may hold us to (``[reliability]`` in config.toml).
+
+    A stream event (an SSE event or an NDJSON line) larger than ``max_event_bytes``, or a
+    body that decompresses to more than ``max_response_bytes``, ends the response with a
+    ``ProviderError``: a provider that never sends a line break, or a gzip bomb, must not
+    grow the daemon without bound.
+    """
+
+    max_event_bytes: int = 16 * 1024 * 1024
+    max_response_bytes: int = 1024 * 1024 * 1024
+
+
 class ProviderRequest(msgspec.Struct, kw_only=True):
     provider: str  # provider name, e.g. "anthropic", "deepseek", "local"
     model: str  # the provider-side model name, e.g. "claude-sonnet-4-5"
@@ -76,6 +89,7 @@ class ProviderRequest(msgspec.Struct, kw_only=True):
     system_prompt: str | None = None
     tools: list[ToolSpec] = []
     max_output_tokens: int | None = None
+    limits: StreamLimits = msgspec.field(default_factory=StreamLimits)
 
 
 class Provider(Protocol):
@@ -86,16 +100,60 @@ class Provider(Protocol):
         ...
 
 
+# Deeper arguments are refused: no tool takes them, and values nested close to Python's
+# recursion limit would fail later, when encoded for the client or read back from the store.
+MAX_ARGUMENT_DEPTH = 100
+
+
 def decode_arguments(raw: str) -> dict[str, Any] | None:
     """A tool call's raw JSON arguments as an object; ``{}`` for empty text, None when the
-    text is not a JSON object (a call cut off mid-way)."""
+    text is not a JSON object (a call cut off mid-way) or nests deeper than ``MAX_ARGUMENT_DEPTH``.
+
+    Adapters keep such text as ``provider_data["invalid_arguments"]`` (see ``invalid_arguments``).
+    """
     if not raw.strip():
         return {}
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or _nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        return None
+    return value
+
+
+def invalid_arguments(part: Part) -> str | None:
+    """The raw text of a tool call whose arguments could not be decoded, else None."""
+    raw = (part.provider_data or {}).get("invalid_arguments") if part.type == "tool_call" else None
+    return raw if isinstance(raw, str) else None
+
+
+def arguments_problem(raw: str) -> str:
+    """What is wrong with raw tool-call arguments that ``decode_arguments`` refused, for the model."""
+    try:
+        value = msgspec.json.decode(raw)
+        too_deep = isinstance(value, (dict, list)) and _nested_deeper_than(value, MAX_ARGUMENT_DEPTH)
+    except RecursionError:
+        too_deep = True
+    except msgspec.DecodeError as exc:
+        return f"The arguments of this call are not valid JSON ({exc}); call the tool again with a JSON object."
+    if too_deep:
+        return (
+            f"The arguments of this call are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
+            "call the tool again with simpler arguments."
+        )
+    return "The arguments of this call are not a JSON object; call the tool again with a JSON object."
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def replayable(part: Part, request: ProviderRequest) -> bool:

@@ -37,6 +37,7 @@ from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.assembler import BlockAssembler, pieces_of
 from daemon.providers.base import (
     BlockKind,
+    KeepAlive,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -46,6 +47,7 @@ from daemon.providers.base import (
 )
 from daemon.providers.http import (
     LazyClient,
+    aiter_sse,
     close_response,
     connection_error,
     deep_merge,
@@ -109,7 +111,7 @@ class GeminiProvider:
             map_error=self._status_error,
             secrets=(key,),
         ) as response:
-            source = httpx_sse.EventSource(response).aiter_sse()
+            source = aiter_sse(response, self.name, request.limits)
             events = self._events(source, request)
             try:
                 yield events
@@ -123,11 +125,14 @@ class GeminiProvider:
         )
 
     async def _events(
-        self, source: AsyncIterator[httpx_sse.ServerSentEvent], request: ProviderRequest
+        self, source: AsyncIterator[httpx_sse.ServerSentEvent | None], request: ProviderRequest
     ) -> AsyncIterator[ProviderEvent]:
         parser = _StreamParser(request)
         try:
             async for sse in source:
+                if sse is None:  # a comment line: the connection is alive
+                    yield KeepAlive()
+                    continue
                 if not sse.data:  # httpx-sse dispatches retry-only blocks with empty data
                     continue
                 try:

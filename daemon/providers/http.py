@@ -1,7 +1,8 @@
 """HTTP plumbing shared by the provider adapters: clients with explicit timeouts, the one
 stream opener (``open_stream``: connection failures and non-2xx answers become
 ``ProviderError``s there), status → ``ProviderError`` mapping, ``retry-after`` parsing, and
-SSE/NDJSON line iteration.
+SSE/NDJSON line iteration with bounded memory (event size, decompressed size; see
+``StreamLimits``).
 
 Imported only when a real provider is used, so that httpx never slows start-up.
 """
@@ -11,19 +12,18 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
-from httpx_sse._decoders import (  # the decoders aiter_sse uses, comments kept
-    SSEDecoder,
-    SSELineDecoder,
-)
+from httpx_sse._decoders import SSEDecoder  # the event decoder EventSource uses
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
+from daemon.providers.base import StreamLimits
 
 CONNECT_TIMEOUT_S = 15.0
 # The read timeout is a backstop; the agent's stall watchdog (keep-alives count as life)
@@ -133,12 +133,24 @@ def status_error(provider: str, status: int, headers: httpx.Headers, body: bytes
 async def read_error_body(response: httpx.Response, secrets: tuple[str, ...] = ()) -> bytes:
     """An error response's body with ``secrets`` masked, or ``b""`` if the connection drops.
 
-    The body becomes the error message, and a provider may echo what it was sent.
+    The body becomes the error message, and a provider may echo what it was sent. At most
+    ``MAX_ERROR_BODY`` bytes are read (decompressed in bounded steps): an error page is not
+    a reason to hold a large or bomb-sized body in memory.
     """
+    chunks: list[bytes] = []
+    size = 0
+    reader = aiter_body(response, "", StreamLimits())
     try:
-        body = await response.aread()
-    except httpx.TransportError:
-        return b""
+        async for chunk in reader:
+            chunks.append(chunk[: MAX_ERROR_BODY - size])
+            size += len(chunks[-1])
+            if size >= MAX_ERROR_BODY:
+                break
+    except (httpx.TransportError, ProviderError):
+        pass  # keep what arrived: a partial message beats none
+    finally:
+        await close_response(response, reader)
+    body = b"".join(chunks)
     for secret in secrets:
         if len(secret) >= 8:  # shorter ones would mangle ordinary text
             body = body.replace(secret.encode(), b"***")
@@ -202,16 +214,150 @@ def connection_error(provider: str, exc: Exception, *, midstream: bool = False) 
     return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
 
 
-async def iter_lines(response: httpx.Response) -> AsyncIterator[str]:
-    """Lines of a streamed body, split on LF (CR stripped), decoded incrementally as UTF-8."""
-    decoder_buffer = ""
-    async for text in response.aiter_text():
-        decoder_buffer += text
-        *lines, decoder_buffer = decoder_buffer.split("\n")
+async def iter_lines(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncIterator[str]:
+    """NDJSON lines of a streamed body, split on LF (CR stripped) and decoded as UTF-8.
+
+    A line longer than ``limits.max_event_bytes`` ends the response with a ``ProviderError``.
+    """
+    lines = _LineSplitter(provider, limits.max_event_bytes)
+    async with aclosing(aiter_body(response, provider, limits)) as body:
+        async for chunk in body:
+            for line in lines.feed(chunk):
+                yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if (last := lines.rest()) is not None:
+        yield last.rstrip(b"\r").decode("utf-8", "replace")
+
+
+class _LineSplitter:
+    """Splits a byte stream on LF without ever holding a line longer than ``max_bytes``.
+
+    Only the new chunk is searched for a line break, so a long line arriving in many
+    chunks costs linear time; its pieces are joined once, when the line ends.
+    """
+
+    def __init__(self, provider: str, max_bytes: int) -> None:
+        self.provider = provider
+        self.max_bytes = max_bytes
+        self._pieces: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if b"\n" not in chunk:
+            self._pieces.append(chunk)
+            self._size += len(chunk)
+            if self._size > self.max_bytes:
+                raise event_too_large(self.provider, self.max_bytes)
+            return []
+        lines = chunk.split(b"\n")
+        if self._pieces:
+            lines[0] = b"".join([*self._pieces, lines[0]])
+        tail = lines.pop()
+        self._pieces, self._size = ([tail], len(tail)) if tail else ([], 0)
         for line in lines:
-            yield line.rstrip("\r")
-    if decoder_buffer:
-        yield decoder_buffer.rstrip("\r")
+            if len(line) > self.max_bytes:
+                raise event_too_large(self.provider, self.max_bytes)
+        return lines
+
+    def rest(self) -> bytes | None:
+        """What is left after the last line break at the end of the body, if anything."""
+        return b"".join(self._pieces) if self._pieces else None
+
+
+def event_too_large(provider: str, max_bytes: int) -> ProviderError:
+    return ProviderError(
+        f"{provider} sent a stream event larger than {_size_text(max_bytes)}; the response was aborted "
+        "(raise max_event_bytes in [reliability] of config.toml if such events are expected).",
+        provider=provider,
+        kind="event_too_large",
+    )
+
+
+def response_too_large(provider: str, max_bytes: int) -> ProviderError:
+    return ProviderError(
+        f"{provider} sent a response larger than {_size_text(max_bytes)} (decompressed); the response was aborted "
+        "(raise max_response_bytes in [reliability] of config.toml if such responses are expected).",
+        provider=provider,
+        kind="response_too_large",
+    )
+
+
+def _size_text(size: int) -> str:
+    for unit, name in ((1024 * 1024, "MiB"), (1024, "KiB")):
+        if size >= unit:
+            return f"{size / unit:g} {name}"
+    return f"{size} bytes"
+
+
+# Decompressed output per step: a small compressed chunk may expand a thousandfold
+# (a gzip bomb), so it is inflated in steps of at most this much, each counted.
+DECOMPRESS_STEP = 256 * 1024
+# Error bodies become one-sentence messages: the first 64 KiB say all there is to say.
+MAX_ERROR_BODY = 64 * 1024
+
+
+class _Inflater:
+    """gzip/deflate decoding in bounded steps (httpx inflates a whole chunk at once)."""
+
+    def __init__(self, encoding: str) -> None:
+        # 32 + MAX_WBITS: a gzip or zlib header, detected; "deflate" may also be raw.
+        self._raw_fallback = encoding == "deflate"
+        self._zlib = zlib.decompressobj(32 + zlib.MAX_WBITS)
+        self._started = False
+
+    def steps(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            try:
+                out = self._zlib.decompress(data, DECOMPRESS_STEP)
+            except zlib.error:
+                if self._started or not self._raw_fallback:
+                    raise
+                self._raw_fallback = False  # headerless deflate, as some servers send it
+                self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+                continue
+            self._started = True
+            data = self._zlib.unconsumed_tail
+            if out:
+                yield out
+            if self._zlib.eof:  # the end of a gzip member; another may follow
+                data = self._zlib.unused_data + data
+                self._zlib = zlib.decompressobj(32 + zlib.MAX_WBITS)
+
+    def flush(self) -> bytes:
+        return self._zlib.flush()
+
+
+async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncIterator[bytes]:
+    """The body's bytes, decompressed here in bounded steps, at most ``limits.max_response_bytes``.
+
+    Encodings other than gzip and deflate pass through as they came (like httpx does).
+    """
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    inflater = _Inflater(encoding) if encoding in ("gzip", "x-gzip", "deflate") else None
+    total = 0
+    raw_reader = response.aiter_raw()
+    finished = False
+    try:
+        async for raw in raw_reader:
+            for out in inflater.steps(raw) if inflater is not None else (raw,):
+                total += len(out)
+                if total > limits.max_response_bytes:
+                    raise response_too_large(provider, limits.max_response_bytes)
+                yield out
+        if inflater is not None and (out := inflater.flush()):
+            if total + len(out) > limits.max_response_bytes:
+                raise response_too_large(provider, limits.max_response_bytes)
+            yield out
+        finished = True
+    except zlib.error as exc:
+        raise ProviderError(
+            f"{provider} sent a {encoding} body that does not decompress: {exc}.",
+            provider=provider,
+            retryable=True,
+            kind="bad_encoding",
+        ) from None
+    finally:
+        if not finished:  # left early (a cap, an error, the consumer gone): unwind httpx's readers
+            await close_response(response, raw_reader)
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -249,27 +395,47 @@ async def close_response(response: httpx.Response, reader: AsyncIterator[Any] | 
                 pass
 
 
-async def aiter_sse(response: httpx.Response) -> AsyncIterator[ServerSentEvent | None]:
-    """``EventSource(response).aiter_sse()``, plus ``None`` for every comment line.
+async def aiter_sse(
+    response: httpx.Response, provider: str, limits: StreamLimits
+) -> AsyncIterator[ServerSentEvent | None]:
+    """The server-sent events of a response, plus ``None`` for every comment line.
 
     httpx-sse swallows comments (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``),
     yet they are how a server says "still here" while a model thinks; adapters yield them as
     ``KeepAlive`` so the agent's stall watchdog does not abort a quiet but living stream.
-    Lines and events are decoded by httpx-sse's own decoders, so nothing else changes.
+    Events are decoded by httpx-sse's own decoder; lines are split here (LF, CRLF or CR) on
+    the bounded body of ``aiter_body``, and an event larger than ``limits.max_event_bytes``
+    ends the response with a ``ProviderError``.
     """
     content_type = response.headers.get("content-type", "").partition(";")[0]
     if "text/event-stream" not in content_type:
         raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}")
-    lines, events = SSELineDecoder(), SSEDecoder()
-    async for text in response.aiter_text():
-        for line in lines.decode(text):
-            if line.startswith(":"):
-                yield None
-            elif (event := events.decode(line)) is not None:
+    lines, events = _LineSplitter(provider, limits.max_event_bytes), SSEDecoder()
+    event_size = 0
+    async with aclosing(aiter_body(response, provider, limits)) as body:
+        async for chunk in body:
+            for line in lines.feed(chunk):
+                for text in _sse_lines(line):
+                    if text.startswith(":"):
+                        yield None
+                        continue
+                    event_size = 0 if not text else event_size + len(text)
+                    if event_size > limits.max_event_bytes:
+                        raise event_too_large(provider, limits.max_event_bytes)
+                    if (event := events.decode(text)) is not None:
+                        yield event
+    if (rest := lines.rest()) is not None:
+        for text in _sse_lines(rest):
+            if not text.startswith(":") and (event := events.decode(text)) is not None:
                 yield event
-    for line in lines.flush():
-        if not line.startswith(":") and (event := events.decode(line)) is not None:
-            yield event
+    # Like httpx-sse: an event is dispatched by its blank line; one cut off at EOF is dropped.
+
+
+def _sse_lines(line: bytes) -> list[str]:
+    """One LF-terminated piece as SSE lines: CRLF's CR dropped, a lone CR ends a line too."""
+    line = line.removesuffix(b"\r")
+    text = line.decode("utf-8", "replace")
+    return text.split("\r") if "\r" in text else [text]
 
 
 def ended_early(provider: str, terminal: str) -> ProviderError:

@@ -104,7 +104,7 @@ class OllamaProvider:
             map_error=lambda response, body: self._status_error(response, request.model, body),
             secrets=(self.config.api_key.reveal(),) if self.config.api_key else (),
         ) as response:
-            lines = iter_lines(response)
+            lines = iter_lines(response, self.name, request.limits)
             events = self._events(lines, request, response.status_code)
             try:
                 yield events

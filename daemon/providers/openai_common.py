@@ -28,7 +28,7 @@ import msgspec
 from daemon.config import ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, decode_arguments
+from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
@@ -38,6 +38,7 @@ from daemon.providers.http import (
     connection_error,
     ended_early,
     open_stream,
+    read_error_body,
     status_error,
 )
 from daemon.providers.table import PROVIDERS
@@ -158,14 +159,16 @@ class OpenAIStyleProvider:
         ) as response:
             if response.headers.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
                 raise await self._not_an_event_stream(response, secrets)
-            events = self._events(response, self.new_parser(request))
+            events = self._events(response, self.new_parser(request), request.limits)
             try:
                 yield events
             finally:
                 await events.aclose()
 
-    async def _events(self, response: httpx.Response, parser: StreamParser) -> AsyncIterator[ProviderEvent]:
-        sse = aiter_sse(response)
+    async def _events(
+        self, response: httpx.Response, parser: StreamParser, limits: StreamLimits
+    ) -> AsyncIterator[ProviderEvent]:
+        sse = aiter_sse(response, self.name, limits)
         try:
             async for event in sse:
                 if event is None:  # a comment (``: keep-alive``, ``: OPENROUTER PROCESSING``)
@@ -191,7 +194,7 @@ class OpenAIStyleProvider:
         # Some OpenAI-compatible servers answer a failed streaming request with HTTP 200
         # and a plain JSON error body: report the error they meant.
         try:
-            raw = scrub(await response.aread(), secrets)
+            raw = scrub(await read_error_body(response), secrets)
         except httpx.RequestError:
             raw = b""
         error = _error_object(raw)

@@ -2,7 +2,9 @@
 
 ``execute_tool`` never raises for anything a tool or its arguments do wrong: unknown
 tools, invalid arguments, ``ToolError`` and unexpected exceptions all become error
-results the model can read and act on. Cancellation is not an error and propagates.
+results the model can read and act on, and every result is valid UTF-8 (a file name's
+stray bytes must not end the turn when the result is encoded for the wire). Cancellation
+is not an error and propagates.
 Approval is decided before this, by ``daemon.tools.approval``.
 """
 
@@ -15,11 +17,13 @@ import msgspec
 
 from daemon.providers.base import ToolSpec
 from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult
+from daemon.tools.child import SCAN_TIME_LIMIT_S
 from daemon.tools.edit_file import EditFile
 from daemon.tools.list_files import ListFiles
 from daemon.tools.read_file import ReadFile
 from daemon.tools.run_command import RunCommand
 from daemon.tools.search import Search
+from daemon.tools.text import escape_surrogates
 from daemon.tools.write_file import WriteFile
 
 __all__ = [
@@ -36,9 +40,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def builtin_tools() -> dict[str, Tool[Any]]:
-    """A fresh registry of the built-in tools, by name, in the order the model sees them."""
-    tools: list[Tool[Any]] = [ReadFile(), ListFiles(), Search(), WriteFile(), EditFile(), RunCommand()]
+def builtin_tools(scan_time_limit_s: float = SCAN_TIME_LIMIT_S) -> dict[str, Tool[Any]]:
+    """A fresh registry of the built-in tools, by name, in the order the model sees them.
+
+    ``scan_time_limit_s`` bounds one ``list_files`` or ``search`` (see ``daemon.tools.child``).
+    """
+    tools: list[Tool[Any]] = [
+        ReadFile(),
+        ListFiles(scan_time_limit_s),
+        Search(scan_time_limit_s),
+        WriteFile(),
+        EditFile(),
+        RunCommand(),
+    ]
     return {tool.name: tool for tool in tools}
 
 
@@ -65,14 +79,21 @@ async def execute_tool(tools: dict[str, Tool[Any]], name: str, arguments: Any, c
         return ToolResult(f"unknown tool {name!r}; available tools: {available}.", is_error=True)
     try:
         args = parse_arguments(tool, arguments)
-        return await tool.run(args, ctx)
+        result = await tool.run(args, ctx)
     except ToolError as exc:
-        return ToolResult(str(exc), is_error=True)
+        result = ToolResult(str(exc), is_error=True)
     except Exception as exc:
         # A tool bug must not end the turn. Cancellation is a BaseException (asyncio.CancelledError, trio.Cancelled) and
         # passes through untouched.
         log.exception("tool %s failed", name)
-        return ToolResult(f"internal error in tool {name}: {type(exc).__name__}: {exc}", is_error=True)
+        result = ToolResult(f"internal error in tool {name}: {type(exc).__name__}: {exc}", is_error=True)
+    return _valid_utf8(result)
+
+
+def _valid_utf8(result: ToolResult) -> ToolResult:
+    """``result`` with any lone surrogate (a non-UTF-8 byte of a file name, kept by ``os.fsdecode``) escaped."""
+    text = escape_surrogates(result.text)
+    return result if text is result.text else ToolResult(text, is_error=result.is_error)
 
 
 def _signature(tool: Tool[Any]) -> str:

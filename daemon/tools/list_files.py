@@ -2,6 +2,8 @@
 
 ``.git`` and whatever ``.gitignore`` files exclude are left out (see ``walk``), and the
 listing is capped at ``MAX_FILES`` with a note, so a huge tree cannot flood the context.
+Names that are not UTF-8 or hold control characters are listed escaped, with a note. The
+walk runs in a child process under a time limit (see ``child``): globs are regexes too.
 """
 
 from __future__ import annotations
@@ -9,16 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import anyio
-import anyio.from_thread
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from daemon.tools.child import SCAN_TIME_LIMIT_S, run_in_child
 from daemon.tools.ignore import compile_glob
-from daemon.tools.paths import display_path, resolve_in_cwd
-from daemon.tools.walk import walk_files
+from daemon.tools.paths import display_path, escape_name, resolve_in_cwd
+from daemon.tools.walk import WalkStats, walk_files
 
-__all__ = ["MAX_FILES", "ListFiles", "ListFilesArgs", "glob_matcher"]
+__all__ = ["MAX_FILES", "ListFiles", "ListFilesArgs", "escaped_names_note", "glob_matcher", "scan"]
 
 MAX_FILES = 1000
 
@@ -43,6 +44,9 @@ class ListFiles(Tool[ListFilesArgs]):
     mutating = False
     Args = ListFilesArgs
 
+    def __init__(self, time_limit_s: float = SCAN_TIME_LIMIT_S) -> None:
+        self.time_limit_s = time_limit_s
+
     def summary(self, args: ListFilesArgs) -> str:
         return f"List {args.path}" + (f" ({args.pattern})" if args.pattern else "")
 
@@ -51,8 +55,13 @@ class ListFiles(Tool[ListFilesArgs]):
         if not start.exists():
             raise ToolError(f"'{display_path(start, ctx.cwd)}' does not exist.")
         root = resolve_in_cwd(ctx.cwd, ".")
-        matches = glob_matcher(args.pattern)
-        return await anyio.to_thread.run_sync(_list, root, start, matches, args.pattern)
+        return await run_in_child(
+            self.name,
+            {"root": str(root), "start": str(start), "args": {"pattern": args.pattern}},
+            self.time_limit_s,
+            f"list_files was stopped after its time limit of {self.time_limit_s:g} s; the tree may be huge or the "
+            "pattern (or a .gitignore rule) too complex. Narrow it with path or a simpler pattern.",
+        )
 
 
 def glob_matcher(pattern: str | None):
@@ -69,22 +78,45 @@ def glob_matcher(pattern: str | None):
     return lambda rel: regex.fullmatch(rel.rsplit("/", 1)[-1]) is not None
 
 
-def _list(root: Path, start: Path, matches, pattern: str | None) -> ToolResult:
+def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
+    """The listing itself; runs in the child process."""
+    matches = glob_matcher(pattern)
     base = "" if start == root else start.relative_to(root).as_posix() + "/"
     found: list[str] = []
+    escaped = 0
     more = False
-    for _, rel in walk_files(root, start, check_cancelled=anyio.from_thread.check_cancelled):
-        if not matches(rel.removeprefix(base)):
-            continue
-        if len(found) == MAX_FILES:
-            more = True
-            break
-        found.append(rel)
+    stats = WalkStats()
+    try:
+        for walked in walk_files(root, start, stats):
+            rel = walked.rel
+            if not matches(rel.removeprefix(base)):
+                continue
+            if len(found) == MAX_FILES:
+                more = True
+                break
+            shown = escape_name(rel)
+            escaped += shown != rel
+            found.append(shown)
+    except OSError as exc:
+        raise ToolError(f"cannot list '{display_path(start, root)}': {exc.strerror or exc}.") from None
     where = display_path(start, root)
+    notes = []
+    if more:
+        notes.append(f"[listing stopped at {MAX_FILES} files; narrow it with path or pattern]")
+    if escaped:
+        notes.append(escaped_names_note(escaped))
+    if stats.unreadable_dirs:
+        notes.append(f"[skipped {stats.unreadable_dirs} director(ies) that could not be read]")
     if not found:
         what = f"matching '{pattern}' " if pattern else ""
-        return ToolResult(f"(no files {what}under '{where}', ignoring .git and .gitignore'd files)")
-    text = "\n".join(found)
-    if more:
-        text += f"\n[listing stopped at {MAX_FILES} files; narrow it with path or pattern]"
-    return ToolResult(text)
+        return ToolResult(
+            "\n".join([f"(no files {what}under '{where}', ignoring .git and .gitignore'd files)", *notes])
+        )
+    return ToolResult("\n".join(found + notes))
+
+
+def escaped_names_note(count: int) -> str:
+    return (
+        f"[{count} name(s) are not valid UTF-8 or contain control characters and are shown escaped (\\xNN, \\n); "
+        "file tools cannot open them by these names: rename them with run_command, e.g. mv with a glob]"
+    )

@@ -2,7 +2,10 @@
 
 Output is capped at ``MAX_OUTPUT_BYTES`` so one huge file cannot flood the context;
 a note then says where to continue with ``offset``. Lines are read without loading the
-whole file, so a range deep into a big log costs a scan, not the memory.
+whole file, so a range deep into a big log costs a scan, not the memory; the scan checks
+for cancellation as it goes, and lines are only counted in files up to ``COUNT_LINES_BYTES``
+(a sparse terabyte must not keep a thread, and so shutdown, busy for minutes). The file is
+opened through ``confined_parent``, so the file read is the one checked to be inside.
 """
 
 from __future__ import annotations
@@ -12,15 +15,17 @@ from pathlib import Path
 from typing import Annotated, BinaryIO
 
 import anyio
+import anyio.from_thread
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import display_path, resolve_in_cwd
+from daemon.tools.paths import confined_parent, display_path, open_regular, resolve_in_cwd
 from daemon.tools.text import SNIFF_BYTES, looks_binary
 
-__all__ = ["MAX_OUTPUT_BYTES", "ReadFile", "ReadFileArgs"]
+__all__ = ["COUNT_LINES_BYTES", "MAX_OUTPUT_BYTES", "ReadFile", "ReadFileArgs"]
 
 MAX_OUTPUT_BYTES = 256 * 1024
+COUNT_LINES_BYTES = 256 * 1024 * 1024
 _CHUNK = 64 * 1024
 
 
@@ -41,32 +46,34 @@ class ReadFile(Tool[ReadFileArgs]):
 
     async def run(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
+        root = resolve_in_cwd(ctx.cwd, ".")
         shown = display_path(path, ctx.cwd)
-        if not path.exists():
-            raise ToolError(f"file '{shown}' does not exist; use list_files to see what is there.")
-        if path.is_dir():
+        if path == root:
             raise ToolError(f"'{shown}' is a directory; use list_files to see its contents.")
-        if not path.is_file():
-            # A FIFO or device would block the reading thread, uncancellably.
-            raise ToolError(f"'{shown}' is not a regular file.")
-        return await anyio.to_thread.run_sync(_read, path, shown, args.offset or 1, args.limit)
+        return await anyio.to_thread.run_sync(_read, root, path, shown, args.offset or 1, args.limit)
 
 
-def _read(path: Path, shown: str, first: int, limit: int | None) -> ToolResult:
+def _read(root: Path, path: Path, shown: str, first: int, limit: int | None) -> ToolResult:
     try:
-        with open(path, "rb") as file:
+        with confined_parent(root, path) as (dir_fd, name):
+            fd, info = open_regular(name, dir_fd, shown)
+        with open(fd, "rb") as file:
             if looks_binary(file.read(SNIFF_BYTES)):
                 raise ToolError(f"'{shown}' is a binary file; read_file only reads text.")
             file.seek(0)
-            return _numbered_lines(file, shown, first, limit)
+            return _numbered_lines(file, shown, first, limit, countable=info.st_size <= COUNT_LINES_BYTES)
+    except FileNotFoundError:
+        raise ToolError(f"file '{shown}' does not exist; use list_files to see what is there.") from None
+    except NotADirectoryError:
+        raise ToolError(f"'{shown}' does not exist: a parent of it is a file, not a directory.") from None
     except OSError as exc:
         raise ToolError(f"cannot read '{shown}': {exc.strerror or exc}.") from None
 
 
-def _numbered_lines(file: BinaryIO, shown: str, first: int, limit: int | None) -> ToolResult:
+def _numbered_lines(file: BinaryIO, shown: str, first: int, limit: int | None, *, countable: bool) -> ToolResult:
     _skip_lines(file, first - 1)
     if not file.read(1):
-        total = _count_lines(file)
+        total = _count_lines(file)  # a file read to its end: counting it costs no more
         if total == 0:
             return ToolResult(f"(file '{shown}' is empty)")
         raise ToolError(f"offset {first} is past the end of '{shown}', which has {total} lines.")
@@ -97,14 +104,15 @@ def _numbered_lines(file: BinaryIO, shown: str, first: int, limit: int | None) -
     more = bool(file.read(1)) or cut_line
     text = "\n".join(out)
     if more:
-        total = _count_lines(file)
+        total = _count_lines(file) if countable else None
+        of = f" of {total}" if total is not None else ""
         if cut_line:
             text += f"\n[line {last} is longer than {MAX_OUTPUT_BYTES // 1024} KiB and was cut"
         elif limit is not None and last == first - 1 + limit:
-            text += f"\n[showing lines {first}-{last} of {total}"
+            text += f"\n[showing lines {first}-{last}{of}"
         else:
-            text += f"\n[output truncated at {MAX_OUTPUT_BYTES // 1024} KiB: showing lines {first}-{last} of {total}"
-        text += f"; continue with offset={last + 1}]" if last < total else "]"
+            text += f"\n[output truncated at {MAX_OUTPUT_BYTES // 1024} KiB: showing lines {first}-{last}{of}"
+        text += f"; continue with offset={last + 1}]" if total is None or last < total else "]"
     return ToolResult(text)
 
 
@@ -119,6 +127,7 @@ def _decode(raw: bytes, shown: str, lineno: int, *, final: bool = True) -> str:
 def _skip_lines(file: BinaryIO, count: int) -> None:
     """Position ``file`` after its first ``count`` newlines (or at its end)."""
     while count > 0:
+        anyio.from_thread.check_cancelled()
         chunk = file.read(_CHUNK)
         if not chunk:
             return
@@ -138,6 +147,7 @@ def _count_lines(file: BinaryIO) -> int:
     file.seek(0)
     total, last = 0, b""
     while chunk := file.read(_CHUNK):
+        anyio.from_thread.check_cancelled()
         total += chunk.count(b"\n")
         last = chunk[-1:]
     return total + (1 if last and last != b"\n" else 0)

@@ -1,8 +1,12 @@
-"""Telling text files from binary ones, shared by the file tools."""
+"""Telling text files from binary ones, and escaping what is not valid UTF-8, shared by the file tools."""
 
 from __future__ import annotations
 
-__all__ = ["SNIFF_BYTES", "decode_text", "looks_binary"]
+import re
+
+__all__ = ["SNIFF_BYTES", "decode_text", "escape_char", "escape_surrogates", "looks_binary"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 SNIFF_BYTES = 8192
 
@@ -20,3 +24,18 @@ def decode_text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def escape_char(char: str) -> str:
+    """A visible stand-in for one unprintable character: ``\\xNN`` for a byte that was not
+    UTF-8 (``os.fsdecode`` keeps it as a surrogate U+DC80..U+DCFF), else its ``repr`` escape."""
+    if "\udc80" <= char <= "\udcff":
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return repr(char)[1:-1]  # '\\n', '\\x07', '\\u2028', '\\ud800'
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with its lone surrogates escaped, so it encodes as UTF-8; ``text`` itself when it has none."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda match: escape_char(match.group()), text)

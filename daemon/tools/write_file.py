@@ -1,12 +1,14 @@
 """``write_file``: create or overwrite a text file, creating its parent directories.
 
-The path is confined to the session cwd before anything is created, so parent
-directories are only ever made inside it. Content is written exactly as given (no
-newline translation).
+The path is confined to the session cwd before anything is created, and directories are
+made and the file replaced through ``confined_parent`` (no symlink followed), so they are
+only ever made inside it. The write is atomic and refuses hard-linked files (``replace``).
+Content is written exactly as given (no newline translation).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +16,8 @@ import anyio
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import display_path, resolve_in_cwd
+from daemon.tools.paths import confined_parent, display_path, resolve_in_cwd
+from daemon.tools.replace import check_replaceable, replace_file
 
 __all__ = ["WriteFile", "WriteFileArgs"]
 
@@ -35,26 +38,35 @@ class WriteFile(Tool[WriteFileArgs]):
 
     async def run(self, args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
+        root = resolve_in_cwd(ctx.cwd, ".")
         shown = display_path(path, ctx.cwd)
-        return await anyio.to_thread.run_sync(_write, path, shown, args.content)
+        if path == root:
+            raise ToolError(f"'{shown}' is a directory; give a file path.")
+        return await anyio.to_thread.run_sync(_write, root, path, shown, args.content)
 
 
-def _write(path: Path, shown: str, content: str) -> ToolResult:
-    if path.is_dir():
-        raise ToolError(f"'{shown}' is a directory; give a file path.")
-    existed = path.exists()
-    if existed and not path.is_file():
-        raise ToolError(f"'{shown}' is not a regular file.")  # a FIFO would block forever
-    data = content.encode("utf-8")
+def _write(root: Path, path: Path, shown: str, content: str) -> ToolResult:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except FileExistsError:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"content is not valid Unicode: it has a lone surrogate at position {exc.start}; send plain UTF-8 text."
+        ) from None
+    try:
+        with confined_parent(root, path, create=True) as (dir_fd, name):
+            try:
+                existing: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None:
+                check_replaceable(existing, shown, "write_file")
+            replace_file(dir_fd, name, data, existing.st_mode if existing is not None else None)
+    except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot create '{shown}': a parent of it is a file, not a directory.") from None
-    except NotADirectoryError:
-        raise ToolError(f"cannot create '{shown}': a parent of it is a file, not a directory.") from None
+    except IsADirectoryError:
+        raise ToolError(f"'{shown}' is a directory; give a file path.") from None
     except OSError as exc:
         raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}.") from None
     lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
-    verb = "overwrote" if existed else "created"
+    verb = "overwrote" if existing is not None else "created"
     return ToolResult(f"{verb} '{shown}' ({len(data)} bytes, {lines} lines)")

@@ -646,6 +646,63 @@ def measure_persisting(b: Bench, n_small: int, n_big: int, size: int, probe_n: i
     return out
 
 
+def measure_streams(b: Bench, reply_mb: int, endless_mb: int) -> dict[str, Any]:
+    """Memory and throughput on hostile or huge provider streams (issue #15).
+
+    (a) endless: the provider sends one event of ``endless_mb`` MiB that never has a line
+        break (generated on the fly by the replay server). The daemon must end the turn at
+        ``[reliability] max_event_bytes`` with a clear error; its peak RSS must stay near
+        its idle size plus that cap, whatever the stream's length.
+    (b) long reply: one reply of ``reply_mb`` MiB of text in 1000-byte deltas. Checkpoints
+        append only the new text, so the delta rate of the last tenth of the reply stays
+        near that of the first tenth, and the peak RSS stays near the size of the reply.
+    """
+    out: dict[str, Any] = {}
+    with b.spawn(b.home("streams-endless")) as d:
+        d.initialize()
+        idle = d.peak_rss_mb()
+        t0 = time.monotonic()
+        turn, wall, _ = _daemon_turn(b, d, b.start_session(d), f"bench:mode=endless,bytes={endless_mb * 2**20}", timeout=600)
+        end = turn.events[-1]
+        out["endless"] = {
+            "stream_mb": endless_mb,
+            "peak_rss_idle_mb": idle,
+            "peak_rss_mb": d.peak_rss_mb(),
+            "wall_s": wall,
+            "elapsed_s": time.monotonic() - t0,
+            "stop_reason": end.get("stop_reason"),
+            "error": (end.get("error") or {}).get("message"),
+        }
+    size = 1000
+    n = reply_mb * 2**20 // (size + 10)
+    with b.spawn(b.home("streams-reply")) as d:
+        d.initialize()
+        idle = d.peak_rss_mb()
+        turn, wall, cpu = _daemon_turn(b, d, b.start_session(d), f"bench:mode=fast,n={n},th=0,size={size}", timeout=900)
+        profile = _rate_profile(turn)
+        out["long_reply"] = {
+            "reply_mb": n * (size + 10) / 2**20,
+            "deltas": n,
+            "peak_rss_idle_mb": idle,
+            "peak_rss_mb": d.peak_rss_mb(),
+            "peak_rss_over_reply": (d.peak_rss_mb() - idle) / (n * (size + 10) / 2**20),
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "rate_first_tenth_mb_per_s": profile.get("rate_first_tenth_per_s", float("nan")) * (size + 10) / 2**20,
+            "rate_last_tenth_mb_per_s": profile.get("rate_last_tenth_per_s", float("nan")) * (size + 10) / 2**20,
+            "rate_last_over_first": profile.get("rate_last_over_first", float("nan")),
+            # The last tenth also holds the deltas still queued for stdout when the reply ends,
+            # which wait while the daemon joins and encodes text_end; the ninth has no such tail.
+            "rate_ninth_over_first": (profile["rates_per_tenth_per_s"][8] / profile["rates_per_tenth_per_s"][0]) if profile else float("nan"),
+            "rates_per_tenth_mb_per_s": [r * (size + 10) / 2**20 for r in profile.get("rates_per_tenth_per_s", [])],
+            "max_gap_s": profile.get("max_gap_s", float("nan")),
+            "stop_reason": turn.events[-1].get("stop_reason"),
+            "problems": check_turn(turn, n, th=0),
+        }
+        d.forget(turn)
+    return out
+
+
 # --- housekeeping ------------------------------------------------------------------------
 
 

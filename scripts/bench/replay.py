@@ -20,6 +20,8 @@ Keys:
              writes; the body is built once and cached) or ``paced``
 * ``iv``     paced: milliseconds between writes (default 20)
 * ``b``      paced: deltas per write (default 1)
+* ``mode=endless``: the head of a reply, then one event of ``bytes`` bytes (default 2 GiB)
+             that never has a line break, generated on the fly (Anthropic wire only)
 
 Every delta's text starts ``<i>|<t>|`` where ``i`` counts deltas from 0 and ``t`` is
 ``time.monotonic_ns()`` just before the write that carries it (0 in fast mode): the
@@ -397,6 +399,17 @@ async def stream_paced(writer: asyncio.StreamWriter, path: str, model: str, para
     await writer.drain()
 
 
+async def stream_endless(writer: asyncio.StreamWriter, path: str, model: str, params: dict[str, str]) -> None:
+    """A reply whose first delta event never ends: ``bytes`` of filler without a line break."""
+    total = int(params.get("bytes", str(2 * 1024**3)))
+    wire = wire_for(path, model)
+    writer.write(_chunked(wire.head("text") + b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'))
+    block = _chunked(b"x" * (1024 * 1024))
+    for _ in range(total // (1024 * 1024)):
+        writer.write(block)
+        await writer.drain()
+
+
 async def respond(writer: asyncio.StreamWriter, status: str, content_type: str, body: bytes) -> None:
     head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
     writer.write(head.encode() + body)
@@ -463,6 +476,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             try:
                 if params.get("mode", "fast") == "paced":
                     await stream_paced(writer, path, model, params)
+                elif params.get("mode") == "endless":
+                    await stream_endless(writer, path, model, params)
                 else:
                     await stream_fast(writer, build_fast_body(path, model, params))
                 writer.write(b"0\r\n\r\n")

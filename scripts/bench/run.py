@@ -179,6 +179,39 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 verdict(u["probe_p99_s"] < 0.005 and not u["problems"]),
             )
         )
+    sm = r.get("streams")
+    if sm:
+        e, lr = sm["endless"], sm["long_reply"]
+        rows.append(
+            (
+                f"5d {e['stream_mb']:,} MiB stream without a line break: peak RSS",
+                f"{e['peak_rss_mb']:.0f} MB",
+                f"idle {e['peak_rss_idle_mb']:.0f} MB; turn ended {e['stop_reason']} in {e['wall_s']:.1f} s: {(e['error'] or '')[:60]}",
+                "< idle + 64 MB",
+                verdict(e["peak_rss_mb"] < e["peak_rss_idle_mb"] + 64 and e["stop_reason"] == "error"),
+            )
+        )
+        rows.append(
+            (
+                f"5d {lr['reply_mb']:.0f} MiB reply: delta rate, last (ninth) tenth vs first",
+                f"{lr['rate_last_over_first']:.2f}x ({lr['rate_ninth_over_first']:.2f}x)",
+                (
+                    f"first {lr['rate_first_tenth_mb_per_s']:.1f} MB/s, last {lr['rate_last_tenth_mb_per_s']:.1f} MB/s "
+                    f"(holds the {lr['max_gap_s'] * 1000:.0f} ms end-of-reply pause: text_end of the whole text); {lr['wall_s']:.1f} s"
+                ),
+                "ninth >= 0.8x",
+                verdict(lr["rate_ninth_over_first"] >= 0.8 and not lr["problems"]),
+            )
+        )
+        rows.append(
+            (
+                f"5d {lr['reply_mb']:.0f} MiB reply: peak RSS",
+                f"{lr['peak_rss_mb']:.0f} MB",
+                f"idle {lr['peak_rss_idle_mb']:.0f} MB; (peak - idle) / reply = {lr['peak_rss_over_reply']:.2f}",
+                "",
+                "",
+            )
+        )
     for peer in r.get("peers", []):
         if peer.get("startup") == "measure 1":  # ponder itself, beside the peers for the relay
             pass
@@ -212,7 +245,7 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 def print_table(rows: list[tuple[str, str, str, str, str]], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
     headers = ("measure", "ponder", "reference / context", "target", "verdict")
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     widths = [min(w, 80) for w in widths]
     line = "+".join("-" * (w + 2) for w in widths)
     print(line, file=out)
@@ -228,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes (about a minute)")
     parser.add_argument("--peers", action="store_true", help="also measure codex app-server and pi's RPC mode")
     parser.add_argument(
-        "--only", help="comma-separated subset: cold,relay,latency,concurrency,store,persist,peers", default=""
+        "--only", help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,peers", default=""
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
     parser.add_argument("--out", type=Path, help="write the JSON here (default: results/bench-<time>.json)")
@@ -272,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         step("concurrency", "4 concurrency", M.measure_concurrency, 200, 500, 20, 5)
         step("store", "5a/5b store at scale", M.measure_store, 10_000, 10_000, 1 if quick else 3)
         step("persist", "5c persisting while streaming", M.measure_persisting, 2_000, 20_000, 100, 150 if quick else 300, 4)
+        step("streams", "5d hostile and huge streams", M.measure_streams, 20 if quick else 100, 256 if quick else 2048)
         if wanted("peers"):
             from scripts.bench import peers
 
