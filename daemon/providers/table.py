@@ -8,6 +8,9 @@ Config, the catalogue, ACP, auth and the server read these entries instead of na
 vendors; the models themselves (and how each one thinks) are the catalogue rows in
 ``daemon.providers.models``.
 
+How a provider's HTTP errors map is its wire API adapter's (the ``map_error`` it hands
+``daemon.providers.http.open_stream``), checked for every provider by the table walk.
+
 Adding a provider: one ``ProviderInfo`` here (plus an adapter module if it speaks a new
 wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.providers.models``;
 ``tests/test_provider_table.py`` walks this table and says what is missing.
