@@ -218,6 +218,31 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
         assert db.execute("SELECT count(*) FROM part_appends WHERE message_id = 'm1'").fetchone() == (0,)
 
 
+async def test_a_checkpoint_the_store_refuses_leaves_the_final_save_whole(home, tmp_path, replay_server, monkeypatch):
+    """A refused append must not be counted as stored: the final save (the store taking writes
+    again) holds every delta the client saw, not the text around the refused one."""
+    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    pieces = [f"piece {i}; " for i in range(8)]
+    body = text_reply(*pieces)
+    head = len(sse(MESSAGE_START, text_start()))
+    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
+    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.005))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        with sqlite3.connect(home / "sessions.db") as db:  # refuses exactly one append: that of piece 5
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON part_appends WHEN NEW.text = 'piece 5; ' "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+        events = await prompt(client, session_id, "go")
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert events[-1]["stop_reason"] == "error"
+    [end] = of_type(events, "message_end")
+    shown = end["message"]["content"][0]["text"]
+    assert shown == "".join(pieces[:6]), "the stream stopped at the refused checkpoint"
+    assert stored[-1]["content"] == [{"type": "text", "text": shown}] and stored[-1]["status"] == "error"
+
+
 # --- keep-alives forever -------------------------------------------------------------------
 
 
