@@ -163,6 +163,11 @@ class LiveSession:
         return True
 
     @property
+    def changing_here(self) -> bool:
+        """This daemon may be changing the session: its memory is the truth, not the store."""
+        return self.lease_held or bool(self.unsaved) or self.status != "idle"
+
+    @property
     def stored_count(self) -> int:
         return len(self.history) + len(self.waiting)
 
@@ -273,16 +278,12 @@ class SessionManager:
         are reloaded, a renamed or re-modelled one takes the stored row. Skipped while this
         daemon holds the lease or has unsaved messages: then memory is the truth.
         """
-        if live.lease_held or live.unsaved or live.status != "idle":
+        if live.changing_here:
             return
         async with live.admit_lock:
-            if live.lease_held or live.unsaved or live.status != "idle" or live.unloaded:
+            if live.changing_here or live.unloaded:
                 return
-            row = await self.store.get_session(live.row.id)
-            if row is None:
-                self._unload(live)
-                raise SessionNotFound(live.row.id)
-            await self._catch_up(live, row)
+            await self._refresh(live)
 
     async def discover(self, model_id: str | None) -> None:
         if model_id and self.discover_models is not None:
@@ -313,7 +314,7 @@ class SessionManager:
         live = self._live.get(row.id)
         # Memory is the truth while this daemon may be changing the session; otherwise the
         # row given (fresh from the store for session/list) is, as another daemon may have.
-        if live is not None and (live.row is row or live.lease_held or live.unsaved or live.status != "idle"):
+        if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
         return row.to_wire(live.status if live is not None else "idle")
@@ -472,14 +473,13 @@ class SessionManager:
             return turn_id, queued
 
     async def _refresh(self, live: LiveSession) -> None:
-        """Catch up with turns another daemon sharing this home ran while we held no lease."""
+        """Catch up with what another daemon sharing this home did while we held no lease:
+        take the stored row, and the stored history when messages were added; a deleted
+        session is unloaded (``SessionNotFound``)."""
         row = await self.store.get_session(live.row.id)
         if row is None:
+            self._unload(live)
             raise SessionNotFound(live.row.id)
-        await self._catch_up(live, row)
-
-    async def _catch_up(self, live: LiveSession, row: SessionRow) -> None:
-        """Take the stored row, and the stored history when another daemon added messages."""
         if row.message_count != live.stored_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
