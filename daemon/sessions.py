@@ -155,12 +155,17 @@ class LiveSession:
         return max(seqs, default=0) + 1
 
     def take_waiting(self, message: ChatMessage) -> bool:
-        """Move an admitted prompt into the history, at its end; False if it is not waiting."""
+        """Move an admitted prompt from ``waiting`` to the end of the history (nothing if it is
+        not waiting). True when it took a new seq, as a prompt queued behind a turn whose
+        replies were stored after it does (the caller stores it again)."""
         if not any(m is message for m in self.waiting):
             return False
         self.waiting = [m for m in self.waiting if m is not message]
+        renumbered = bool(self.history) and self.history[-1].seq >= message.seq
+        if renumbered:
+            message.seq = self.next_seq()
         self.history.append(message)
-        return True
+        return renumbered
 
     @property
     def changing_here(self) -> bool:
@@ -507,7 +512,7 @@ class SessionManager:
             dropped += 1
             # The prompt stays in the history (it was said); its turn still gets its
             # bracket so a client waiting on the turn id is never left hanging.
-            moved = self._join_history(live, pending.user_message)
+            moved = live.take_waiting(pending.user_message)
             if self._tg is not None:
                 self._tg.start_soon(self._bracket_dropped, live, pending, moved)
 
@@ -624,23 +629,11 @@ class SessionManager:
         live.unloaded = True
         live.inbox_send.close()
 
-    def _join_history(self, live: LiveSession, message: ChatMessage) -> bool:
-        """Put an admitted prompt at the end of the history; True when its seq changed, as for
-        a prompt queued behind a turn whose replies were stored after it."""
-        if not live.take_waiting(message):
-            return False
-        if len(live.history) < 2 or live.history[-2].seq < message.seq:
-            return False
-        live.history.pop()
-        message.seq = live.next_seq()
-        live.history.append(message)
-        return True
-
     async def _run_turn(self, live: LiveSession, pending: PendingTurn) -> None:
         message = pending.user_message
         emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
-            if self._join_history(live, message):
+            if live.take_waiting(message):
                 # Stored again with its new seq, so the stored history reads as the conversation happened.
                 await self._saver(live)(message)
             turn = self._build_turn(live, pending, emit)
