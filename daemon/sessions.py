@@ -685,7 +685,7 @@ class SessionManager:
             # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
             # reaches events, the store and the model, so credentials are masked on the way
             # out. Known now, not at turn start: a Copilot token may be new since.
-            secrets = self._secrets()
+            secrets = known_secrets()  # each ``Secret``, MCP ``env`` values
             mask = SecretMask(secrets)
 
             async def masked_output(chunk: str) -> None:
@@ -734,10 +734,6 @@ class SessionManager:
                 ),
             ),
         )
-
-    def _secrets(self) -> tuple[str, ...]:
-        """Every credential the daemon knows of (each ``Secret``, MCP ``env`` values), longest first."""
-        return known_secrets()
 
     async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
         name = call.name or ""
