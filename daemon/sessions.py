@@ -132,6 +132,9 @@ class LiveSession:
     # them to its provider (they would answer a question asked later, or land between a
     # tool call and its result).
     waiting: list[ChatMessage] = field(default_factory=list)
+    # Waiting prompts a cancel dropped while a turn ran: they join the history once that
+    # turn has written its last messages (a cut-off tool call's results come first).
+    dropped: list[ChatMessage] = field(default_factory=list)
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
@@ -510,18 +513,36 @@ class SessionManager:
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 return dropped
             dropped += 1
-            # The prompt stays in the history (it was said); its turn still gets its
-            # bracket so a client waiting on the turn id is never left hanging.
-            moved = live.take_waiting(pending.user_message)
+            # The prompt stays in the history (it was said), after the running turn if there
+            # is one; its turn still gets its bracket so a client waiting on the turn id is
+            # never left hanging.
+            moved = False
+            if live.current is not None:
+                live.dropped.append(pending.user_message)
+            else:
+                moved = live.take_waiting(pending.user_message)
             if self._tg is not None:
                 self._tg.start_soon(self._bracket_dropped, live, pending, moved)
 
+    async def _join_dropped(self, live: LiveSession) -> None:
+        """The prompts dropped while the turn that just ended ran: into the history, after it."""
+        moved = [message for message in live.dropped if live.take_waiting(message)]
+        live.dropped.clear()
+        for message in moved:
+            await self._save_dropped(live, message)
+
+    async def _save_dropped(self, live: LiveSession, message: ChatMessage) -> None:
+        """Store a dropped prompt again with the seq it took at the end of the history."""
+        if live.unloaded:  # a deleted session's prompts go with it
+            return
+        try:
+            await self.store.save_message(message)
+        except PonderError as exc:  # shutting down, or the session just deleted
+            log.info("a dropped prompt keeps its first seq: %s", exc.message)
+
     async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
-        if moved and not live.unloaded:  # a deleted session's prompts go with it
-            try:
-                await self.store.save_message(pending.user_message)
-            except PonderError as exc:  # shutting down, or the session just deleted
-                log.info("a dropped prompt keeps its first seq: %s", exc.message)
+        if moved:
+            await self._save_dropped(live, pending.user_message)
         try:
             thinking_now = self.thinking_for(live.row)
         except PonderError:
@@ -647,6 +668,7 @@ class SessionManager:
         finally:
             live.current = None
             live.last_active = time.monotonic()
+        await self._join_dropped(live)
         if not live.unloaded:
             live.row.message_count = live.stored_count
             with anyio.move_on_after(2, shield=True):

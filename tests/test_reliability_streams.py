@@ -7,12 +7,14 @@ import gzip
 import json
 import sqlite3
 import zlib
+from contextlib import aclosing
 
 import anyio
 import msgspec
 import pytest
 
 from daemon import agent
+from daemon.agent import CANCELLED_RESULT
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
@@ -443,6 +445,64 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
         ("assistant", "and now the second"),
     ]
     assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+
+
+async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_results(home, tmp_path, replay_server):
+    """Cancelling a reply that is streaming a tool call records "cancelled" results for it; a
+    queued prompt the cancel drops joins the history after them, never between the call and
+    its result (a provider refuses that history, and the session could not go on)."""
+    calling = [
+        sse(MESSAGE_START),
+        sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
+            }
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
+            }
+        ),
+        sse(block_stop(), *message_end("tool_use")),
+    ]
+    cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
+    replay_server.enqueue(streamed(b"".join(calling), split_at=cuts, chunk_delay_s=1.0))
+    replay_server.enqueue(streamed(text_reply("going on")))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        first = await client.request("session/prompt", {"session_id": session_id, "text": "read my notes"})
+        ends = {}
+        with anyio.fail_after(20):
+            async with aclosing(client.events()) as events:
+                async for event in events:
+                    if event["type"] == "tool_call_start":  # the tool_use block is still streaming
+                        queued = {"session_id": session_id, "text": "QUEUED QUESTION"}
+                        second = await client.request("session/prompt", queued)
+                        cancelled = await client.request("session/cancel", {"session_id": session_id})
+                        assert cancelled == {"cancelled": True, "dropped_queued": 1}
+                    elif event["type"] == "turn_end":
+                        ends[event["turn_id"]] = event["stop_reason"]
+                        if len(ends) == 2:
+                            break
+        third = await prompt(client, session_id, "go on")
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert ends == {first["turn_id"]: "cancelled", second["turn_id"]: "cancelled"}
+    assert third[-1]["stop_reason"] == "end_turn"
+    roles = [(m["role"], m["content"][0].get("text")) for m in stored]
+    assert roles[:4] == [
+        ("user", "read my notes"),
+        ("assistant", None),
+        ("tool", CANCELLED_RESULT),
+        ("user", "QUEUED QUESTION"),
+    ]
+    assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+    sent = json.loads(replay_server.requests[-1].body)["messages"]
+    assert [b["type"] for b in sent[1]["content"]] == ["tool_use"]
+    assert sent[2]["content"][0]["type"] == "tool_result", "the call's result right after it, then the prompts"
 
 
 async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error(home, tmp_path, replay_server):
