@@ -13,7 +13,8 @@ import anyio
 import msgspec
 import pytest
 
-from daemon import agent
+from daemon import agent, sessions
+from daemon import store as store_module
 from daemon.agent import CANCELLED_RESULT
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
@@ -243,6 +244,51 @@ async def test_a_checkpoint_the_store_refuses_leaves_the_final_save_whole(home, 
     shown = end["message"]["content"][0]["text"]
     assert shown == "".join(pieces[:6]), "the stream stopped at the refused checkpoint"
     assert stored[-1]["content"] == [{"type": "text", "text": shown}] and stored[-1]["status"] == "error"
+
+
+async def test_a_checkpointed_reply_kept_in_memory_is_saved_whole_later_without_doubled_text(
+    home, tmp_path, replay_server, monkeypatch
+):
+    """Appends stored part of the reply, then the store's lock was held past the busy timeout:
+    the reply waits in memory and the periodic retry saves it whole, which replaces the
+    appended rows instead of adding its text to them."""
+    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    pieces = [f"piece {i}; " for i in range(12)]
+    body = text_reply(*pieces)
+    head = len(sse(MESSAGE_START, text_start()))
+    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
+    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.05))
+    holder = sqlite3.connect(home / "sessions.db", isolation_level=None, timeout=10, check_same_thread=False)
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "go"})
+        events = []
+        try:
+            with anyio.fail_after(20):
+                async for event in client.events(turn["turn_id"]):
+                    events.append(event)
+                    if event["type"] == "text_delta" and event["delta"] == pieces[4]:
+                        holder.execute("BEGIN IMMEDIATE")
+        finally:
+            if holder.in_transaction:
+                holder.execute("COMMIT")
+            holder.close()
+        [end] = of_type(events, "message_end")
+        shown = end["message"]["content"][0]["text"]
+        with anyio.fail_after(10):
+            while True:
+                stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+                if stored[-1]["status"] != "interrupted":  # a checkpoint's status: the final save is not in yet
+                    break
+                await anyio.sleep(0.05)
+    assert events[-1]["stop_reason"] == "error" and "not saved yet" in events[-1]["error"]["message"]
+    assert shown.startswith("".join(pieces[:5])) and "".join(pieces).startswith(shown)
+    assert len(stored) == 2 and stored[1]["status"] == "error"
+    assert stored[1]["content"] == [{"type": "text", "text": shown}], "saved whole, the appended text not doubled"
+    with sqlite3.connect(home / "sessions.db") as db:
+        assert db.execute("SELECT count(*) FROM part_appends").fetchone() == (0,)
 
 
 # --- keep-alives forever -------------------------------------------------------------------
