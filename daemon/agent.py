@@ -372,8 +372,8 @@ class _Reply:
     async def _on_event(self, event: Any) -> None:
         if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
             self._check_unicode(event)
-        if self.message is None and isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
-            await self._begin()
+            if self.message is None:
+                await self._begin()
         message = self.message
         emit = self.turn.emit
         if isinstance(event, BlockDelta):
