@@ -373,8 +373,8 @@ class _Reply:
     async def _on_event(self, event: Any) -> None:
         if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
             self._check_unicode(event)
-        if self.message is None and isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
-            await self._begin()
+            if self.message is None:
+                await self._begin()
         message = self.message
         emit = self.turn.emit
         if isinstance(event, BlockDelta):
@@ -516,10 +516,17 @@ class _Reply:
                     appended[index] = part.text[stored:]
             self.stored_len[index] = len(part.text)
         self.changed_parts.clear()
-        if whole or appended or final:
+        if not (whole or appended or final):
+            return
+        try:
             await self.turn.append(
                 message.message_id, whole, appended, keep_text=frozenset(keep_text), final=message if final else None
             )
+        except BaseException:
+            # The counts above already include this increment, and the store may or may not
+            # hold it: the next save writes the message whole (which drops appended rows).
+            self.stored = False
+            raise
 
     async def _finish(self, status: str) -> ChatMessage | None:
         message = self.message
@@ -535,17 +542,15 @@ class _Reply:
         message.usage = self.usage
         if self.usage is not None:
             self.turn.usage = add_usage(self.turn.usage, self.usage)
-        if not self.stored:
-            await _save_and_end(self.turn, message)
-            return message
-        try:
-            await self._persist(final=True)  # a long reply is not rewritten whole at its end
-        except PonderError:
-            # The store refused the increment: the session's saver takes the whole message
-            # and keeps it for a later save if the store still refuses.
-            await _save_and_end(self.turn, message)
-            return message
-        await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+        if self.stored:
+            try:
+                await self._persist(final=True)  # a long reply is not rewritten whole at its end
+            except PonderError:
+                pass  # the store refused the increment: saved whole below (kept for later if refused again)
+            else:
+                await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+                return message
+        await _save_and_end(self.turn, message)
         return message
 
 

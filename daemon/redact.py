@@ -62,11 +62,11 @@ class SecretMask:
     """
 
     def __init__(self, secrets: list[str] | tuple[str, ...]) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+        self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True))
         self.pending = ""
 
     def scrub(self, text: str) -> str:
-        return scrub(text, tuple(self.secrets))
+        return scrub(text, self.secrets)
 
     def feed(self, chunk: str) -> str:
         if not self.secrets:

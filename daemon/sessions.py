@@ -132,6 +132,9 @@ class LiveSession:
     # them to its provider (they would answer a question asked later, or land between a
     # tool call and its result).
     waiting: list[ChatMessage] = field(default_factory=list)
+    # Waiting prompts a cancel dropped while a turn ran: they join the history once that
+    # turn has written its last messages (a cut-off tool call's results come first).
+    dropped: list[ChatMessage] = field(default_factory=list)
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
@@ -155,12 +158,22 @@ class LiveSession:
         return max(seqs, default=0) + 1
 
     def take_waiting(self, message: ChatMessage) -> bool:
-        """Move an admitted prompt into the history, at its end; False if it is not waiting."""
+        """Move an admitted prompt from ``waiting`` to the end of the history (nothing if it is
+        not waiting). True when it took a new seq, as a prompt queued behind a turn whose
+        replies were stored after it does (the caller stores it again)."""
         if not any(m is message for m in self.waiting):
             return False
         self.waiting = [m for m in self.waiting if m is not message]
+        renumbered = bool(self.history) and self.history[-1].seq >= message.seq
+        if renumbered:
+            message.seq = self.next_seq()
         self.history.append(message)
-        return True
+        return renumbered
+
+    @property
+    def changing_here(self) -> bool:
+        """This daemon may be changing the session: its memory is the truth, not the store."""
+        return self.lease_held or bool(self.unsaved) or self.status != "idle"
 
     @property
     def stored_count(self) -> int:
@@ -273,16 +286,12 @@ class SessionManager:
         are reloaded, a renamed or re-modelled one takes the stored row. Skipped while this
         daemon holds the lease or has unsaved messages: then memory is the truth.
         """
-        if live.lease_held or live.unsaved or live.status != "idle":
+        if live.changing_here:
             return
         async with live.admit_lock:
-            if live.lease_held or live.unsaved or live.status != "idle" or live.unloaded:
+            if live.changing_here or live.unloaded:
                 return
-            row = await self.store.get_session(live.row.id)
-            if row is None:
-                self._unload(live)
-                raise SessionNotFound(live.row.id)
-            await self._catch_up(live, row)
+            await self._refresh(live)
 
     async def discover(self, model_id: str | None) -> None:
         if model_id and self.discover_models is not None:
@@ -313,7 +322,7 @@ class SessionManager:
         live = self._live.get(row.id)
         # Memory is the truth while this daemon may be changing the session; otherwise the
         # row given (fresh from the store for session/list) is, as another daemon may have.
-        if live is not None and (live.row is row or live.lease_held or live.unsaved or live.status != "idle"):
+        if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
         return row.to_wire(live.status if live is not None else "idle")
@@ -472,14 +481,13 @@ class SessionManager:
             return turn_id, queued
 
     async def _refresh(self, live: LiveSession) -> None:
-        """Catch up with turns another daemon sharing this home ran while we held no lease."""
+        """Catch up with what another daemon sharing this home did while we held no lease:
+        take the stored row, and the stored history when messages were added; a deleted
+        session is unloaded (``SessionNotFound``)."""
         row = await self.store.get_session(live.row.id)
         if row is None:
+            self._unload(live)
             raise SessionNotFound(live.row.id)
-        await self._catch_up(live, row)
-
-    async def _catch_up(self, live: LiveSession, row: SessionRow) -> None:
-        """Take the stored row, and the stored history when another daemon added messages."""
         if row.message_count != live.stored_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
@@ -505,18 +513,36 @@ class SessionManager:
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 return dropped
             dropped += 1
-            # The prompt stays in the history (it was said); its turn still gets its
-            # bracket so a client waiting on the turn id is never left hanging.
-            moved = self._join_history(live, pending.user_message)
+            # The prompt stays in the history (it was said), after the running turn if there
+            # is one; its turn still gets its bracket so a client waiting on the turn id is
+            # never left hanging.
+            moved = False
+            if live.current is not None:
+                live.dropped.append(pending.user_message)
+            else:
+                moved = live.take_waiting(pending.user_message)
             if self._tg is not None:
                 self._tg.start_soon(self._bracket_dropped, live, pending, moved)
 
+    async def _join_dropped(self, live: LiveSession) -> None:
+        """The prompts dropped while the turn that just ended ran: into the history, after it."""
+        moved = [message for message in live.dropped if live.take_waiting(message)]
+        live.dropped.clear()
+        for message in moved:
+            await self._save_dropped(live, message)
+
+    async def _save_dropped(self, live: LiveSession, message: ChatMessage) -> None:
+        """Store a dropped prompt again with the seq it took at the end of the history."""
+        if live.unloaded:  # a deleted session's prompts go with it
+            return
+        try:
+            await self.store.save_message(message)
+        except PonderError as exc:  # shutting down, or the session just deleted
+            log.info("a dropped prompt keeps its first seq: %s", exc.message)
+
     async def _bracket_dropped(self, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
-        if moved and not live.unloaded:  # a deleted session's prompts go with it
-            try:
-                await self.store.save_message(pending.user_message)
-            except PonderError as exc:  # shutting down, or the session just deleted
-                log.info("a dropped prompt keeps its first seq: %s", exc.message)
+        if moved:
+            await self._save_dropped(live, pending.user_message)
         try:
             thinking_now = self.thinking_for(live.row)
         except PonderError:
@@ -624,23 +650,11 @@ class SessionManager:
         live.unloaded = True
         live.inbox_send.close()
 
-    def _join_history(self, live: LiveSession, message: ChatMessage) -> bool:
-        """Put an admitted prompt at the end of the history; True when its seq changed, as for
-        a prompt queued behind a turn whose replies were stored after it."""
-        if not live.take_waiting(message):
-            return False
-        if len(live.history) < 2 or live.history[-2].seq < message.seq:
-            return False
-        live.history.pop()
-        message.seq = live.next_seq()
-        live.history.append(message)
-        return True
-
     async def _run_turn(self, live: LiveSession, pending: PendingTurn) -> None:
         message = pending.user_message
         emit = self._releasing_emitter(live, self._emitter(live, pending.turn_id))
         try:
-            if self._join_history(live, message):
+            if live.take_waiting(message):
                 # Stored again with its new seq, so the stored history reads as the conversation happened.
                 await self._saver(live)(message)
             turn = self._build_turn(live, pending, emit)
@@ -654,6 +668,7 @@ class SessionManager:
         finally:
             live.current = None
             live.last_active = time.monotonic()
+        await self._join_dropped(live)
         if not live.unloaded:
             live.row.message_count = live.stored_count
             with anyio.move_on_after(2, shield=True):
@@ -692,7 +707,7 @@ class SessionManager:
             # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
             # reaches events, the store and the model, so credentials are masked on the way
             # out. Known now, not at turn start: a short-lived provider token may be new since.
-            secrets = self._secrets()
+            secrets = known_secrets()  # each ``Secret``, MCP ``env`` values
             mask = SecretMask(secrets)
 
             async def masked_output(chunk: str) -> None:
@@ -741,10 +756,6 @@ class SessionManager:
                 ),
             ),
         )
-
-    def _secrets(self) -> tuple[str, ...]:
-        """Every credential the daemon knows of (each ``Secret``, MCP ``env`` values), longest first."""
-        return known_secrets()
 
     async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
         name = call.name or ""

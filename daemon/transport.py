@@ -169,10 +169,6 @@ def _writes(batch: list[bytes]) -> list[bytes]:
     """The batch as few buffers to write: small messages joined with their newlines, large
     ones (a ``text_end`` or ``message_end`` can hold a whole reply) written as they are,
     since joining would copy them."""
-    if len(batch) == 1 or all(len(message) < BIG_MESSAGE for message in batch):
-        if len(batch[0]) >= BIG_MESSAGE:
-            return [batch[0], b"\n"]
-        return [b"\n".join([*batch, b""])]
     out: list[bytes] = []
     small: list[bytes] = []
     for message in batch:

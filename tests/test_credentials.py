@@ -74,27 +74,17 @@ def test_pass_env_is_read_from_config_and_a_bad_one_is_a_problem(tmp_path):
     assert any("[tools] pass_env must be a list" in p for p in config.problems), config.problems
 
 
-def test_log_lines_never_carry_a_known_credential(tmp_path, capsys):
+def test_log_lines_never_carry_a_known_credential(tmp_path, capsys, restore_logging):
     secret = planted("log")
     redact.remember(secret)
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    setup_logging(tmp_path / "logs", "debug")
+    logging.getLogger("ponder.test").warning("header was %s", secret)
     try:
-        setup_logging(tmp_path / "logs", "debug")
-        logging.getLogger("ponder.test").warning("header was %s", secret)
-        try:
-            raise ValueError(f"bad key {secret}")
-        except ValueError:
-            logging.getLogger("ponder.test").exception("failed")
-        for handler in root.handlers:
-            handler.flush()
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-            handler.close()
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
+        raise ValueError(f"bad key {secret}")
+    except ValueError:
+        logging.getLogger("ponder.test").exception("failed")
+    for handler in restore_logging.handlers:
+        handler.flush()
     written = (tmp_path / "logs" / "ponder.log").read_text() + capsys.readouterr().err
     assert "header was ***" in written and "ValueError: bad key ***" in written
     assert secret not in written

@@ -9,7 +9,15 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.transport import OVERLONG, LineSplitter, _pump_output, _write_all, _write_nonblocking
+from daemon.transport import (
+    BIG_MESSAGE,
+    OVERLONG,
+    LineSplitter,
+    _pump_output,
+    _write_all,
+    _write_nonblocking,
+    _writes,
+)
 from tests.support.harness import subprocess_env
 from tests.support.wire import validate_message
 
@@ -152,6 +160,15 @@ def _hung_up_terminal() -> int:
     controller, terminal = os.openpty()
     os.close(controller)
     return terminal
+
+
+def test_a_batch_is_written_as_its_lines_with_large_messages_never_copied():
+    big = b"B" * BIG_MESSAGE
+    assert _writes([b"a"]) == [b"a\n"]
+    assert _writes([b"a", b"b"]) == [b"a\nb\n"]
+    assert _writes([b"a", big, b"b", b"c", big]) == [b"a\n", big, b"\n", b"b\nc\n", big, b"\n"]
+    written = _writes([big, big])
+    assert written == [big, b"\n", big, b"\n"] and written[0] is big and written[2] is big, "written as it is"
 
 
 def test_writing_to_a_hung_up_terminal_reports_the_client_gone_instead_of_raising():

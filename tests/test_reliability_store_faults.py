@@ -481,21 +481,11 @@ async def test_a_new_home_is_owner_only(tmp_path: Path, loose_umask: None) -> No
     assert "sessions.db" in files and files == dict.fromkeys(files, 0o600)
 
 
-def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None) -> None:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None, restore_logging: logging.Logger) -> None:
     home = tmp_path / "home"
-    try:
-        setup_logging(home / "logs", max_bytes=2000)
-        for n in range(200):
-            logging.getLogger("ponder.test").info("line %d of a log that rotates", n)
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-            handler.close()
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
+    setup_logging(home / "logs", max_bytes=2000)
+    for n in range(200):
+        logging.getLogger("ponder.test").info("line %d of a log that rotates", n)
     assert mode(home) == 0o700 and mode(home / "logs") == 0o700
     files = sorted(p.name for p in (home / "logs").iterdir())
     assert files == ["ponder.log", "ponder.log.1", "ponder.log.2", "ponder.log.3"]

@@ -7,12 +7,15 @@ import gzip
 import json
 import sqlite3
 import zlib
+from contextlib import aclosing
 
 import anyio
 import msgspec
 import pytest
 
-from daemon import agent
+from daemon import agent, sessions
+from daemon import store as store_module
+from daemon.agent import CANCELLED_RESULT
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
@@ -218,6 +221,76 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
         assert db.execute("SELECT count(*) FROM part_appends WHERE message_id = 'm1'").fetchone() == (0,)
 
 
+async def test_a_checkpoint_the_store_refuses_leaves_the_final_save_whole(home, tmp_path, replay_server, monkeypatch):
+    """A refused append must not be counted as stored: the final save (the store taking writes
+    again) holds every delta the client saw, not the text around the refused one."""
+    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    pieces = [f"piece {i}; " for i in range(8)]
+    body = text_reply(*pieces)
+    head = len(sse(MESSAGE_START, text_start()))
+    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
+    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.005))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        with sqlite3.connect(home / "sessions.db") as db:  # refuses exactly one append: that of piece 5
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON part_appends WHEN NEW.text = 'piece 5; ' "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+        events = await prompt(client, session_id, "go")
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert events[-1]["stop_reason"] == "error"
+    [end] = of_type(events, "message_end")
+    shown = end["message"]["content"][0]["text"]
+    assert shown == "".join(pieces[:6]), "the stream stopped at the refused checkpoint"
+    assert stored[-1]["content"] == [{"type": "text", "text": shown}] and stored[-1]["status"] == "error"
+
+
+async def test_a_checkpointed_reply_kept_in_memory_is_saved_whole_later_without_doubled_text(
+    home, tmp_path, replay_server, monkeypatch
+):
+    """Appends stored part of the reply, then the store's lock was held past the busy timeout:
+    the reply waits in memory and the periodic retry saves it whole, which replaces the
+    appended rows instead of adding its text to them."""
+    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    pieces = [f"piece {i}; " for i in range(12)]
+    body = text_reply(*pieces)
+    head = len(sse(MESSAGE_START, text_start()))
+    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
+    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.05))
+    holder = sqlite3.connect(home / "sessions.db", isolation_level=None, timeout=10, check_same_thread=False)
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "go"})
+        events = []
+        try:
+            with anyio.fail_after(20):
+                async for event in client.events(turn["turn_id"]):
+                    events.append(event)
+                    if event["type"] == "text_delta" and event["delta"] == pieces[4]:
+                        holder.execute("BEGIN IMMEDIATE")
+        finally:
+            if holder.in_transaction:
+                holder.execute("COMMIT")
+            holder.close()
+        [end] = of_type(events, "message_end")
+        shown = end["message"]["content"][0]["text"]
+        with anyio.fail_after(10):
+            while True:
+                stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+                if stored[-1]["status"] != "interrupted":  # a checkpoint's status: the final save is not in yet
+                    break
+                await anyio.sleep(0.05)
+    assert events[-1]["stop_reason"] == "error" and "not saved yet" in events[-1]["error"]["message"]
+    assert shown.startswith("".join(pieces[:5])) and "".join(pieces).startswith(shown)
+    assert len(stored) == 2 and stored[1]["status"] == "error"
+    assert stored[1]["content"] == [{"type": "text", "text": shown}], "saved whole, the appended text not doubled"
+    with sqlite3.connect(home / "sessions.db") as db:
+        assert db.execute("SELECT count(*) FROM part_appends").fetchone() == (0,)
+
+
 # --- keep-alives forever -------------------------------------------------------------------
 
 
@@ -418,6 +491,64 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
         ("assistant", "and now the second"),
     ]
     assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+
+
+async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_results(home, tmp_path, replay_server):
+    """Cancelling a reply that is streaming a tool call records "cancelled" results for it; a
+    queued prompt the cancel drops joins the history after them, never between the call and
+    its result (a provider refuses that history, and the session could not go on)."""
+    calling = [
+        sse(MESSAGE_START),
+        sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
+            }
+        ),
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
+            }
+        ),
+        sse(block_stop(), *message_end("tool_use")),
+    ]
+    cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
+    replay_server.enqueue(streamed(b"".join(calling), split_at=cuts, chunk_delay_s=1.0))
+    replay_server.enqueue(streamed(text_reply("going on")))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        first = await client.request("session/prompt", {"session_id": session_id, "text": "read my notes"})
+        ends = {}
+        with anyio.fail_after(20):
+            async with aclosing(client.events()) as events:
+                async for event in events:
+                    if event["type"] == "tool_call_start":  # the tool_use block is still streaming
+                        queued = {"session_id": session_id, "text": "QUEUED QUESTION"}
+                        second = await client.request("session/prompt", queued)
+                        cancelled = await client.request("session/cancel", {"session_id": session_id})
+                        assert cancelled == {"cancelled": True, "dropped_queued": 1}
+                    elif event["type"] == "turn_end":
+                        ends[event["turn_id"]] = event["stop_reason"]
+                        if len(ends) == 2:
+                            break
+        third = await prompt(client, session_id, "go on")
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+    assert ends == {first["turn_id"]: "cancelled", second["turn_id"]: "cancelled"}
+    assert third[-1]["stop_reason"] == "end_turn"
+    roles = [(m["role"], m["content"][0].get("text")) for m in stored]
+    assert roles[:4] == [
+        ("user", "read my notes"),
+        ("assistant", None),
+        ("tool", CANCELLED_RESULT),
+        ("user", "QUEUED QUESTION"),
+    ]
+    assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+    sent = json.loads(replay_server.requests[-1].body)["messages"]
+    assert [b["type"] for b in sent[1]["content"]] == ["tool_use"]
+    assert sent[2]["content"][0]["type"] == "tool_result", "the call's result right after it, then the prompts"
 
 
 async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error(home, tmp_path, replay_server):

@@ -19,7 +19,7 @@ from daemon.tools.ignore import compile_glob
 from daemon.tools.paths import display_path, escape_name, resolve_in_cwd
 from daemon.tools.walk import WalkStats, walk_files
 
-__all__ = ["MAX_FILES", "ListFiles", "ListFilesArgs", "escaped_names_note", "glob_matcher", "scan"]
+__all__ = ["MAX_FILES", "ListFiles", "ListFilesArgs", "glob_matcher", "scan", "walk_notes"]
 
 MAX_FILES = 1000
 
@@ -103,10 +103,7 @@ def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
     notes = []
     if more:
         notes.append(f"[listing stopped at {MAX_FILES} files; narrow it with path or pattern]")
-    if escaped:
-        notes.append(escaped_names_note(escaped))
-    if stats.unreadable_dirs:
-        notes.append(f"[skipped {stats.unreadable_dirs} director(ies) that could not be read]")
+    notes += walk_notes(escaped, stats)
     if not found:
         what = f"matching '{pattern}' " if pattern else ""
         return ToolResult(
@@ -115,8 +112,14 @@ def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
     return ToolResult("\n".join(found + notes))
 
 
-def escaped_names_note(count: int) -> str:
-    return (
-        f"[{count} name(s) are not valid UTF-8 or contain control characters and are shown escaped (\\xNN, \\n); "
-        "file tools cannot open them by these names: rename them with run_command, e.g. mv with a glob]"
-    )
+def walk_notes(escaped: int, stats: WalkStats) -> list[str]:
+    """The notes a walk's result ends with: names shown escaped, directories skipped."""
+    notes = []
+    if escaped:
+        notes.append(
+            f"[{escaped} name(s) are not valid UTF-8 or contain control characters and are shown escaped (\\xNN, "
+            "\\n); file tools cannot open them by these names: rename them with run_command, e.g. mv with a glob]"
+        )
+    if stats.unreadable_dirs:
+        notes.append(f"[skipped {stats.unreadable_dirs} director(ies) that could not be read]")
+    return notes

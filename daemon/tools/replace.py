@@ -13,7 +13,6 @@ sharing its content, and neither is what the model asked for.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 
 from daemon.tools.base import ToolError
@@ -45,7 +44,7 @@ def replace_file(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
 
     Raises ``OSError`` (the old file is untouched then) for the caller to phrase.
     """
-    temp = f".{name[:200]}.{secrets.token_hex(4)}.ponder-tmp"
+    temp = f".{name[:200]}.{os.urandom(4).hex()}.ponder-tmp"  # what secrets.token_hex does, without its imports
     fd = os.open(temp, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)  # 0o666 less the umask, as for a new file
     try:
         try:

@@ -17,7 +17,7 @@ import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.child import SCAN_TIME_LIMIT_S, run_in_child
-from daemon.tools.list_files import escaped_names_note, glob_matcher
+from daemon.tools.list_files import glob_matcher, walk_notes
 from daemon.tools.paths import display_path, escape_name, resolve_in_cwd
 from daemon.tools.text import decode_text
 from daemon.tools.walk import WalkStats, open_walked, walk_files
@@ -123,10 +123,7 @@ def scan(root: Path, start: Path, pattern: str, ignore_case: bool, glob: str | N
         notes.append(f"[stopped after {MAX_MATCHES} matches; narrow the pattern, glob or path]")
     if skipped_large:
         notes.append(f"[skipped {skipped_large} file(s) larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB]")
-    if escaped:
-        notes.append(escaped_names_note(escaped))
-    if stats.unreadable_dirs:
-        notes.append(f"[skipped {stats.unreadable_dirs} director(ies) that could not be read]")
+    notes += walk_notes(escaped, stats)
     if not hits:
         return ToolResult("\n".join([f"no matches for /{pattern}/", *notes]))
     return ToolResult("\n".join(hits + notes))
