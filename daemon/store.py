@@ -216,6 +216,18 @@ def _store_error(error: sqlite3.Error, *, write: bool) -> StoreError:
     return StoreError(f"The session database failed: {error}")
 
 
+def _as_store_error(error: Exception) -> Exception:
+    """What ``Store._transaction`` would have raised for ``error`` (a body's own errors pass through)."""
+    converted: Exception = error
+    if isinstance(error, sqlite3.Error):
+        converted = _store_error(error, write=True)
+    elif isinstance(error, (msgspec.DecodeError, msgspec.ValidationError)):
+        converted = _damaged("a stored JSON value is malformed")
+    if converted is not error:
+        converted.__cause__ = error
+    return converted
+
+
 def _open_error(path: str, error: OSError) -> StoreUnavailable:
     reasons = {
         errno.EROFS: "it is on a read-only file system",
@@ -441,6 +453,25 @@ class Store:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise _damaged("a stored JSON value is malformed") from error
 
+    def write_together(self, bodies: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[Any, Exception | None]]:
+        """Run ``bodies`` in one write transaction, each in its own savepoint, and return each
+        one's (result, error): a body that fails rolls back only its own writes, the others
+        commit together. An error of the transaction itself (closed, locked, disk full) raises."""
+
+        def body(db: sqlite3.Connection) -> list[tuple[Any, Exception | None]]:
+            outcomes: list[tuple[Any, Exception | None]] = []
+            for item in bodies:
+                db.execute("SAVEPOINT together")
+                try:
+                    outcomes.append((item(db), None))
+                except Exception as error:  # noqa: BLE001 - handed to the caller of this body
+                    db.execute("ROLLBACK TO together")
+                    outcomes.append((None, _as_store_error(error)))
+                db.execute("RELEASE together")
+            return outcomes
+
+        return self._write(body)
+
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return self._transaction(body, write=True)
 
@@ -623,6 +654,9 @@ class Store:
         become None. Returns the message as stored.
         """
 
+        return self._write(self._save_message_body(message))
+
+    def _save_message_body(self, message: ChatMessage) -> Callable[[sqlite3.Connection], ChatMessage]:
         parts = [_normalized_part(part) for part in message.parts]
 
         def body(db: sqlite3.Connection) -> ChatMessage:
@@ -674,7 +708,7 @@ class Store:
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, message.session_id))
             return msgspec.structs.replace(message, parts=parts, created_at=created_at)
 
-        return self._write(body)
+        return body
 
     def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
@@ -858,7 +892,9 @@ class Store:
 
         False while another owner holds it unexpired and that owner's process is alive.
         """
+        return self._write(self._acquire_lease_body(session_id, owner, ttl_s))
 
+    def _acquire_lease_body(self, session_id: str, owner: str, ttl_s: float) -> Callable[[sqlite3.Connection], bool]:
         def body(db: sqlite3.Connection) -> bool:
             now = self._clock()
             held = db.execute("SELECT owner, expires_at FROM turn_leases WHERE session_id = ?", (session_id,)).fetchone()
@@ -874,7 +910,7 @@ class Store:
             )
             return True
 
-        return self._write(body)
+        return body
 
     def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease; False if it was taken over (the turn must stop)."""
@@ -930,6 +966,17 @@ class Store:
         self.close()
 
 
+class _PendingWrite:
+    """One write waiting in ``AsyncStore``'s batch, and then its outcome."""
+
+    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
+        self.body = body
+        self.taken = False  # by the store thread: it will run, even if its caller is cancelled
+        self.finished = anyio.Event()
+        self.result: Any = None
+        self.error: Exception | None = None
+
+
 class AsyncStore:
     """``Store`` for the event loop: each call runs on a worker thread, one call at a time.
 
@@ -942,6 +989,10 @@ class AsyncStore:
         self.store = store  # the sync store; blocking, so not for use on the event loop
         self._limiter = anyio.CapacityLimiter(1)
         self._closing = False
+        self._pending: list[_PendingWrite] = []  # writes waiting to be committed together
+        self._pending_lock = threading.Lock()  # the store thread takes the batch
+        self._flushing = False
+        self._in_flight: list[_PendingWrite] = []  # the batch on the store thread
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
@@ -960,6 +1011,69 @@ class AsyncStore:
         if self._closing:
             raise StoreClosed()
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def _write_together(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` in a write transaction shared with the other writes waiting at that
+        moment (a burst of prompts commits in one transaction and one thread hop, instead of
+        one each); return once that transaction has committed, with this body's result.
+
+        The first caller to find no flush under way flushes, again and again while writes keep
+        arriving; the others wait for theirs. A caller cancelled before its write was taken
+        withdraws it; once taken, the write finishes (as with ``_call``) before the
+        cancellation takes effect.
+        """
+        if self._closing:
+            raise StoreClosed()
+        write = _PendingWrite(body)
+        with self._pending_lock:
+            self._pending.append(write)
+        if not self._flushing:
+            self._flushing = True
+            try:
+                with anyio.CancelScope(shield=True):  # the others are waiting on this flush
+                    while self._pending:
+                        for done in await anyio.to_thread.run_sync(self._flush, limiter=self._limiter):
+                            done.finished.set()
+            except BaseException as error:  # the thread could not be reached: no waiter may hang
+                with self._pending_lock:
+                    stranded, self._pending = [*self._in_flight, *self._pending], []
+                for left in stranded:
+                    if not left.finished.is_set():
+                        left.error = error if isinstance(error, Exception) else StoreClosed()
+                        left.finished.set()
+                raise
+            finally:
+                self._flushing = False
+        else:
+            try:
+                await write.finished.wait()
+            except anyio.get_cancelled_exc_class():
+                with self._pending_lock:
+                    withdrawn = not write.taken
+                    if withdrawn:
+                        self._pending.remove(write)
+                if not withdrawn:
+                    with anyio.CancelScope(shield=True):
+                        await write.finished.wait()
+                raise
+        if write.error is not None:
+            raise write.error
+        return write.result  # type: ignore[no-any-return]
+
+    def _flush(self) -> list[_PendingWrite]:
+        """On the store thread: commit every pending write together; return them, answered."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+            self._in_flight = batch
+            for write in batch:
+                write.taken = True
+        try:
+            outcomes = self.store.write_together([write.body for write in batch])
+        except Exception as error:  # noqa: BLE001 - the transaction failed: every write in it did
+            outcomes = [(None, error)] * len(batch)
+        for write, (result, error) in zip(batch, outcomes, strict=True):
+            write.result, write.error = result, error
+        return batch
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Close after the call in flight; safe to call twice and from cancelled scopes.
@@ -983,7 +1097,8 @@ class AsyncStore:
         return await self._call(self.store.create_session, row)
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        return await self._call(self.store.get_session, session_id)
+        # With the writes: a prompt's admission (lease, this read, the user message) batches whole.
+        return await self._write_together(functools.partial(Store._fetch_session, session_id=session_id))
 
     async def list_sessions(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
@@ -1002,7 +1117,7 @@ class AsyncStore:
         return await self._call(self.store.fork_session, source_id, new_row, up_to_message_id)
 
     async def save_message(self, message: ChatMessage) -> ChatMessage:
-        return await self._call(self.store.save_message, message)
+        return await self._write_together(self.store._save_message_body(message))
 
     async def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
@@ -1030,7 +1145,7 @@ class AsyncStore:
         return await self._call(self.store.get_changes, session_id)
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
-        return await self._call(self.store.acquire_lease, session_id, owner, ttl_s)
+        return await self._write_together(self.store._acquire_lease_body(session_id, owner, ttl_s))
 
     async def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._call(self.store.renew_lease, session_id, owner, ttl_s)
