@@ -1097,8 +1097,7 @@ class AsyncStore:
         return await self._call(self.store.create_session, row)
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        # With the writes: a prompt's admission (lease, this read, the user message) batches whole.
-        return await self._write_together(functools.partial(Store._fetch_session, session_id=session_id))
+        return await self._call(self.store.get_session, session_id)
 
     async def list_sessions(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
