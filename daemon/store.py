@@ -453,10 +453,12 @@ class Store:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise _damaged("a stored JSON value is malformed") from error
 
-    def write_together(self, bodies: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[Any, Exception | None]]:
-        """Run ``bodies`` in one write transaction, each in its own savepoint, and return each
-        one's (result, error): a body that fails rolls back only its own writes, the others
-        commit together. An error of the transaction itself (closed, locked, disk full) raises."""
+    def run_together(
+        self, bodies: list[Callable[[sqlite3.Connection], Any]], *, write: bool
+    ) -> list[tuple[Any, Exception | None]]:
+        """Run ``bodies`` in one transaction, each in its own savepoint, and return each one's
+        (result, error): a body that fails rolls back only its own writes, the others commit
+        together. An error of the transaction itself (closed, locked, disk full) raises."""
 
         def body(db: sqlite3.Connection) -> list[tuple[Any, Exception | None]]:
             outcomes: list[tuple[Any, Exception | None]] = []
@@ -470,7 +472,7 @@ class Store:
                 db.execute("RELEASE together")
             return outcomes
 
-        return self._write(body)
+        return self._transaction(body, write=write)
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return self._transaction(body, write=True)
@@ -966,8 +968,8 @@ class Store:
         self.close()
 
 
-class _PendingWrite:
-    """One write waiting in ``AsyncStore``'s batch, and then its outcome."""
+class _Pending:
+    """One store call waiting in a ``_Batch``, and then its outcome."""
 
     def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
         self.body = body
@@ -975,6 +977,84 @@ class _PendingWrite:
         self.finished = anyio.Event()
         self.result: Any = None
         self.error: Exception | None = None
+
+
+class _Batch:
+    """Store calls that arrive together run in one transaction and one thread hop (a burst of
+    prompts commits its user messages together, instead of one transaction each).
+
+    The first caller to find no flush under way flushes, again and again while calls keep
+    arriving; the others wait for theirs. A caller cancelled before its call was taken
+    withdraws it; once taken, the call finishes (as with ``AsyncStore._call``) before the
+    cancellation takes effect.
+    """
+
+    def __init__(
+        self, run: Callable[[list[Callable[[sqlite3.Connection], Any]]], list[tuple[Any, Exception | None]]],
+        limiter: anyio.CapacityLimiter,
+    ) -> None:
+        self._run = run
+        self._limiter = limiter  # the store's: batches take their turn with single calls
+        self._pending: list[_Pending] = []
+        self._lock = threading.Lock()  # the store thread takes the batch
+        self._in_flight: list[_Pending] = []  # the batch on the store thread
+        self._flushing = False
+
+    async def call(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body``'s result, once the transaction it ran in has committed."""
+        call = _Pending(body)
+        with self._lock:
+            self._pending.append(call)
+        if not self._flushing:
+            await self._flush_all()
+        else:
+            try:
+                await call.finished.wait()
+            except anyio.get_cancelled_exc_class():
+                with self._lock:
+                    withdrawn = not call.taken
+                    if withdrawn:
+                        self._pending.remove(call)
+                if not withdrawn:
+                    with anyio.CancelScope(shield=True):
+                        await call.finished.wait()
+                raise
+        if call.error is not None:
+            raise call.error
+        return call.result  # type: ignore[no-any-return]
+
+    async def _flush_all(self) -> None:
+        self._flushing = True
+        try:
+            with anyio.CancelScope(shield=True):  # the others are waiting on this flush
+                while self._pending:
+                    for done in await anyio.to_thread.run_sync(self._flush, limiter=self._limiter):
+                        done.finished.set()
+        except BaseException as error:  # the thread could not be reached: no waiter may hang
+            with self._lock:
+                stranded, self._pending = [*self._in_flight, *self._pending], []
+            for left in stranded:
+                if not left.finished.is_set():
+                    left.error = error if isinstance(error, Exception) else StoreClosed()
+                    left.finished.set()
+            raise
+        finally:
+            self._flushing = False
+
+    def _flush(self) -> list[_Pending]:
+        """On the store thread: run every pending call together; return them, answered."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._in_flight = batch
+            for call in batch:
+                call.taken = True
+        try:
+            outcomes = self._run([call.body for call in batch])
+        except Exception as error:  # noqa: BLE001 - the transaction failed: every call in it did
+            outcomes = [(None, error)] * len(batch)
+        for call, (result, error) in zip(batch, outcomes, strict=True):
+            call.result, call.error = result, error
+        return batch
 
 
 class AsyncStore:
@@ -989,10 +1069,10 @@ class AsyncStore:
         self.store = store  # the sync store; blocking, so not for use on the event loop
         self._limiter = anyio.CapacityLimiter(1)
         self._closing = False
-        self._pending: list[_PendingWrite] = []  # writes waiting to be committed together
-        self._pending_lock = threading.Lock()  # the store thread takes the batch
-        self._flushing = False
-        self._in_flight: list[_PendingWrite] = []  # the batch on the store thread
+        # Writes batch with writes; reads with reads, so a read never waits on another
+        # process's write lock.
+        self._writes = _Batch(lambda bodies: self.store.run_together(bodies, write=True), self._limiter)
+        self._reads = _Batch(lambda bodies: self.store.run_together(bodies, write=False), self._limiter)
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
@@ -1012,68 +1092,10 @@ class AsyncStore:
             raise StoreClosed()
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
 
-    async def _write_together(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in a write transaction shared with the other writes waiting at that
-        moment (a burst of prompts commits in one transaction and one thread hop, instead of
-        one each); return once that transaction has committed, with this body's result.
-
-        The first caller to find no flush under way flushes, again and again while writes keep
-        arriving; the others wait for theirs. A caller cancelled before its write was taken
-        withdraws it; once taken, the write finishes (as with ``_call``) before the
-        cancellation takes effect.
-        """
+    async def _together(self, batch: _Batch, body: Callable[[sqlite3.Connection], T]) -> T:
         if self._closing:
             raise StoreClosed()
-        write = _PendingWrite(body)
-        with self._pending_lock:
-            self._pending.append(write)
-        if not self._flushing:
-            self._flushing = True
-            try:
-                with anyio.CancelScope(shield=True):  # the others are waiting on this flush
-                    while self._pending:
-                        for done in await anyio.to_thread.run_sync(self._flush, limiter=self._limiter):
-                            done.finished.set()
-            except BaseException as error:  # the thread could not be reached: no waiter may hang
-                with self._pending_lock:
-                    stranded, self._pending = [*self._in_flight, *self._pending], []
-                for left in stranded:
-                    if not left.finished.is_set():
-                        left.error = error if isinstance(error, Exception) else StoreClosed()
-                        left.finished.set()
-                raise
-            finally:
-                self._flushing = False
-        else:
-            try:
-                await write.finished.wait()
-            except anyio.get_cancelled_exc_class():
-                with self._pending_lock:
-                    withdrawn = not write.taken
-                    if withdrawn:
-                        self._pending.remove(write)
-                if not withdrawn:
-                    with anyio.CancelScope(shield=True):
-                        await write.finished.wait()
-                raise
-        if write.error is not None:
-            raise write.error
-        return write.result  # type: ignore[no-any-return]
-
-    def _flush(self) -> list[_PendingWrite]:
-        """On the store thread: commit every pending write together; return them, answered."""
-        with self._pending_lock:
-            batch, self._pending = self._pending, []
-            self._in_flight = batch
-            for write in batch:
-                write.taken = True
-        try:
-            outcomes = self.store.write_together([write.body for write in batch])
-        except Exception as error:  # noqa: BLE001 - the transaction failed: every write in it did
-            outcomes = [(None, error)] * len(batch)
-        for write, (result, error) in zip(batch, outcomes, strict=True):
-            write.result, write.error = result, error
-        return batch
+        return await batch.call(body)
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Close after the call in flight; safe to call twice and from cancelled scopes.
@@ -1097,7 +1119,7 @@ class AsyncStore:
         return await self._call(self.store.create_session, row)
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        return await self._call(self.store.get_session, session_id)
+        return await self._together(self._reads, functools.partial(Store._fetch_session, session_id=session_id))
 
     async def list_sessions(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
@@ -1116,7 +1138,7 @@ class AsyncStore:
         return await self._call(self.store.fork_session, source_id, new_row, up_to_message_id)
 
     async def save_message(self, message: ChatMessage) -> ChatMessage:
-        return await self._write_together(self.store._save_message_body(message))
+        return await self._together(self._writes, self.store._save_message_body(message))
 
     async def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
@@ -1144,7 +1166,7 @@ class AsyncStore:
         return await self._call(self.store.get_changes, session_id)
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
-        return await self._write_together(self.store._acquire_lease_body(session_id, owner, ttl_s))
+        return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
 
     async def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._call(self.store.renew_lease, session_id, owner, ttl_s)

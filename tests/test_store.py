@@ -713,13 +713,13 @@ async def test_writes_arriving_together_commit_in_one_transaction(db_path: Path,
     async with await AsyncStore.open(db_path) as store:
         await store.create_session(session())
         batches: list[int] = []
-        write_together = store.store.write_together
+        run_together = store.store.run_together
 
-        def counted(bodies):  # type: ignore[no-untyped-def]
+        def counted(bodies, *, write):  # type: ignore[no-untyped-def]
             batches.append(len(bodies))
-            return write_together(bodies)
+            return run_together(bodies, write=write)
 
-        monkeypatch.setattr(store.store, "write_together", counted)
+        monkeypatch.setattr(store.store, "run_together", counted)
         errors: list[BaseException] = []
 
         async def save(message: ChatMessage) -> None:
@@ -736,6 +736,15 @@ async def test_writes_arriving_together_commit_in_one_transaction(db_path: Path,
         assert len(batches) < 21  # the first flush found the others waiting
         assert [type(e) for e in errors] == [SessionNotFound]
         assert [m.seq for m in await store.get_messages("s1")] == list(range(1, 21))
+        rows: dict[str, SessionRow | None] = {}
+
+        async def read(session_id: str) -> None:
+            rows[session_id] = await store.get_session(session_id)
+
+        async with anyio.create_task_group() as tg:  # reads batch too, each gets its own row
+            for session_id in ("s1", "nope", "s1"):
+                tg.start_soon(read, session_id)
+        assert rows["nope"] is None and rows["s1"] is not None and rows["s1"].message_count == 20
 
 
 @pytest.mark.anyio
