@@ -162,36 +162,40 @@ async def spawn_daemon(
     client = RpcClient(send_line)
     client.on_request = on_request
     client.process = process  # type: ignore[attr-defined]
-    async with anyio.create_task_group() as tg:
-        client.task_group = tg
+    try:
+        async with anyio.create_task_group() as tg:
+            client.task_group = tg
 
-        async def read() -> None:
-            buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
-            try:
-                while True:
-                    line = await buffered.receive_until(b"\n", 1 << 30)
-                    await client.dispatch(line)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                client.notify_send.close()
-
-        tg.start_soon(read)
-        try:
-            yield client
-        finally:
-            with anyio.CancelScope(shield=True):
+            async def read() -> None:
+                buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
                 try:
-                    await stdin.aclose()
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    while True:
+                        line = await buffered.receive_until(b"\n", 1 << 30)
+                        await client.dispatch(line)
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
-                with anyio.move_on_after(10) as waited:
-                    await process.wait()
-                if waited.cancelled_caught:
-                    process.kill()
-                    await process.wait()
-            client.notifications.close()
-            tg.cancel_scope.cancel()
+                finally:
+                    client.notify_send.close()
+
+            tg.start_soon(read)
+            try:
+                yield client
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await stdin.aclose()
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        pass
+                    with anyio.move_on_after(10) as waited:
+                        await process.wait()
+                    if waited.cancelled_caught:
+                        process.kill()
+                        await process.wait()
+                client.notifications.close()
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.stdout.aclose()  # after the reader: nothing waits on it any more
 
 
 class _StartedProcess(anyio.abc.Process):
