@@ -974,7 +974,9 @@ class _Pending:
     def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
         self.body = body
         self.taken = False  # by the store thread: it will run, even if its caller is cancelled
-        self.finished = anyio.Event()
+        self.done = False
+        self.promoted = False  # its caller flushes next
+        self.woken = anyio.Event()  # done, or promoted
         self.result: Any = None
         self.error: Exception | None = None
 
@@ -983,14 +985,16 @@ class _Batch:
     """Store calls that arrive together run in one transaction and one thread hop (a burst of
     prompts commits its user messages together, instead of one transaction each).
 
-    The first caller to find no flush under way flushes, again and again while calls keep
-    arriving; the others wait for theirs. A caller cancelled before its call was taken
-    withdraws it; once taken, the call finishes (as with ``AsyncStore._call``) before the
-    cancellation takes effect.
+    One caller at a time flushes: it runs everything pending, again until its own call is
+    done, then hands the flushing over to the oldest call still pending (so no caller keeps
+    flushing for a stream of later ones); the others wait for theirs. A caller cancelled
+    before its call was taken withdraws it; once taken, the call finishes (as with
+    ``AsyncStore._call``) before the cancellation takes effect.
     """
 
     def __init__(
-        self, run: Callable[[list[Callable[[sqlite3.Connection], Any]]], list[tuple[Any, Exception | None]]],
+        self,
+        run: Callable[[list[Callable[[sqlite3.Connection], Any]]], list[tuple[Any, Exception | None]]],
         limiter: anyio.CapacityLimiter,
     ) -> None:
         self._run = run
@@ -1005,41 +1009,54 @@ class _Batch:
         call = _Pending(body)
         with self._lock:
             self._pending.append(call)
-        if not self._flushing:
-            await self._flush_all()
-        else:
+        if self._flushing:
             try:
-                await call.finished.wait()
+                await call.woken.wait()
             except anyio.get_cancelled_exc_class():
                 with self._lock:
                     withdrawn = not call.taken
                     if withdrawn:
                         self._pending.remove(call)
-                if not withdrawn:
+                if withdrawn and call.promoted:
+                    self._hand_over()
+                elif not withdrawn:
                     with anyio.CancelScope(shield=True):
-                        await call.finished.wait()
+                        await call.woken.wait()
                 raise
+        if not call.done:  # nobody was flushing, or this caller was promoted
+            await self._flush_until(call)
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[no-any-return]
 
-    async def _flush_all(self) -> None:
+    async def _flush_until(self, call: _Pending) -> None:
         self._flushing = True
         try:
             with anyio.CancelScope(shield=True):  # the others are waiting on this flush
-                while self._pending:
+                while not call.done:
                     for done in await anyio.to_thread.run_sync(self._flush, limiter=self._limiter):
-                        done.finished.set()
+                        done.done = True
+                        done.woken.set()
         except BaseException as error:  # the thread could not be reached: no waiter may hang
             with self._lock:
                 stranded, self._pending = [*self._in_flight, *self._pending], []
             for left in stranded:
-                if not left.finished.is_set():
+                if not left.done:
                     left.error = error if isinstance(error, Exception) else StoreClosed()
-                    left.finished.set()
+                    left.done = True
+                    left.woken.set()
             raise
         finally:
-            self._flushing = False
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The oldest pending call's caller flushes next; none pending, nobody flushes."""
+        with self._lock:
+            successor = self._pending[0] if self._pending else None
+        self._flushing = successor is not None
+        if successor is not None:
+            successor.promoted = True
+            successor.woken.set()
 
     def _flush(self) -> list[_Pending]:
         """On the store thread: run every pending call together; return them, answered."""
