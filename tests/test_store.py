@@ -759,3 +759,39 @@ async def test_a_cancelled_waiting_write_is_withdrawn_or_finished(db_path: Path)
         assert stored in ([("m1", ["hi"])], [("m1", ["hi"]), ("m2", ["hi"])])
         await store.save_message(text_message("m3", 3))  # the batch machinery is not left stuck
         assert (await store.get_messages("s1"))[-1].message_id == "m3"
+
+
+@pytest.mark.anyio
+async def test_the_flusher_hands_over_once_its_own_write_is_done(db_path: Path, monkeypatch) -> None:
+    """Writes that arrive while a flush runs are flushed by one of their own callers: the first
+    caller is answered as soon as its own transaction commits, not after everyone else's."""
+    import threading
+
+    async with await AsyncStore.open(db_path) as store:
+        await store.create_session(session())
+        batches: list[int] = []
+        release = threading.Event()
+        run_together = store.store.run_together
+
+        def held(bodies, *, write):  # type: ignore[no-untyped-def]
+            batches.append(len(bodies))
+            release.wait(10)  # the first flush stays on the store thread until the others queue
+            return run_together(bodies, write=write)
+
+        monkeypatch.setattr(store.store, "run_together", held)
+        seen_by_first: list[int] = []
+
+        async def first() -> None:
+            await store.save_message(text_message("m1", 1))
+            seen_by_first.append(len(batches))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(store.save_message, text_message("m2", 2))
+            tg.start_soon(store.save_message, text_message("m3", 3))
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+        assert seen_by_first == [1]  # answered before the others' flush began
+        assert batches == [1, 2]  # the other two still committed together
+        assert [m.seq for m in await store.get_messages("s1")] == [1, 2, 3]
