@@ -59,9 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
         return run_serve(args)
+    from daemon.spawn import start_daemon
+
+    # Every client command talks to a daemon: start it first, so that it starts up while
+    # this process imports the client's async stack.
+    daemon = start_daemon(home=args.home, log_level="warning")
     from daemon import client_cli
 
-    return client_cli.run(args)
+    return client_cli.run(args, daemon)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -8,7 +8,8 @@ replies to their requests, queues notifications, and answers daemon → client r
 
 import itertools
 import os
-import sys
+import signal
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,8 @@ import anyio.abc
 import msgspec
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
+
+from daemon.spawn import daemon_command
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
@@ -134,21 +137,22 @@ async def spawn_daemon(
     env: dict[str, str] | None = None,
     on_request: RequestHandler | None = None,
     stderr: int | None = None,
+    started: subprocess.Popen[bytes] | None = None,
 ) -> AsyncIterator[RpcClient]:
-    """Run ``python -m daemon [--home H] serve SERVE_ARGS`` and yield a client connected to it.
+    """Run ``python -m daemon [--home H] serve SERVE_ARGS`` (or take the one ``start_daemon``
+    started) and yield a client connected to it.
 
     Leaving the block closes the daemon's stdin (a graceful shutdown) and waits for it.
     """
-    command = [sys.executable, "-m", "daemon", "--log-level", log_level]
-    if home is not None:
-        command += ["--home", str(home)]
-    command += ["serve", *serve_args]
-    process = await anyio.open_process(
-        command,
-        env={**os.environ, **(env or {})},
-        cwd=str(Path.cwd()),
-        stderr=stderr,
-    )
+    if started is not None:
+        process: anyio.abc.Process = _StartedProcess(started)
+    else:
+        process = await anyio.open_process(
+            daemon_command(home, serve_args, log_level),
+            env={**os.environ, **(env or {})},
+            cwd=str(Path.cwd()),
+            stderr=stderr,
+        )
     assert process.stdin is not None and process.stdout is not None
     stdin = process.stdin
 
@@ -158,36 +162,134 @@ async def spawn_daemon(
     client = RpcClient(send_line)
     client.on_request = on_request
     client.process = process  # type: ignore[attr-defined]
-    async with anyio.create_task_group() as tg:
-        client.task_group = tg
+    try:
+        async with anyio.create_task_group() as tg:
+            client.task_group = tg
 
-        async def read() -> None:
-            buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
-            try:
-                while True:
-                    line = await buffered.receive_until(b"\n", 1 << 30)
-                    await client.dispatch(line)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                client.notify_send.close()
-
-        tg.start_soon(read)
-        try:
-            yield client
-        finally:
-            with anyio.CancelScope(shield=True):
+            async def read() -> None:
+                buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
                 try:
-                    await stdin.aclose()
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    while True:
+                        line = await buffered.receive_until(b"\n", 1 << 30)
+                        await client.dispatch(line)
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
-                with anyio.move_on_after(10) as waited:
-                    await process.wait()
-                if waited.cancelled_caught:
-                    process.kill()
-                    await process.wait()
-            client.notifications.close()
-            tg.cancel_scope.cancel()
+                finally:
+                    client.notify_send.close()
+
+            tg.start_soon(read)
+            try:
+                yield client
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await stdin.aclose()
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        pass
+                    with anyio.move_on_after(10) as waited:
+                        await process.wait()
+                    if waited.cancelled_caught:
+                        process.kill()
+                        await process.wait()
+                client.notifications.close()
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.stdout.aclose()  # after the reader: nothing waits on it any more
+
+
+class _StartedProcess(anyio.abc.Process):
+    """A daemon ``start_daemon`` started before the event loop existed, as an anyio process:
+    its pipes are read and written without threads (non-blocking, the loop waits for them)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        assert popen.stdin is not None and popen.stdout is not None
+        self._popen = popen
+        self._stdin = _PipeSendStream(popen.stdin)
+        self._stdout = _PipeReceiveStream(popen.stdout)
+
+    async def aclose(self) -> None:
+        await self._stdin.aclose()
+        await self.wait()
+        await self._stdout.aclose()
+
+    async def wait(self) -> int:
+        return await anyio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def send_signal(self, signal: signal.Signals) -> None:  # type: ignore[override]
+        self._popen.send_signal(signal)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    @property
+    def stdin(self) -> anyio.abc.ByteSendStream:
+        return self._stdin
+
+    @property
+    def stdout(self) -> anyio.abc.ByteReceiveStream:
+        return self._stdout
+
+    @property
+    def stderr(self) -> None:
+        return None
+
+
+class _PipeSendStream(anyio.abc.ByteSendStream):
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        os.set_blocking(self._fd, False)  # our end only: the child has its own
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+            except (OSError, ValueError) as exc:  # the daemon is gone, or we closed its input
+                raise anyio.BrokenResourceError(str(exc)) from exc
+
+    async def send_eof(self) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._pipe.close()
+
+
+class _PipeReceiveStream(anyio.abc.ByteReceiveStream):
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        os.set_blocking(self._fd, False)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            try:
+                chunk = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            except (OSError, ValueError) as exc:
+                raise anyio.ClosedResourceError from exc
+            if not chunk:
+                raise anyio.EndOfStream
+            return chunk
+
+    async def aclose(self) -> None:
+        self._pipe.close()
 
 
 @asynccontextmanager

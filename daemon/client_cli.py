@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -26,10 +27,11 @@ MOCK_NOTICE = (
 )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None) -> int:
+    """Run the client command ``args`` against ``daemon`` (from ``start_daemon``; started here if None)."""
     backend = os.environ.get("PONDER_ASYNC_BACKEND", "asyncio")
     try:
-        return anyio.run(_run, args, backend=backend)
+        return anyio.run(_run, args, daemon, backend=backend)
     except BaseException as exc:  # noqa: BLE001 - task groups wrap errors; unwrap for a clean message
         error = _find(exc, RpcError)
         if error is not None:
@@ -50,10 +52,10 @@ def _find(exc: BaseException, kind: type[BaseException]) -> Any:
     return None
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None) -> int:
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     on_request = _ask_permission if interactive else None
-    async with spawn_daemon(home=args.home, log_level="warning", on_request=on_request) as client:
+    async with spawn_daemon(home=args.home, log_level="warning", on_request=on_request, started=daemon) as client:
         await client.request(
             "initialize",
             {"protocol_version": 1, "client_info": {"name": "ponder-cli", "version": "1"}, "capabilities": {"permission_requests": interactive}},

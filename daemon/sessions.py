@@ -15,6 +15,7 @@ written, in seq order, at the next write of the session or by a periodic retry, 
 session keeps its lease and stays loaded until then.
 """
 
+import functools
 import logging
 import os
 import time
@@ -199,7 +200,6 @@ class SessionManager:
         self.catalog = catalog
         self.providers = providers
         self.bridge = bridge
-        self.tools = builtin_tools(config.scan_time_limit_s)
         self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
         # Models found at run time (a provider's discovery): looked up before a model id is resolved.
         self.discover_models: Callable[[str], Awaitable[None]] | None = None
@@ -210,6 +210,11 @@ class SessionManager:
         self._lease_owner = new_lease_owner()
         self._tg: TaskGroup | None = None
         self.shutting_down = False
+
+    @functools.cached_property
+    def tools(self) -> dict[str, Tool[Any]]:
+        """The built-in tools; made at first use, so that start-up does not import them."""
+        return builtin_tools(self.config.scan_time_limit_s)
 
     # --- lifecycle ------------------------------------------------------------------------
 

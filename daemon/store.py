@@ -216,6 +216,18 @@ def _store_error(error: sqlite3.Error, *, write: bool) -> StoreError:
     return StoreError(f"The session database failed: {error}")
 
 
+def _as_store_error(error: Exception) -> Exception:
+    """What ``Store._transaction`` would have raised for ``error`` (a body's own errors pass through)."""
+    converted: Exception = error
+    if isinstance(error, sqlite3.Error):
+        converted = _store_error(error, write=True)
+    elif isinstance(error, (msgspec.DecodeError, msgspec.ValidationError)):
+        converted = _damaged("a stored JSON value is malformed")
+    if converted is not error:
+        converted.__cause__ = error
+    return converted
+
+
 def _open_error(path: str, error: OSError) -> StoreUnavailable:
     reasons = {
         errno.EROFS: "it is on a read-only file system",
@@ -441,6 +453,27 @@ class Store:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise _damaged("a stored JSON value is malformed") from error
 
+    def run_together(
+        self, bodies: list[Callable[[sqlite3.Connection], Any]], *, write: bool
+    ) -> list[tuple[Any, Exception | None]]:
+        """Run ``bodies`` in one transaction, each in its own savepoint, and return each one's
+        (result, error): a body that fails rolls back only its own writes, the others commit
+        together. An error of the transaction itself (closed, locked, disk full) raises."""
+
+        def body(db: sqlite3.Connection) -> list[tuple[Any, Exception | None]]:
+            outcomes: list[tuple[Any, Exception | None]] = []
+            for item in bodies:
+                db.execute("SAVEPOINT together")
+                try:
+                    outcomes.append((item(db), None))
+                except Exception as error:  # noqa: BLE001 - handed to the caller of this body
+                    db.execute("ROLLBACK TO together")
+                    outcomes.append((None, _as_store_error(error)))
+                db.execute("RELEASE together")
+            return outcomes
+
+        return self._transaction(body, write=write)
+
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return self._transaction(body, write=True)
 
@@ -623,6 +656,9 @@ class Store:
         become None. Returns the message as stored.
         """
 
+        return self._write(self._save_message_body(message))
+
+    def _save_message_body(self, message: ChatMessage) -> Callable[[sqlite3.Connection], ChatMessage]:
         parts = [_normalized_part(part) for part in message.parts]
 
         def body(db: sqlite3.Connection) -> ChatMessage:
@@ -674,7 +710,7 @@ class Store:
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, message.session_id))
             return msgspec.structs.replace(message, parts=parts, created_at=created_at)
 
-        return self._write(body)
+        return body
 
     def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
@@ -858,7 +894,9 @@ class Store:
 
         False while another owner holds it unexpired and that owner's process is alive.
         """
+        return self._write(self._acquire_lease_body(session_id, owner, ttl_s))
 
+    def _acquire_lease_body(self, session_id: str, owner: str, ttl_s: float) -> Callable[[sqlite3.Connection], bool]:
         def body(db: sqlite3.Connection) -> bool:
             now = self._clock()
             held = db.execute("SELECT owner, expires_at FROM turn_leases WHERE session_id = ?", (session_id,)).fetchone()
@@ -874,7 +912,7 @@ class Store:
             )
             return True
 
-        return self._write(body)
+        return body
 
     def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease; False if it was taken over (the turn must stop)."""
@@ -930,6 +968,112 @@ class Store:
         self.close()
 
 
+class _Pending:
+    """One store call waiting in a ``_Batch``, and then its outcome."""
+
+    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
+        self.body = body
+        self.taken = False  # by the store thread: it will run, even if its caller is cancelled
+        self.done = False
+        self.promoted = False  # its caller flushes next
+        self.woken = anyio.Event()  # done, or promoted
+        self.result: Any = None
+        self.error: Exception | None = None
+
+
+class _Batch:
+    """Store calls that arrive together run in one transaction and one thread hop (a burst of
+    prompts commits its user messages together, instead of one transaction each).
+
+    One caller at a time flushes: it runs everything pending, again until its own call is
+    done, then hands the flushing over to the oldest call still pending (so no caller keeps
+    flushing for a stream of later ones); the others wait for theirs. A caller cancelled
+    before its call was taken withdraws it; once taken, the call finishes (as with
+    ``AsyncStore._call``) before the cancellation takes effect.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[Callable[[sqlite3.Connection], Any]]], list[tuple[Any, Exception | None]]],
+        limiter: anyio.CapacityLimiter,
+    ) -> None:
+        self._run = run
+        self._limiter = limiter  # the store's: batches take their turn with single calls
+        self._pending: list[_Pending] = []
+        self._lock = threading.Lock()  # the store thread takes the batch
+        self._in_flight: list[_Pending] = []  # the batch on the store thread
+        self._flushing = False
+
+    async def call(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body``'s result, once the transaction it ran in has committed."""
+        call = _Pending(body)
+        with self._lock:
+            self._pending.append(call)
+        if self._flushing:
+            try:
+                await call.woken.wait()
+            except anyio.get_cancelled_exc_class():
+                with self._lock:
+                    withdrawn = not call.taken
+                    if withdrawn:
+                        self._pending.remove(call)
+                if withdrawn and call.promoted:
+                    self._hand_over()
+                elif not withdrawn:
+                    with anyio.CancelScope(shield=True):
+                        await call.woken.wait()
+                raise
+        if not call.done:  # nobody was flushing, or this caller was promoted
+            await self._flush_until(call)
+        if call.error is not None:
+            raise call.error
+        return call.result  # type: ignore[no-any-return]
+
+    async def _flush_until(self, call: _Pending) -> None:
+        self._flushing = True
+        try:
+            with anyio.CancelScope(shield=True):  # the others are waiting on this flush
+                while not call.done:
+                    for done in await anyio.to_thread.run_sync(self._flush, limiter=self._limiter):
+                        done.done = True
+                        done.woken.set()
+        except BaseException as error:  # the thread could not be reached: no waiter may hang
+            with self._lock:
+                stranded, self._pending = [*self._in_flight, *self._pending], []
+            for left in stranded:
+                if not left.done:
+                    left.error = error if isinstance(error, Exception) else StoreClosed()
+                    left.done = True
+                    left.woken.set()
+            raise
+        finally:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The oldest pending call's caller flushes next; none pending, nobody flushes."""
+        with self._lock:
+            successor = self._pending[0] if self._pending else None
+        self._flushing = successor is not None
+        if successor is not None:
+            successor.promoted = True
+            successor.woken.set()
+
+    def _flush(self) -> list[_Pending]:
+        """On the store thread: run every pending call together; return them, answered."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._in_flight = batch
+            for call in batch:
+                call.taken = True
+        try:
+            outcomes = self._run([call.body for call in batch])
+        except Exception as error:  # noqa: BLE001 - the transaction failed: every call in it did
+            outcomes = [(None, error)] * len(batch)
+        for call, (result, error) in zip(batch, outcomes, strict=True):
+            call.result, call.error = result, error
+        return batch
+
+
 class AsyncStore:
     """``Store`` for the event loop: each call runs on a worker thread, one call at a time.
 
@@ -942,6 +1086,10 @@ class AsyncStore:
         self.store = store  # the sync store; blocking, so not for use on the event loop
         self._limiter = anyio.CapacityLimiter(1)
         self._closing = False
+        # Writes batch with writes; reads with reads, so a read never waits on another
+        # process's write lock.
+        self._writes = _Batch(lambda bodies: self.store.run_together(bodies, write=True), self._limiter)
+        self._reads = _Batch(lambda bodies: self.store.run_together(bodies, write=False), self._limiter)
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
@@ -960,6 +1108,11 @@ class AsyncStore:
         if self._closing:
             raise StoreClosed()
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def _together(self, batch: _Batch, body: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closing:
+            raise StoreClosed()
+        return await batch.call(body)
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Close after the call in flight; safe to call twice and from cancelled scopes.
@@ -983,7 +1136,7 @@ class AsyncStore:
         return await self._call(self.store.create_session, row)
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        return await self._call(self.store.get_session, session_id)
+        return await self._together(self._reads, functools.partial(Store._fetch_session, session_id=session_id))
 
     async def list_sessions(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
@@ -1002,7 +1155,7 @@ class AsyncStore:
         return await self._call(self.store.fork_session, source_id, new_row, up_to_message_id)
 
     async def save_message(self, message: ChatMessage) -> ChatMessage:
-        return await self._call(self.store.save_message, message)
+        return await self._together(self._writes, self.store._save_message_body(message))
 
     async def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
@@ -1030,7 +1183,7 @@ class AsyncStore:
         return await self._call(self.store.get_changes, session_id)
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
-        return await self._call(self.store.acquire_lease, session_id, owner, ttl_s)
+        return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
 
     async def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._call(self.store.renew_lease, session_id, owner, ttl_s)

@@ -704,3 +704,94 @@ async def test_cancelled_caller_does_not_lose_a_started_write(db_path: Path) -> 
         # Either the write ran to completion or it never started: never half a message.
         messages = await store.get_messages("s1")
         assert [(m.message_id, [p.text for p in m.parts]) for m in messages] in ([], [("m1", ["hi"])])
+
+
+@pytest.mark.anyio
+async def test_writes_arriving_together_commit_in_one_transaction(db_path: Path, monkeypatch) -> None:
+    """A burst of prompts' saves shares a transaction, and one failing write (an unknown
+    session) is refused alone: the others in its transaction are committed."""
+    async with await AsyncStore.open(db_path) as store:
+        await store.create_session(session())
+        batches: list[int] = []
+        run_together = store.store.run_together
+
+        def counted(bodies, *, write):  # type: ignore[no-untyped-def]
+            batches.append(len(bodies))
+            return run_together(bodies, write=write)
+
+        monkeypatch.setattr(store.store, "run_together", counted)
+        errors: list[BaseException] = []
+
+        async def save(message: ChatMessage) -> None:
+            try:
+                await store.save_message(message)
+            except SessionNotFound as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for seq in range(1, 21):
+                tg.start_soon(save, text_message(f"m{seq}", seq))
+            tg.start_soon(save, text_message("lost", 1, session_id="nope"))
+        assert sum(batches) == 21
+        assert len(batches) < 21  # the first flush found the others waiting
+        assert [type(e) for e in errors] == [SessionNotFound]
+        assert [m.seq for m in await store.get_messages("s1")] == list(range(1, 21))
+        rows: dict[str, SessionRow | None] = {}
+
+        async def read(session_id: str) -> None:
+            rows[session_id] = await store.get_session(session_id)
+
+        async with anyio.create_task_group() as tg:  # reads batch too, each gets its own row
+            for session_id in ("s1", "nope", "s1"):
+                tg.start_soon(read, session_id)
+        assert rows["nope"] is None and rows["s1"] is not None and rows["s1"].message_count == 20
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_waiting_write_is_withdrawn_or_finished(db_path: Path) -> None:
+    async with await AsyncStore.open(db_path) as store:
+        await store.create_session(session())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.save_message, text_message("m1", 1))  # the flusher
+            with anyio.move_on_after(0):
+                await store.save_message(text_message("m2", 2))  # waits behind it, then cancelled
+        stored = [(m.message_id, [p.text for p in m.parts]) for m in await store.get_messages("s1")]
+        assert stored in ([("m1", ["hi"])], [("m1", ["hi"]), ("m2", ["hi"])])
+        await store.save_message(text_message("m3", 3))  # the batch machinery is not left stuck
+        assert (await store.get_messages("s1"))[-1].message_id == "m3"
+
+
+@pytest.mark.anyio
+async def test_the_flusher_hands_over_once_its_own_write_is_done(db_path: Path, monkeypatch) -> None:
+    """Writes that arrive while a flush runs are flushed by one of their own callers: the first
+    caller is answered as soon as its own transaction commits, not after everyone else's."""
+    import threading
+
+    async with await AsyncStore.open(db_path) as store:
+        await store.create_session(session())
+        batches: list[int] = []
+        release = threading.Event()
+        run_together = store.store.run_together
+
+        def held(bodies, *, write):  # type: ignore[no-untyped-def]
+            batches.append(len(bodies))
+            release.wait(10)  # the first flush stays on the store thread until the others queue
+            return run_together(bodies, write=write)
+
+        monkeypatch.setattr(store.store, "run_together", held)
+        seen_by_first: list[int] = []
+
+        async def first() -> None:
+            await store.save_message(text_message("m1", 1))
+            seen_by_first.append(len(batches))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(store.save_message, text_message("m2", 2))
+            tg.start_soon(store.save_message, text_message("m3", 3))
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+        assert seen_by_first == [1]  # answered before the others' flush began
+        assert batches == [1, 2]  # the other two still committed together
+        assert [m.seq for m in await store.get_messages("s1")] == [1, 2, 3]

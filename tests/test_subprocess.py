@@ -120,3 +120,23 @@ def test_a_slow_reader_loses_and_reorders_nothing(home):
     proc.stdout.close()
     assert answered == set(range(10, 22))
     assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) > 2000  # ~0.7 MB through a 64 KiB pipe
+
+
+@pytest.mark.anyio
+async def test_a_daemon_started_before_the_event_loop_serves_a_client(home, anyio_backend_name):
+    """``ponder ask`` starts its daemon before importing anyio (``start_daemon``), then connects
+    to it (``spawn_daemon(started=...)``): the same client, a turn, and a graceful exit."""
+    from daemon.client import spawn_daemon
+    from daemon.spawn import start_daemon
+
+    env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": anyio_backend_name})
+    started = start_daemon(home=home, log_level="warning", env=env, stderr=subprocess.DEVNULL)
+    async with spawn_daemon(started=started) as client:
+        await client.request("initialize", {"protocol_version": 1})
+        session = await client.request("session/start", {"model_id": "mock/echo"})
+        turn = await client.request("session/prompt", {"session_id": session["session"]["session_id"], "text": "hi"})
+        with anyio.fail_after(20):
+            events = await client.collect_turn(turn["turn_id"])
+        assert events[-1]["stop_reason"] == "end_turn"
+        assert process_of(client).pid == started.pid
+    assert started.returncode == 0

@@ -18,13 +18,7 @@ import msgspec
 from daemon.providers.base import ToolSpec
 from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult
 from daemon.tools.child import SCAN_TIME_LIMIT_S
-from daemon.tools.edit_file import EditFile
-from daemon.tools.list_files import ListFiles
-from daemon.tools.read_file import ReadFile
-from daemon.tools.run_command import RunCommand
-from daemon.tools.search import Search
 from daemon.tools.text import escape_surrogates
-from daemon.tools.write_file import WriteFile
 
 __all__ = [
     "Tool",
@@ -45,6 +39,15 @@ def builtin_tools(scan_time_limit_s: float = SCAN_TIME_LIMIT_S) -> dict[str, Too
 
     ``scan_time_limit_s`` bounds one ``list_files`` or ``search`` (see ``daemon.tools.child``).
     """
+    # Imported here, not with the package: the daemon's start-up path imports the package
+    # (for the tool base and the process groups) but needs the tools only at the first turn.
+    from daemon.tools.edit_file import EditFile
+    from daemon.tools.list_files import ListFiles
+    from daemon.tools.read_file import ReadFile
+    from daemon.tools.run_command import RunCommand
+    from daemon.tools.search import Search
+    from daemon.tools.write_file import WriteFile
+
     tools: list[Tool[Any]] = [
         ReadFile(),
         ListFiles(scan_time_limit_s),

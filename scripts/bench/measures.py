@@ -36,6 +36,7 @@ PROVIDER_ENV_PREFIXES = (
     "OLLAMA_",
     "PONDER_",
 )
+BENCH_CACHE = REPO / ".bench-cache"  # gitignored
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
@@ -59,10 +60,39 @@ def median(values: list[float]) -> float:
 # --- the context -------------------------------------------------------------------------
 
 
+def compiled_install(notes: list[str]) -> Path | None:
+    """Install this tree with compiled bytecode into ``.bench-cache/venv``, as an installed
+    ponder has it (``uv tool install --compile-bytecode``); return that venv's bin dir.
+
+    The dev environment's editable install runs from source, and with
+    ``PYTHONDONTWRITEBYTECODE=1`` nothing is ever cached, so every start would compile
+    every module: not what users run. None (and a note) when uv is missing or fails.
+    """
+    uv = shutil.which("uv")
+    if uv is None:
+        notes.append("uv not found: measured the dev environment (no compiled bytecode)")
+        return None
+    venv = BENCH_CACHE / "venv"
+    python = venv / "bin" / "python"
+    try:
+        if not python.exists():
+            subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, capture_output=True)
+        subprocess.run(
+            [uv, "pip", "install", "-q", "--python", str(python), "--compile-bytecode", "--reinstall-package", "ponder", str(REPO)],
+            check=True,
+            capture_output=True,
+        )
+    except subprocess.CalledProcessError as exc:
+        notes.append(f"could not install with compiled bytecode ({exc.stderr.decode(errors='replace').strip()[-200:]}); measured the dev environment")
+        return None
+    return venv / "bin"
+
+
 @dataclass
 class Bench:
     work: Path  # a temp dir for homes, logs and cwd
     quick: bool = False
+    bin_dir: Path | None = None  # where ``ponder`` and ``python`` are installed with compiled bytecode
     server_port: int = 0
     server: subprocess.Popen[bytes] | None = None
     notes: list[str] = field(default_factory=list)
@@ -120,11 +150,18 @@ class Bench:
         env["ANTHROPIC_BASE_URL"] = self.base_url
         return env
 
+    @property
+    def python(self) -> str:
+        return str(self.bin_dir / "python") if self.bin_dir else sys.executable
+
+    def ponder_argv(self, home: Path) -> list[str]:
+        # What an editor spawns: the ``ponder`` console script (of the compiled install if any).
+        script = Path(self.python).parent / "ponder"
+        base = [str(script)] if script.exists() else [self.python, "-m", "daemon"]
+        return [*base, "--home", str(home)]
+
     def daemon_argv(self, home: Path) -> list[str]:
-        # What an editor spawns: the ``ponder`` console script of this environment.
-        script = Path(sys.executable).parent / "ponder"
-        base = [str(script)] if script.exists() else [sys.executable, "-m", "daemon"]
-        return [*base, "--home", str(home), "serve"]
+        return [*self.ponder_argv(home), "serve"]
 
     def home(self, name: str) -> Path:
         path = self.work / name
@@ -183,17 +220,36 @@ def check_turn(turn: Turn, n: int, th: int | None = None, first_seq: int | None 
 # --- 1. cold start -----------------------------------------------------------------------
 
 
+# The part of a cold start that ponder's own code cannot remove: the interpreter, asyncio,
+# anyio with its asyncio backend, msgspec, and one empty event loop run.
+STACK_FLOOR = "import anyio, anyio._backends._asyncio, msgspec; anyio.run(anyio.sleep, 0)"
+
+
 def measure_cold_start(b: Bench, runs: int) -> dict[str, Any]:
+    """Interleaved rounds of: ``python -c pass`` (the reference), ``ponder serve`` spawn →
+    ``initialize`` answered, then stdin EOF → exit (nothing running), ``ponder ask --model
+    mock/echo hi`` and ``ponder sessions`` end to end (the CLI spawns its own daemon)."""
     home = b.home("cold")
     env = b.daemon_env()
+    env["PONDER_MOCK_DELAY_MS"] = "0"
+    ask = [*b.ponder_argv(home), "ask", "--model", "mock/echo", "hi"]
+    sessions = [*b.ponder_argv(home), "sessions"]
     for _ in range(2):  # create the database and warm the page cache; not counted
         with b.spawn(home, env) as d:
             d.initialize()
-    ponder, python, shutdown, rss = [], [], [], []
-    for _ in range(runs):
+        subprocess.run(ask, check=True, env=env, cwd=b.work, capture_output=True)
+    ponder, python, stack, shutdown, rss, asks, listing = [], [], [], [], [], [], []
+
+    def timed(argv: list[str]) -> float:
         t0 = time.monotonic_ns()
-        subprocess.run([sys.executable, "-c", "pass"], check=True, env=env)
-        python.append((time.monotonic_ns() - t0) / 1e9)
+        done = subprocess.run(argv, env=env, cwd=b.work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if done.returncode != 0:
+            b.notes.append(f"cold start: {' '.join(argv[-3:])} exited {done.returncode}: {done.stderr.decode()[-200:]}")
+        return (time.monotonic_ns() - t0) / 1e9
+
+    for _ in range(runs):
+        python.append(timed([b.python, "-c", "pass"]))
+        stack.append(timed([b.python, "-c", STACK_FLOOR]))
         d = b.spawn(home, env)
         slot = d.request_async("initialize", {"protocol_version": 1})
         d.wait_reply(slot, 30)
@@ -204,16 +260,35 @@ def measure_cold_start(b: Bench, runs: int) -> dict[str, Any]:
         shutdown.append((time.monotonic_ns() - t1) / 1e9)
         if code != 0:
             b.notes.append(f"cold start: daemon exited {code}")
+        asks.append(timed(ask))
+        listing.append(timed(sessions))
+    reference = median(python)
     return {
         "runs": runs,
+        "compiled_bytecode": b.bin_dir is not None,
         "ponder_median_s": median(ponder),
         "ponder_p90_s": percentile(ponder, 90),
-        "python_pass_median_s": median(python),
+        "python_pass_median_s": reference,
         "python_pass_p90_s": percentile(python, 90),
+        "stack_floor_median_s": median(stack),
         "shutdown_median_s": median(shutdown),
+        "shutdown_p90_s": percentile(shutdown, 90),
+        "ask_median_s": median(asks),
+        "ask_p90_s": percentile(asks, 90),
+        "sessions_median_s": median(listing),
+        "sessions_p90_s": percentile(listing, 90),
+        "ratios_to_python_pass": {
+            "stack_floor": median(stack) / reference,
+            "cold_start": median(ponder) / reference,
+            "ask": median(asks) / reference,
+            "sessions": median(listing) / reference,
+        },
         "peak_rss_after_initialize_mb": median(rss),
         "ponder_all_s": ponder,
         "python_all_s": python,
+        "shutdown_all_s": shutdown,
+        "ask_all_s": asks,
+        "sessions_all_s": listing,
     }
 
 
