@@ -20,6 +20,8 @@ import msgspec
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from daemon.transport import Outgoing, Written
+
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
 
@@ -192,7 +194,7 @@ async def spawn_daemon(
 
 @asynccontextmanager
 async def connect_memory(
-    daemon_incoming: ObjectSendStream[Any], daemon_outgoing: ObjectReceiveStream[bytes]
+    daemon_incoming: ObjectSendStream[Any], daemon_outgoing: ObjectReceiveStream[Outgoing]
 ) -> AsyncIterator[RpcClient]:
     """A client over in-memory streams (tests run the daemon's ``serve`` in the same process)."""
 
@@ -206,6 +208,9 @@ async def connect_memory(
         async def read() -> None:
             async with daemon_outgoing:
                 async for line in daemon_outgoing:
+                    if isinstance(line, Written):  # what the stdout writer does once it has written a big message
+                        line.set()
+                        continue
                     await client.dispatch(line)
             client.notify_send.close()
 
