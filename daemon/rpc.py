@@ -179,8 +179,9 @@ class Connection:
             await self._outgoing.send(data)
             if big:
                 del data  # the queue alone holds it now; the writer lets go of it once written
-                self._written = Written()
-                await self._outgoing.send(self._written)
+                written = Written()
+                await self._outgoing.send(written)
+                self._written = written  # only once queued: a mark that never reaches the writer is never set
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
 
@@ -194,8 +195,9 @@ class Connection:
             if stats.current_buffer_used + 2 > stats.max_buffer_size:  # no room for it and its mark
                 return False
             self._outgoing.send_nowait(data)
-            self._written = Written()
-            self._outgoing.send_nowait(self._written)
+            written = Written()
+            self._outgoing.send_nowait(written)
+            self._written = written
         except anyio.WouldBlock:
             return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
