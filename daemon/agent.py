@@ -30,6 +30,7 @@ import msgspec
 from daemon.call_ids import ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ProviderError
+from daemon.heap import release_free_memory
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -56,6 +57,10 @@ CHECKPOINT_S = 0.5
 # A fast stream checkpoints by size too: one append stays small, and so do the transient
 # copies (ours and SQLite's) that it costs.
 CHECKPOINT_BYTES = 1024 * 1024
+# The end event of a block with at least this much text is sent once the provider's stream
+# has closed (or sooner, before the next event): until then the adapter still holds the
+# block's deltas, and encoding the event beside them would hold the text three times over.
+LATE_END_CHARS = 1024 * 1024
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 30.0
 CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
@@ -271,6 +276,7 @@ class _Reply:
         self.stored_chunks: dict[int, int] = {}
         self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
         self.changed_parts: set[int] = set()
+        self.late_end: tuple[type, dict[str, Any]] | None = None  # a big block's end event, see LATE_END_CHARS
 
     @property
     def started(self) -> bool:
@@ -368,7 +374,7 @@ class _Reply:
         )
         turn.history.append(self.message)
         self.last_checkpoint = time.monotonic()
-        await turn.emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
+        await self._emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
 
     async def _on_event(self, event: Any) -> None:
         if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
@@ -376,7 +382,7 @@ class _Reply:
             if self.message is None:
                 await self._begin()
         message = self.message
-        emit = self.turn.emit
+        emit = self._emit
         if isinstance(event, BlockDelta):
             index = self.wire_index.get(event.index)
             if index is None:
@@ -435,14 +441,14 @@ class _Reply:
         if event.kind == "tool_call":
             call_id = self.call_ids.start(event.index, event.call_id)
             message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
-            await self.turn.emit(
+            await self._emit(
                 ev.ToolCallStart,
                 {"message_id": message.message_id, "index": index, "call_id": call_id, "name": event.name or ""},
             )
         else:
             message.parts.append(Part(type=event.kind))
             kind = ev.ThinkingStart if event.kind == "thinking" else ev.TextStart
-            await self.turn.emit(kind, {"message_id": message.message_id, "index": index})
+            await self._emit(kind, {"message_id": message.message_id, "index": index})
 
     async def _end_block(self, event: BlockEnd) -> None:
         message = self.message
@@ -455,15 +461,31 @@ class _Reply:
         self.text_chunks.pop(index, None)
         self.changed_parts.add(index)
         mid = message.message_id
-        if part.type == "thinking":
-            await self.turn.emit(ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
-        elif part.type == "text":
-            await self.turn.emit(ev.TextEnd, {"message_id": mid, "index": index, "text": part.text})
+        if part.type in ("thinking", "text"):
+            end: tuple[type, dict[str, Any]] = (
+                (ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
+                if part.type == "thinking"
+                else (ev.TextEnd, {"message_id": mid, "index": index, "text": part.text})
+            )
+            if len(part.text) < LATE_END_CHARS:
+                await self._emit(*end)
+            else:
+                await self._emit_late_end()
+                self.late_end = end
         elif part.type == "tool_call":
-            await self.turn.emit(
+            await self._emit(
                 ev.ToolCallEnd,
                 {"message_id": mid, "index": index, "call_id": part.call_id, "name": part.name, "arguments": part.arguments or {}},
             )
+
+    async def _emit(self, kind: type, fields: dict[str, Any]) -> None:
+        await self._emit_late_end()
+        await self.turn.emit(kind, fields)
+
+    async def _emit_late_end(self) -> None:
+        if self.late_end is not None:
+            await self.turn.emit(*self.late_end)
+            self.late_end = None
 
     def _join_streaming_text(self) -> None:
         assert self.message is not None
@@ -532,6 +554,11 @@ class _Reply:
         message = self.message
         if message is None:
             return None
+        if self.late_end is not None:
+            # The provider's stream is closed and its copy of the deltas freed: give their
+            # pages back before the big end event is encoded into fresh ones.
+            release_free_memory()
+            await self._emit_late_end()
         self._join_streaming_text()
         for index, chunks in self.raw_args.items():
             part = message.parts[index]

@@ -22,6 +22,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from daemon.spawn import daemon_command
+from daemon.transport import Outgoing, Written
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
@@ -294,7 +295,7 @@ class _PipeReceiveStream(anyio.abc.ByteReceiveStream):
 
 @asynccontextmanager
 async def connect_memory(
-    daemon_incoming: ObjectSendStream[Any], daemon_outgoing: ObjectReceiveStream[bytes]
+    daemon_incoming: ObjectSendStream[Any], daemon_outgoing: ObjectReceiveStream[Outgoing]
 ) -> AsyncIterator[RpcClient]:
     """A client over in-memory streams (tests run the daemon's ``serve`` in the same process)."""
 
@@ -308,6 +309,9 @@ async def connect_memory(
         async def read() -> None:
             async with daemon_outgoing:
                 async for line in daemon_outgoing:
+                    if isinstance(line, Written):  # what the stdout writer does once it has written a big message
+                        line.set()
+                        continue
                     await client.dispatch(line)
             client.notify_send.close()
 

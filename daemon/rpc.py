@@ -26,7 +26,7 @@ from daemon.errors import (
     RequestCancelled,
     ShuttingDown,
 )
-from daemon.transport import _Overlong
+from daemon.transport import BIG_MESSAGE, Outgoing, Written, _Overlong
 
 log = logging.getLogger("ponder.rpc")
 
@@ -142,9 +142,13 @@ class Connection:
     """One client connection over a pair of streams (stdio in production, memory in tests)."""
 
     def __init__(
-        self, outgoing: ObjectSendStream[bytes], *, cancel_method: str = "$/cancelRequest", cancel_id_field: str = "id"
+        self, outgoing: ObjectSendStream[Outgoing], *, cancel_method: str = "$/cancelRequest", cancel_id_field: str = "id"
     ) -> None:
         self._outgoing = outgoing
+        # The mark queued after the last big message, set once the writer has written it and
+        # let go of it: until then notifications wait before they are encoded, so a reply's
+        # message_end is never encoded while its text_end is still in memory.
+        self._written: Written | None = None
         # The request-cancellation notification: ``$/cancelRequest {id}`` in the ponder
         # protocol, ``$/cancel_request {requestId}`` in ACP.
         self.cancel_method = cancel_method
@@ -170,26 +174,50 @@ class Connection:
         # is pure overhead on the streaming hot path, so try the synchronous path first.
         if self._send_nowait(data):
             return
+        big = len(data) >= BIG_MESSAGE
         try:
             await self._outgoing.send(data)
+            if big:
+                del data  # the queue alone holds it now; the writer lets go of it once written
+                written = Written()
+                await self._outgoing.send(written)
+                self._written = written  # only once queued: a mark that never reaches the writer is never set
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
 
     def _send_nowait(self, data: bytes) -> bool:
         """Queue ``data`` if there is room; False when the caller must wait (back-pressure)."""
         try:
+            if len(data) < BIG_MESSAGE:
+                self._outgoing.send_nowait(data)
+                return True
+            stats = self._outgoing.statistics()
+            if stats.current_buffer_used + 2 > stats.max_buffer_size:  # no room for it and its mark
+                return False
             self._outgoing.send_nowait(data)
+            written = Written()
+            self._outgoing.send_nowait(written)
+            self._written = written
         except anyio.WouldBlock:
             return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
         return True
 
+    def _writing_big(self) -> bool:
+        return self._written is not None and not self._written.is_set()
+
     async def notify(self, method: str, params: Any) -> None:
+        if self._writing_big():
+            assert self._written is not None
+            await self._written.wait()
         await self.send_raw(_encoder.encode(_Notification("2.0", method, params)))
 
     def notify_nowait(self, method: str, params: Any) -> bool:
-        """Queue a notification without waiting; False (nothing sent) when the queue is full."""
+        """Queue a notification without waiting; False (nothing sent) when the queue is full
+        or a big message is still being written (``notify`` waits for it before encoding)."""
+        if self._writing_big():
+            return False
         return self._send_nowait(_encoder.encode(_Notification("2.0", method, params)))
 
     async def request(self, method: str, params: Any, result_type: type) -> Any:

@@ -8,6 +8,11 @@ is discarded as it streams past — never buffered whole — and reported as ``O
 One writer task owns stdout. Outgoing messages queue in a bounded stream, so a client
 that reads slowly slows the daemon down (back-pressure) instead of making it lose or
 reorder anything; the writer drains whatever is queued into one ``write`` call.
+
+A big message (a ``text_end`` or ``message_end`` can hold a whole reply) is followed in
+the queue by a ``Written`` mark, an ``anyio.Event`` the writer sets once everything queued
+before it is written and let go of, so the sender encodes the next big message only then
+(see ``rpc.Connection``): one encoded copy of a reply in memory at a time, not two.
 """
 
 import logging
@@ -39,7 +44,10 @@ OVERLONG: Final = _Overlong()
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 READ_CHUNK = 256 * 1024
 OUTGOING_BUFFER = 4096  # messages queued for stdout before producers wait
-BIG_MESSAGE = 1024 * 1024  # written without joining it to its newline (a copy of it)
+BIG_MESSAGE = 1024 * 1024  # written without joining it to its newline (a copy of it), then waited for
+# What the outgoing stream carries: messages, and after a big one the mark its sender waits on.
+Written = anyio.Event
+Outgoing = bytes | Written
 
 
 class LineSplitter:
@@ -139,30 +147,40 @@ def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_b
     threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
 
 
-async def _pump_output(fd: int, receive: ObjectReceiveStream[bytes]) -> None:
+async def _pump_output(fd: int, receive: ObjectReceiveStream[Outgoing]) -> None:
     direct = _use_nonblocking(fd)
     writable = True  # until a write finds the client gone; the rest is drained unwritten
     try:
         async with receive:
             async for first in receive:
                 batch = [first]
+                del first  # the batch alone holds what is written, and is let go of below
                 while True:
                     try:
                         batch.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                if not writable:
-                    continue
-                for data in _writes(batch):
-                    if direct:
-                        writable = await _write_nonblocking(fd, data)
-                    else:
-                        writable = await anyio.to_thread.run_sync(_write_all, fd, data)
-                    if not writable:
-                        break
+                marks = [item for item in batch if isinstance(item, Written)]
+                if writable:
+                    writable = await _write_batch(fd, direct, [item for item in batch if not isinstance(item, Written)])
+                del batch  # a big message is freed before its sender hears it was written
+                for mark in marks:
+                    mark.set()
     finally:
         if direct:
             os.set_blocking(fd, True)
+
+
+async def _write_batch(fd: int, direct: bool, batch: list[bytes]) -> bool:
+    """Write the batch; False when the client is gone (nothing more can reach it)."""
+    for data in _writes(batch):
+        if direct:
+            writable = await _write_nonblocking(fd, data)
+        else:
+            writable = await anyio.to_thread.run_sync(_write_all, fd, data)
+        if not writable:
+            return False
+    return True
 
 
 def _writes(batch: list[bytes]) -> list[bytes]:
@@ -244,16 +262,17 @@ async def open_stdio(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     stdin_fd: int | None = None,
     stdout_fd: int | None = None,
-) -> AsyncIterator[tuple[ObjectReceiveStream[bytes | _Overlong], ObjectSendStream[bytes]]]:
+) -> AsyncIterator[tuple[ObjectReceiveStream[bytes | _Overlong], ObjectSendStream[Outgoing]]]:
     """Run the stdin reader and the stdout writer; yield (incoming lines, outgoing messages).
 
-    Outgoing items are complete JSON documents without the trailing newline. On exit the
+    Outgoing items are complete JSON documents without the trailing newline (and the
+    ``Written`` marks that follow big ones, set once they are written). On exit the
     outgoing stream is closed and everything queued is written before returning.
     """
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
     in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](64)
-    out_send, out_receive = anyio.create_memory_object_stream[bytes](OUTGOING_BUFFER)
+    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](OUTGOING_BUFFER)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_pump_output, out_fd, out_receive)
         _start_reader(in_fd, in_send, max_line_bytes)

@@ -1,5 +1,6 @@
 """NDJSON framing: the splitter on its own, and a real ``ponder serve`` subprocess fed raw bytes."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from daemon.transport import (
     BIG_MESSAGE,
     OVERLONG,
     LineSplitter,
+    Outgoing,
+    Written,
     _pump_output,
     _write_all,
     _write_nonblocking,
@@ -194,3 +197,39 @@ async def test_the_writer_drains_everything_once_the_client_is_gone(anyio_backen
                         await send.send(b'{"n":%d}' % n)
     finally:
         os.close(terminal)
+
+
+@pytest.mark.anyio
+async def test_a_big_message_is_let_go_of_before_its_written_mark_is_set(anyio_backend):
+    read_end, write_end = os.pipe()
+    big = b'{"text":"' + b"x" * (2 * BIG_MESSAGE) + b'"}'
+    expected = big + b'\n{"n":1}\n'
+    received = bytearray()
+
+    def read_all() -> None:
+        while len(received) < len(expected):
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                return
+            received.extend(chunk)
+
+    send, receive = anyio.create_memory_object_stream[Outgoing](10)
+    written = Written()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_pump_output, write_end, receive)
+            tg.start_soon(functools.partial(anyio.to_thread.run_sync, read_all, abandon_on_cancel=True))
+            async with send:
+                send.send_nowait(big)
+                send.send_nowait(written)
+                with anyio.fail_after(10):
+                    await written.wait()
+                # Only this test's own reference (and getrefcount's argument) are left: the writer
+                # holds no copy of a big message once its sender hears it was written.
+                refs = sys.getrefcount(big)
+                await send.send(b'{"n":1}')
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert refs == 2
+    assert bytes(received) == expected

@@ -20,6 +20,7 @@ from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
 from daemon.store import AsyncStore, SessionRow, Store, StoreError
+from protocol import events as ev
 from tests.support.faults import (
     MESSAGE_START,
     PING,
@@ -640,3 +641,59 @@ async def test_only_the_start_of_an_error_body_is_read(replay_server):
     async with make_client() as client, client.stream("GET", replay_server.url) as response:
         body = await read_error_body(response)
     assert len(body) == MAX_ERROR_BODY and body.startswith(b"first words zzz")
+
+
+async def test_a_big_blocks_end_event_is_encoded_once_the_provider_stream_has_closed(
+    home, tmp_path, replay_server, monkeypatch
+):
+    from contextlib import asynccontextmanager
+
+    from daemon.providers.anthropic import AnthropicProvider
+    from daemon.sessions import RpcBridge
+
+    monkeypatch.setattr(agent, "LATE_END_CHARS", 100)  # "big": 100 characters or more
+    stream_open = [False]
+    original_stream = AnthropicProvider.stream
+
+    @asynccontextmanager
+    async def watched(self, request):
+        async with original_stream(self, request) as events:
+            stream_open[0] = True
+            try:
+                yield events
+            finally:
+                stream_open[0] = False
+
+    monkeypatch.setattr(AnthropicProvider, "stream", watched)
+    ends = []  # (event type, text length, whether the provider's stream was open when it was encoded)
+    original_nowait, original_emit = RpcBridge.emit_nowait, RpcBridge.emit
+
+    def record(event):
+        if isinstance(event, (ev.TextEnd, ev.MessageEnd)):
+            ends.append((type(event).__name__, len(getattr(event, "text", "")), stream_open[0]))
+
+    def emit_nowait(self, event):
+        record(event)
+        return original_nowait(self, event)
+
+    async def emit(self, event):
+        record(event)
+        await original_emit(self, event)
+
+    monkeypatch.setattr(RpcBridge, "emit_nowait", emit_nowait)
+    monkeypatch.setattr(RpcBridge, "emit", emit)
+    small, big = "short", "x" * 150
+    body = sse(MESSAGE_START, text_start(0), text_delta(small, 0), block_stop(0)) + sse(
+        text_start(1), *[text_delta(big[i : i + 50], 1) for i in range(0, len(big), 50)], block_stop(1)
+    ) + sse(*message_end())
+    replay_server.enqueue(streamed(body))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
+        session_id = await start_session(client, str(tmp_path))
+        events = await prompt(client, session_id, "go")
+    assert [e["type"] for e in events if e["type"] in ("text_start", "text_end", "message_end")] == [
+        "text_start", "text_end", "text_start", "text_end", "message_end"
+    ], "the wire order is unchanged"
+    assert [e["text"] for e in events if e["type"] == "text_end"] == [small, big]
+    texts = [(length, was_open) for kind, length, was_open in ends if kind == "TextEnd"]
+    assert (len(small), True) in texts, "a small block ends at once"
+    assert (len(big), False) in texts, "a big block's end waits for the stream to close"

@@ -5,6 +5,8 @@ import msgspec
 import pytest
 
 from daemon.client import RpcError
+from daemon.rpc import Connection
+from daemon.transport import BIG_MESSAGE, Outgoing, Written
 from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio
@@ -199,3 +201,23 @@ async def test_a_cwd_that_cannot_be_a_directory_is_invalid_params(home):
             assert error.value.code == -32602, (cwd[:40], error.value)
             assert error.value.data["errors"][0]["path"] == "$.params.cwd"
             assert says in error.value.message and len(error.value.message) < 300
+
+
+async def test_a_big_notification_is_followed_by_a_mark_and_the_next_waits_for_it_before_encoding():
+    send, receive = anyio.create_memory_object_stream[Outgoing](10)
+    with send, receive:
+        await _big_then_small(Connection(send), receive)
+
+
+async def _big_then_small(connection: Connection, receive) -> None:
+    await connection.notify("agent/event", {"text": "x" * BIG_MESSAGE})
+    big, mark = receive.receive_nowait(), receive.receive_nowait()
+    assert len(big) > BIG_MESSAGE and isinstance(mark, Written)
+    assert connection.notify_nowait("agent/event", {"n": 1}) is False, "not encoded while the big one is in memory"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connection.notify, "agent/event", {"n": 2})
+        await anyio.wait_all_tasks_blocked()
+        assert receive.statistics().current_buffer_used == 0, "waits for the writer"
+        mark.set()  # what the writer does once it has written the big message
+    assert msgspec.json.decode(receive.receive_nowait())["params"] == {"n": 2}
+    assert connection.notify_nowait("agent/event", {"n": 3}) is True

@@ -770,28 +770,37 @@ async def test_the_flusher_hands_over_once_its_own_write_is_done(db_path: Path, 
     async with await AsyncStore.open(db_path) as store:
         await store.create_session(session())
         batches: list[int] = []
+        committed: list[int] = []
         release = threading.Event()
+        first_answered = threading.Event()
         run_together = store.store.run_together
 
         def held(bodies, *, write):  # type: ignore[no-untyped-def]
             batches.append(len(bodies))
-            release.wait(10)  # the first flush stays on the store thread until the others queue
-            return run_together(bodies, write=write)
+            # The first flush stays on the store thread until the others queue; a later one
+            # waits (bounded) for the first caller's answer, which must not need it.
+            (release if len(batches) == 1 else first_answered).wait(10)
+            result = run_together(bodies, write=write)
+            committed.append(len(bodies))
+            return result
 
         monkeypatch.setattr(store.store, "run_together", held)
-        seen_by_first: list[int] = []
+        committed_when_first_answered: list[int] = []
 
         async def first() -> None:
             await store.save_message(text_message("m1", 1))
-            seen_by_first.append(len(batches))
+            committed_when_first_answered.append(len(committed))
+            first_answered.set()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
-            await anyio.wait_all_tasks_blocked()
+            with anyio.fail_after(5):
+                while not batches:  # the first flush is on the store thread
+                    await anyio.sleep(0.001)
             tg.start_soon(store.save_message, text_message("m2", 2))
             tg.start_soon(store.save_message, text_message("m3", 3))
             await anyio.wait_all_tasks_blocked()
             release.set()
-        assert seen_by_first == [1]  # answered before the others' flush began
+        assert committed_when_first_answered == [1]  # answered before the others' flush committed
         assert batches == [1, 2]  # the other two still committed together
         assert [m.seq for m in await store.get_messages("s1")] == [1, 2, 3]
