@@ -642,3 +642,10 @@ async def test_responses_phase_goes_back_through_copilot(github, replay_server, 
         await adapter.aclose()
     posts = [r for r in replay_server.requests if r.method == "POST" and r.path == "/responses"]
     assert posts[1].json()["input"][1] == meta["expected"]["assistant_items_for_roundtrip"][0]
+
+
+def test_a_sign_in_that_makes_the_home_makes_it_owner_only(tmp_path):
+    home = tmp_path / "new" / "home"
+    save_github_token(home, Secret(GITHUB_TOKEN))
+    assert home.stat().st_mode & 0o777 == 0o700
+    assert token_path(home).stat().st_mode & 0o777 == 0o600

@@ -36,6 +36,7 @@ import anyio
 
 from daemon.config import Secret
 from daemon.errors import InvalidParams, ProviderNotConfigured, ShuttingDown
+from daemon.home import make_private_dir
 from daemon.providers.table import DEVICE_LOGIN_PROVIDERS
 from protocol import methods as m
 from protocol.events import AuthCompleted
@@ -109,7 +110,7 @@ def save_github_token(home: Path, token: Secret) -> None:
     would leave a moment where others can read it) and moved into place atomically, so a
     crash leaves either the old file or the new one.
     """
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(home)  # a sign-in may be the first thing to make the home
     path = token_path(home)
     tmp = home / f".{TOKEN_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     data = json.dumps({"github_token": token.reveal(), "client_id": GITHUB_CLIENT_ID}).encode()
