@@ -704,3 +704,20 @@ async def test_a_cwd_that_cannot_be_resolved_is_invalid_params_or_only_noted(hom
             await client.request("session/list", {"cwd": "/tmp/a\x00b"})
         assert bad.value.code == -32602
         drain(client)
+
+
+async def test_initialize_lists_the_problems_and_sessions_answer_them(home: Path, work: Path) -> None:
+    import sqlite3
+
+    from daemon.migrations import MIGRATIONS
+
+    db = sqlite3.connect(home / "sessions.db")
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    problem = f"sessions.db was written by a newer ponder (schema 99); this one understands up to {len(MIGRATIONS)}."
+    async with acp_daemon(home) as (client, _daemon):
+        result = await client.request("initialize", {"protocolVersion": 1})
+        assert result["agentCapabilities"]["_meta"]["ponder"]["problems"] == [problem]
+        with pytest.raises(RpcError) as refused:
+            await client.request("session/new", {"cwd": str(work), "mcpServers": []})
+        assert problem in refused.value.message

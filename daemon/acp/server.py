@@ -168,7 +168,14 @@ class AcpServer:
                 prompt_capabilities=t.PromptCapabilities(image=False, audio=False, embedded_context=True),
                 mcp_capabilities=t.McpCapabilities(http=False, sse=False),
                 session_capabilities=t.SessionCapabilities(list={}, resume={}, close={}, delete={}),
-                meta={"ponder": {"version": __version__, "home": str(self.config.home), "methods": EXTENSION_METHODS}},
+                meta={
+                    "ponder": {
+                        "version": __version__,
+                        "home": str(self.config.home),
+                        "methods": EXTENSION_METHODS,
+                        "problems": list(self.daemon.problems),  # e.g. a store that could not be opened
+                    }
+                },
             ),
             auth_methods=auth_methods(self.config, terminal=_wants_terminal_auth(params.client_capabilities)),
             agent_info=t.Implementation(name="ponder", title="ponder", version=__version__),
