@@ -511,3 +511,19 @@ async def test_discovery_without_a_server_is_quick_and_empty() -> None:
 async def test_discovery_of_a_non_ollama_server_is_empty(replay_server: ReplayServer) -> None:
     replay_server.route("GET", "/api/tags", lambda _: ScriptedResponse(status=404, body=b"not here"))
     assert await discover_models(replay_server.url) == []
+
+
+async def test_arguments_nested_too_deep_are_kept_as_invalid(replay_server: ReplayServer) -> None:
+    deep: Any = {}
+    for _ in range(150):  # within json's limits, past MAX_ARGUMENT_DEPTH: the agent makes it a tool error
+        deep = {"a": deep}
+    body = ndjson(line(tool_calls=[{"function": {"name": "read", "arguments": {"path": deep}}}]), done())
+    replay_server.enqueue(ScriptedResponse(headers=NDJSON, body=body))
+    adapter = make_adapter(replay_server.url)
+    try:
+        result = summarize(await collect(adapter, request_from_fixture("thinking-content")))
+    finally:
+        await adapter.aclose()
+    [call] = result["calls"]
+    assert call.arguments == {}
+    assert json.loads(call.provider_data["invalid_arguments"]) == {"path": deep}

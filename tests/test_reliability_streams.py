@@ -697,3 +697,24 @@ async def test_a_big_blocks_end_event_is_encoded_once_the_provider_stream_has_cl
     texts = [(length, was_open) for kind, length, was_open in ends if kind == "TextEnd"]
     assert (len(small), True) in texts, "a small block ends at once"
     assert (len(big), False) in texts, "a big block's end waits for the stream to close"
+
+
+async def test_deeply_nested_arguments_that_arrive_whole_are_a_tool_error(home, tmp_path, replay_server):
+    # Gemini (and Ollama) send arguments as an object, not as streamed text to decode.
+    deep: dict = {}
+    for _ in range(150):
+        deep = {"a": deep}
+    call = {"functionCall": {"name": "read_file", "args": {"path": deep}}}
+    body = f'data: {json.dumps({"candidates": [{"content": {"parts": [call], "role": "model"}, "finishReason": "STOP", "index": 0}]})}\n\n'
+    replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body.encode()))
+    reply = {"candidates": [{"content": {"parts": [{"text": "simpler then"}], "role": "model"}, "finishReason": "STOP"}]}
+    replay_server.enqueue(
+        ScriptedResponse(headers={"content-type": "text/event-stream"}, body=f"data: {json.dumps(reply)}\n\n".encode())
+    )
+    env = {"GEMINI_API_KEY": "AIza-fake", "GEMINI_BASE_URL": replay_server.url}
+    async with in_memory_daemon(home, env=env) as (client, _):
+        session_id = await start_session(client, str(tmp_path), model_id="gemini/gemini-3.1-pro-preview")
+        events = await prompt(client, session_id, "read it")
+    [result] = of_type(events, "tool_execution_end")
+    assert result["is_error"] and "nested more than 100 levels deep" in result["result"]
+    assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "simpler then"

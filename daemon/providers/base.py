@@ -12,6 +12,7 @@ the complete block with its round-trip data. Failures are raised as
 ``daemon.errors.ProviderError`` (or a subclass), never yielded.
 """
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
@@ -120,6 +121,15 @@ def decode_arguments(raw: str) -> dict[str, Any] | None:
     if not isinstance(value, dict) or _nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
         return None
     return value
+
+
+def whole_arguments(value: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(arguments, provider_data) for arguments that arrived as an object (Gemini, Ollama):
+    themselves, or ``{}`` with their text kept as ``invalid_arguments`` when they nest deeper
+    than ``MAX_ARGUMENT_DEPTH``, as ``decode_arguments`` refuses streamed ones."""
+    if not _nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        return value, None
+    return {}, {"invalid_arguments": json.dumps(value, ensure_ascii=False)}
 
 
 def invalid_arguments(part: Part) -> str | None:

@@ -44,6 +44,7 @@ from daemon.providers.base import (
     StopKind,
     UsageUpdate,
     replayable,
+    whole_arguments,
 )
 from daemon.providers.http import (
     LazyClient,
@@ -428,7 +429,7 @@ class _StreamParser:
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
         name = str(call.get("name") or "")
-        args = call.get("args") if isinstance(call.get("args"), dict) else {}
+        args, data = whole_arguments(call.get("args") if isinstance(call.get("args"), dict) else {})
         gemini_id = call.get("id") or None
         call_id = gemini_id or self._call_id()
         self.calls += 1
@@ -440,7 +441,7 @@ class _StreamParser:
             provider=self.provider,
             model=self.model,
             signature=signature,
-            provider_data={"id": gemini_id} if gemini_id else None,
+            provider_data={**({"id": gemini_id} if gemini_id else {}), **(data or {})} or None,
         )
         return self.blocks.call(part, json.dumps(args, ensure_ascii=False))
 

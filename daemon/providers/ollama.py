@@ -33,6 +33,7 @@ from daemon.providers.base import (
     Stop,
     UsageUpdate,
     replayable,
+    whole_arguments,
 )
 from daemon.providers.http import (
     LazyClient,
@@ -271,12 +272,17 @@ class _StreamParser:
                 arguments = json.loads(arguments)
             except ValueError:
                 arguments = {}
-        if not isinstance(arguments, dict):
-            arguments = {}
+        arguments, data = whole_arguments(arguments if isinstance(arguments, dict) else {})
         call_id = call.get("id") or _call_id(self.model, created_at, self.calls, name)
         self.calls += 1
         part = Part(
-            type="tool_call", call_id=call_id, name=name, arguments=arguments, provider=self.provider, model=self.model
+            type="tool_call",
+            call_id=call_id,
+            name=name,
+            arguments=arguments,
+            provider=self.provider,
+            model=self.model,
+            provider_data=data,
         )
         return self.blocks.call(part, json.dumps(arguments, ensure_ascii=False))
 
