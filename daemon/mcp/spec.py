@@ -65,11 +65,6 @@ class ServerSpec:
             if not _plainly_no_secret(value):
                 redact.remember(value)
 
-    @property
-    def identity(self) -> tuple[Any, ...]:
-        """Two specs with the same identity share one process (e.g. two ACP sessions)."""
-        return (self.name, self.command, self.args, self.env, self.cwd)
-
 
 def server_env(spec: ServerSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ

@@ -277,9 +277,6 @@ class DeviceLogins:
         self._task_group = task_group
         self._pending: dict[str, anyio.CancelScope] = {}
 
-    def pending(self, provider: str) -> bool:
-        return provider in self._pending
-
     async def start(self, provider: str) -> m.AuthLoginResult:
         """Start a sign-in: the code to show at once; the outcome comes as ``auth/completed``."""
         settings = self.config.providers.get(provider)
