@@ -165,7 +165,7 @@ async def run_turn(turn: Turn) -> str:
             stop_reason = await _tool_loop(turn)
         except PonderError as exc:
             error = _error_info(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug must still end the turn cleanly
+        except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
     if turn.cancel_scope.cancelled_caught:
@@ -219,7 +219,7 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     if retry_after is not None:
         return min(retry_after, BACKOFF_CAP_S * 4)
     base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-    return base / 2 + random.uniform(0, base / 2)  # noqa: S311 - jitter, not crypto
+    return base / 2 + random.uniform(0, base / 2)
 
 
 class _Watchdog:
@@ -337,7 +337,7 @@ class _Reply:
                         await self._on_event(event)
                         watchdog.relaying = False
                         watchdog.last_life = watchdog.last_progress = time.monotonic()
-                except Exception as exc:  # noqa: BLE001 - raised below, outside the task group (no ExceptionGroup)
+                except Exception as exc:
                     failure = exc
             tg.cancel_scope.cancel()
         if failure is not None:
@@ -454,7 +454,9 @@ class _Reply:
         message = self.message
         assert message is not None
         if event.index not in self.wire_index:
-            await self._start_block(BlockStart(index=event.index, kind=event.part.type, call_id=event.part.call_id, name=event.part.name))  # type: ignore[arg-type]
+            await self._start_block(
+                BlockStart(index=event.index, kind=event.part.type, call_id=event.part.call_id, name=event.part.name)
+            )  # type: ignore[arg-type]
         index = self.wire_index[event.index]
         part = self.call_ids.finish(event.index, event.part) if event.part.type == "tool_call" else event.part
         message.parts[index] = part
@@ -475,7 +477,13 @@ class _Reply:
         elif part.type == "tool_call":
             await self._emit(
                 ev.ToolCallEnd,
-                {"message_id": mid, "index": index, "call_id": part.call_id, "name": part.name, "arguments": part.arguments or {}},
+                {
+                    "message_id": mid,
+                    "index": index,
+                    "call_id": part.call_id,
+                    "name": part.name,
+                    "arguments": part.arguments or {},
+                },
             )
 
     async def _emit(self, kind: type, fields: dict[str, Any]) -> None:
@@ -653,7 +661,9 @@ async def _save_and_end(turn: Turn, message: ChatMessage) -> None:
 
 
 async def _emit_start(turn: Turn, call: Part) -> None:
-    await turn.emit(ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}})
+    await turn.emit(
+        ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}}
+    )
 
 
 async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[Part | None], i: int) -> None:
@@ -669,14 +679,22 @@ async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[P
 async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
     await turn.emit(
         ev.ToolExecutionEnd,
-        {"call_id": call.call_id, "name": call.name, "is_error": is_error, "result": text, "message_id": message.message_id},
+        {
+            "call_id": call.call_id,
+            "name": call.name,
+            "is_error": is_error,
+            "result": text,
+            "message_id": message.message_id,
+        },
     )
     return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)
 
 
 def _with_cancelled(calls: list[Part], results: list[Part | None]) -> list[Part]:
     return [
-        r if r is not None else Part(type="tool_result", call_id=c.call_id, name=c.name, text=CANCELLED_RESULT, is_error=True)
+        r
+        if r is not None
+        else Part(type="tool_result", call_id=c.call_id, name=c.name, text=CANCELLED_RESULT, is_error=True)
         for c, r in zip(calls, results, strict=True)
     ]
 
@@ -716,7 +734,9 @@ def repair_history(history: list[ChatMessage]) -> list[ChatMessage]:
     pending: list[Part] = []
     for message in history:
         if pending and message.role == "tool":
-            message = msgspec.structs.replace(message, parts=[*message.parts, *_with_cancelled(pending, [None] * len(pending))])
+            message = msgspec.structs.replace(
+                message, parts=[*message.parts, *_with_cancelled(pending, [None] * len(pending))]
+            )
             pending = []
         elif pending:
             repaired.append(_synthetic_tool_message(repaired[-1], pending))

@@ -16,16 +16,22 @@ BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
     parser.add_argument("--version", action="version", version=f"ponder {__version__}")
-    parser.add_argument("--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)")
+    parser.add_argument(
+        "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
     serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
 
-    acp = sub.add_parser("acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)")
+    acp = sub.add_parser(
+        "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
+    )
     acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
-    acp.add_argument("--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth")
+    acp.add_argument(
+        "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
+    )
 
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")

@@ -124,7 +124,7 @@ class RpcClient:
         else:
             try:
                 reply["result"] = await self.on_request(message["method"], message.get("params"))
-            except Exception as exc:  # noqa: BLE001 - report any handler failure to the daemon
+            except Exception as exc:
                 reply["error"] = {"code": -32603, "message": str(exc)}
         await self._send_line(msgspec.json.encode(reply))
 

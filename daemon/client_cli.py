@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
     backend = os.environ.get("PONDER_ASYNC_BACKEND", "asyncio")
     try:
         return anyio.run(_run, args, daemon, backend=backend)
-    except BaseException as exc:  # noqa: BLE001 - task groups wrap errors; unwrap for a clean message
+    except BaseException as exc:
         error = _find(exc, RpcError)
         if error is not None:
             print(f"ponder: {error.message}", file=sys.stderr)
@@ -58,7 +58,11 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
     async with spawn_daemon(home=args.home, log_level="warning", on_request=on_request, started=daemon) as client:
         await client.request(
             "initialize",
-            {"protocol_version": 1, "client_info": {"name": "ponder-cli", "version": "1"}, "capabilities": {"permission_requests": interactive}},
+            {
+                "protocol_version": 1,
+                "client_info": {"name": "ponder-cli", "version": "1"},
+                "capabilities": {"permission_requests": interactive},
+            },
         )
         if args.command == "ask":
             code = await _ask(client, args)
@@ -208,10 +212,16 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
     if args.session_id:
         resumed = await client.request("session/resume", {"session_id": args.session_id})
         session = resumed["session"]
-        print(f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  thinking={session['thinking_level']}")
+        print(
+            f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  thinking={session['thinking_level']}"
+        )
         for message in resumed["messages"]:
             for block in message["content"]:
-                text = block.get("text") if block["type"] != "tool_call" else f"{block['name']}({json.dumps(block['arguments'])})"
+                text = (
+                    block.get("text")
+                    if block["type"] != "tool_call"
+                    else f"{block['name']}({json.dumps(block['arguments'])})"
+                )
                 label = f"{message['role']}/{block['type']}"
                 print(f"[{message['seq']}] {label}: {text}")
         return 0
@@ -244,7 +254,9 @@ async def _models(client: RpcClient, args: argparse.Namespace) -> int:
     for model in listed["models"]:
         levels = ",".join(model["thinking_levels"]) or "-"
         mark = " " if model["available"] else "×"
-        print(f"{mark} {model['id']:<42} {model['api']:<17} thinking: {levels} (default {model['default_thinking_level']})")
+        print(
+            f"{mark} {model['id']:<42} {model['api']:<17} thinking: {levels} (default {model['default_thinking_level']})"
+        )
     return 0
 
 
@@ -255,9 +267,15 @@ async def _mcp(client: RpcClient, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listed, ensure_ascii=False, indent=2))
     elif not servers:
-        print("No MCP servers are configured; add [mcp_servers.NAME] (command, args, env) to config.toml in ponder's home.")
+        print(
+            "No MCP servers are configured; add [mcp_servers.NAME] (command, args, env) to config.toml in ponder's home."
+        )
     for server in [] if args.json else servers:
-        count = f"{len(server['tools'])} tool{'s' if len(server['tools']) != 1 else ''}" if server["status"] == "ready" else ""
+        count = (
+            f"{len(server['tools'])} tool{'s' if len(server['tools']) != 1 else ''}"
+            if server["status"] == "ready"
+            else ""
+        )
         print(f"{server['name']:<20} {server['status']:<8} {count}".rstrip())
         for tool in server["tools"]:
             description = (tool["description"] or "").splitlines()[0] if tool["description"] else ""

@@ -154,7 +154,9 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         )
     reliability = raw.get("reliability", {})
     if isinstance(reliability, dict):
-        config.retry_max_attempts = _number(reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems)
+        config.retry_max_attempts = _number(
+            reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems
+        )
         config.stall_timeout_s = _number(
             reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
         )
@@ -188,7 +190,9 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
                 )
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
-        config.mock_delay_ms = _number(mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0)
+        config.mock_delay_ms = _number(
+            mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0
+        )
     if env.get("PONDER_MOCK_DELAY_MS"):
         try:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
@@ -279,7 +283,9 @@ def _number(section: dict[str, Any], name: str, key: str, default: Any, problems
         if isinstance(value, bool) or number < minimum:
             raise ValueError
     except (TypeError, ValueError):
-        problems.append(f"config.toml: [{name}] {key} must be a number of at least {minimum:g}, not {value!r}; using {default}.")
+        problems.append(
+            f"config.toml: [{name}] {key} must be a number of at least {minimum:g}, not {value!r}; using {default}."
+        )
         return default
     return number
 

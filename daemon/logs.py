@@ -24,7 +24,7 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
 
     def _open(self) -> IO[str]:
         fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
-        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)  # noqa: SIM115 - the handler owns it
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
 
 
 def setup_logging(log_dir: Path | None, level: str = "info", *, max_bytes: int = MAX_BYTES) -> None:

@@ -142,7 +142,11 @@ class Connection:
     """One client connection over a pair of streams (stdio in production, memory in tests)."""
 
     def __init__(
-        self, outgoing: ObjectSendStream[Outgoing], *, cancel_method: str = "$/cancelRequest", cancel_id_field: str = "id"
+        self,
+        outgoing: ObjectSendStream[Outgoing],
+        *,
+        cancel_method: str = "$/cancelRequest",
+        cancel_id_field: str = "id",
     ) -> None:
         self._outgoing = outgoing
         # The mark queued after the last big message, set once the writer has written it and
@@ -272,8 +276,11 @@ class Connection:
             tg.cancel_scope.cancel()
 
     def _dispatch(self, tg: anyio.abc.TaskGroup, message: Any) -> None:
-        if isinstance(message, dict) and "method" not in message and "id" in message and (
-            "result" in message or "error" in message
+        if (
+            isinstance(message, dict)
+            and "method" not in message
+            and "id" in message
+            and ("result" in message or "error" in message)
         ):
             self._route_answer(message)
             return
@@ -385,13 +392,18 @@ class Connection:
             if method in self._methods:
                 try:
                     await self._call(method, message.get("params", _UNSET))
-                except Exception as exc:  # noqa: BLE001 - a notification cannot report errors
+                except Exception as exc:
                     log.warning("notification %s failed: %s", method, as_wire_error(exc).message)
                 except BaseExceptionGroup as group:
                     raise _shutdown_part(group, f"notification {method}") from None
             return None
         if request_id in self._in_flight:
-            return encode_error(request_id, InvalidRequest("Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"))
+            return encode_error(
+                request_id,
+                InvalidRequest(
+                    "Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"
+                ),
+            )
         if self.shutting_down:
             return encode_error(request_id, ShuttingDown())
 
@@ -407,7 +419,7 @@ class Connection:
             # The whole connection is going away (shutdown): the caller answers for us.
             cut_short.append(encode_error(request_id, ShuttingDown()))
             raise
-        except Exception as exc:  # noqa: BLE001 - the one place exceptions become wire errors
+        except Exception as exc:
             return encode_error(request_id, as_wire_error(exc))
         except BaseExceptionGroup as group:
             cancelled = _shutdown_part(group, f"request {request_id!r}")  # still a request cut short

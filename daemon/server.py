@@ -185,7 +185,9 @@ class Daemon:
             system_prompt=params.system_prompt,
             approval_policy=params.approval_policy,
         )
-        return m.SessionResult(session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row))
+        return m.SessionResult(
+            session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
+        )
 
     async def session_get(self, params: m.SessionIdParams) -> m.SessionResult:
         row = await self.sessions.row(params.session_id)

@@ -422,7 +422,9 @@ class SessionManager:
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
             if not any(m.message_id == message_id for m in messages):
-                raise InvalidParams(f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id")
+                raise InvalidParams(
+                    f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
+                )
         return await self.store.fork_session(source.id, new_row, message_id)
 
     async def delete(self, session_id: str) -> None:
@@ -550,7 +552,14 @@ class SessionManager:
         except PonderError:
             thinking_now = _no_thinking(live.row.thinking_level)
         emit = self._emitter(live, pending.turn_id)
-        await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": thinking_now, "user_message_id": pending.user_message.message_id})
+        await emit(
+            ev.TurnStart,
+            {
+                "model_id": live.row.model_id,
+                "thinking": thinking_now,
+                "user_message_id": pending.user_message.message_id,
+            },
+        )
         await emit(ev.TurnEnd, {"stop_reason": "cancelled", "usage": None, "error": None})
 
     async def _actor(self, live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -661,7 +670,14 @@ class SessionManager:
                 await self._saver(live)(message)
             turn = self._build_turn(live, pending, emit)
         except PonderError as exc:
-            await emit(ev.TurnStart, {"model_id": live.row.model_id, "thinking": _no_thinking(live.row.thinking_level), "user_message_id": message.message_id})
+            await emit(
+                ev.TurnStart,
+                {
+                    "model_id": live.row.model_id,
+                    "thinking": _no_thinking(live.row.thinking_level),
+                    "user_message_id": message.message_id,
+                },
+            )
             await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent._error_info(exc)})
             return
         live.current = turn
@@ -694,7 +710,9 @@ class SessionManager:
         resolved = thinking.resolve_thinking(spec, row.thinking_level)
         adjust = getattr(provider, "adjust_thinking", None)
         if adjust is not None:
-            probe = ProviderRequest(provider=spec.provider, model=spec.model, thinking=resolved, messages=agent.repair_history(live.history))
+            probe = ProviderRequest(
+                provider=spec.provider, model=spec.model, thinking=resolved, messages=agent.repair_history(live.history)
+            )
             resolved = adjust(probe) or resolved
         cwd = Path(row.cwd)
         tools = dict(self.tools)
@@ -758,7 +776,9 @@ class SessionManager:
             ),
         )
 
-    async def _approve(self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]) -> tuple[bool, str]:
+    async def _approve(
+        self, live: LiveSession, turn_id: str, call: Part, tools: dict[str, Tool[Any]]
+    ) -> tuple[bool, str]:
         name = call.name or ""
         tool = tools.get(name)
         if tool is None:

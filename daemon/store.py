@@ -466,7 +466,7 @@ class Store:
                 db.execute("SAVEPOINT together")
                 try:
                     outcomes.append((item(db), None))
-                except Exception as error:  # noqa: BLE001 - handed to the caller of this body
+                except Exception as error:
                     db.execute("ROLLBACK TO together")
                     outcomes.append((None, _as_store_error(error)))
                 db.execute("RELEASE together")
@@ -590,9 +590,7 @@ class Store:
         """Delete the session with its messages, parts, changes and lease; False if absent."""
         return self._write(lambda db: db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0)
 
-    def fork_session(
-        self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None
-    ) -> SessionRow:
+    def fork_session(self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None) -> SessionRow:
         """Create ``new_row`` (its parent_id set to ``source_id``) with a copy of the history.
 
         Messages up to and including ``up_to_message_id`` (default: all) are copied with
@@ -668,8 +666,7 @@ class Store:
             ).fetchone()
             if existing is not None and existing[0] != message.session_id:
                 raise StoreError(
-                    f"Message {message.message_id!r} belongs to session {existing[0]!r}, "
-                    f"not {message.session_id!r}."
+                    f"Message {message.message_id!r} belongs to session {existing[0]!r}, not {message.session_id!r}."
                 )
             now = self._now()
             created_at = message.created_at or (existing[1] if existing else now)
@@ -899,7 +896,9 @@ class Store:
     def _acquire_lease_body(self, session_id: str, owner: str, ttl_s: float) -> Callable[[sqlite3.Connection], bool]:
         def body(db: sqlite3.Connection) -> bool:
             now = self._clock()
-            held = db.execute("SELECT owner, expires_at FROM turn_leases WHERE session_id = ?", (session_id,)).fetchone()
+            held = db.execute(
+                "SELECT owner, expires_at FROM turn_leases WHERE session_id = ?", (session_id,)
+            ).fetchone()
             if held is not None and held[0] != owner and held[1] > now and _owner_alive(held[0]):
                 return False
             self._require_session(db, session_id)
@@ -917,20 +916,22 @@ class Store:
     def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s lease; False if it was taken over (the turn must stop)."""
         return self._write(
-            lambda db: db.execute(
-                "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
-                (self._clock() + ttl_s, session_id, owner),
-            ).rowcount
-            > 0
+            lambda db: (
+                db.execute(
+                    "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
+                    (self._clock() + ttl_s, session_id, owner),
+                ).rowcount
+                > 0
+            )
         )
 
     def release_lease(self, session_id: str, owner: str) -> bool:
         """Drop ``owner``'s lease; False if it did not hold it."""
         return self._write(
-            lambda db: db.execute(
-                "DELETE FROM turn_leases WHERE session_id = ? AND owner = ?", (session_id, owner)
-            ).rowcount
-            > 0
+            lambda db: (
+                db.execute("DELETE FROM turn_leases WHERE session_id = ? AND owner = ?", (session_id, owner)).rowcount
+                > 0
+            )
         )
 
     def get_lease(self, session_id: str) -> Lease | None:
@@ -1067,7 +1068,7 @@ class _Batch:
                 call.taken = True
         try:
             outcomes = self._run([call.body for call in batch])
-        except Exception as error:  # noqa: BLE001 - the transaction failed: every call in it did
+        except Exception as error:
             outcomes = [(None, error)] * len(batch)
         for call, (result, error) in zip(batch, outcomes, strict=True):
             call.result, call.error = result, error

@@ -182,10 +182,7 @@ def _reason(spec: "ModelSpec", requested: str, effective: str) -> str | None:
         return f"{name} has no thinking mode; using 'off'."
     if requested == "off":
         if control.limited_by:
-            return (
-                f"{control.limited_by} cannot turn thinking off for {name}; "
-                f"using its lowest level {effective!r}."
-            )
+            return f"{control.limited_by} cannot turn thinking off for {name}; using its lowest level {effective!r}."
         return f"{name} cannot turn thinking off; using its lowest level {effective!r}."
     if control.kind == "toggle" and len(control.thinking_levels) == 1:
         return f"{name} can only switch thinking on or off; {effective!r} stands for on."

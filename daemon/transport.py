@@ -136,12 +136,12 @@ def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_b
                     deliver(splitter.finish())
                     return
                 deliver(splitter.feed(chunk))
-        except Exception:  # noqa: BLE001 - the loop is gone or the stream closed: stop reading
+        except Exception:
             return
         finally:
             try:
                 anyio.from_thread.run_sync(send.close, token=token)
-            except Exception:  # noqa: BLE001 - the loop is already gone
+            except Exception:
                 pass
 
     threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()

@@ -10,7 +10,6 @@ import msgspec
 
 from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
 
-
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import gen_typescript  # noqa: E402
+import gen_typescript
 
-from protocol import PROTOCOL_VERSION, events, methods, objects  # noqa: E402
-from protocol.errors import ErrorCode  # noqa: E402
-from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole  # noqa: E402
-from protocol.methods import (  # noqa: E402
+from protocol import PROTOCOL_VERSION, events, methods, objects
+from protocol.errors import ErrorCode
+from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole
+from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
     CancelRequestParams,
@@ -46,7 +46,7 @@ from protocol.methods import (  # noqa: E402
     McpServerStatus,
     PermissionDecision,
 )
-from protocol.objects import (  # noqa: E402
+from protocol.objects import (
     ApprovalPolicy,
     Block,
     MessageStatus,

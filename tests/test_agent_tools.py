@@ -21,7 +21,9 @@ async def run_prompt(client, session_id, text):
 
 
 async def start(client, cwd, policy="ask"):
-    result = await client.request("session/start", {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy})
+    result = await client.request(
+        "session/start", {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy}
+    )
     return result["session"]["session_id"]
 
 
@@ -59,7 +61,16 @@ async def test_three_step_tool_loop(home, tmp_path):
         assert not any(e["is_error"] for e in ends)
         assert "notes.txt:2:beta" in ends[2]["result"]
         stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
-        assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+        assert [m["role"] for m in stored] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
         # each tool message answers the call of the reply before it, and names its message id in the events
         for reply, results in zip(stored[1::2], stored[2::2]):
             [call] = [b for b in reply["content"] if b["type"] == "tool_call"]
@@ -76,7 +87,9 @@ async def test_allow_once_runs_and_deny_reports_to_the_model(home, tmp_path):
         events = await run_prompt(
             client,
             session_id,
-            script(("write_file", {"path": "a.txt", "content": "one"}), ("write_file", {"path": "b.txt", "content": "two"})),
+            script(
+                ("write_file", {"path": "a.txt", "content": "one"}), ("write_file", {"path": "b.txt", "content": "two"})
+            ),
         )
     assert (tmp_path / "a.txt").read_text() == "one"
     assert not (tmp_path / "b.txt").exists()
@@ -118,7 +131,9 @@ async def test_auto_and_read_only_policies(home, tmp_path):
         await run_prompt(client, auto, script(("write_file", {"path": "x.txt", "content": "auto"})))
         assert (tmp_path / "x.txt").read_text() == "auto"
         locked = await start(client, tmp_path, policy="read_only")
-        events = await run_prompt(client, locked, script(("edit_file", {"path": "x.txt", "old_string": "auto", "new_string": "no"})))
+        events = await run_prompt(
+            client, locked, script(("edit_file", {"path": "x.txt", "old_string": "auto", "new_string": "no"}))
+        )
         assert tool_ends(events)[0]["is_error"] and "read_only" in tool_ends(events)[0]["result"]
         assert (tmp_path / "x.txt").read_text() == "auto"
 
@@ -133,7 +148,8 @@ async def test_cancel_while_permission_pending_withdraws_it(home, tmp_path):
     async with in_memory_daemon(home, permission_requests=True, on_request=never_answer) as (client, _):
         session_id = await start(client, tmp_path)
         turn = await client.request(
-            "session/prompt", {"session_id": session_id, "text": script(("write_file", {"path": "w.txt", "content": "x"}))}
+            "session/prompt",
+            {"session_id": session_id, "text": script(("write_file", {"path": "w.txt", "content": "x"}))},
         )
         withdrawn = []
         events = []
@@ -165,7 +181,8 @@ async def test_cancel_kills_a_running_command_and_records_a_result(home, tmp_pat
     async with in_memory_daemon(home) as (client, _):
         session_id = await start(client, tmp_path, policy="auto")
         turn = await client.request(
-            "session/prompt", {"session_id": session_id, "text": script(("run_command", {"command": "echo started; sleep 30"}))}
+            "session/prompt",
+            {"session_id": session_id, "text": script(("run_command", {"command": "echo started; sleep 30"}))},
         )
         events = []
         async with aclosing(client.events(turn["turn_id"])) as stream:
@@ -198,7 +215,9 @@ async def test_step_limit_ends_the_turn_with_tool_limit(home, tmp_path):
 
     async with in_memory_daemon(home, configure=two_steps) as (client, _):
         session_id = await start(client, tmp_path)
-        events = await run_prompt(client, session_id, script(("list_files", {}), ("list_files", {}), ("list_files", {})))
+        events = await run_prompt(
+            client, session_id, script(("list_files", {}), ("list_files", {}), ("list_files", {}))
+        )
         assert events[-1]["stop_reason"] == "tool_limit"
         assert len(tool_ends(events)) == 2
 

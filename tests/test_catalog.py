@@ -260,7 +260,12 @@ def test_declared_models_are_listed_and_resolve(tmp_path):
     local = {spec.model: spec for spec in catalog.list_models("local")}
     assert set(local) == {"qwen3-32b", "hybrid", "plain"}
     qwen = local["qwen3-32b"]
-    assert (qwen.name, qwen.api, qwen.context_window, qwen.max_output_tokens) == ("Qwen3 32B", "openai-chat", 32768, 8192)
+    assert (qwen.name, qwen.api, qwen.context_window, qwen.max_output_tokens) == (
+        "Qwen3 32B",
+        "openai-chat",
+        32768,
+        8192,
+    )
     assert qwen.thinking_levels == ("off", "low", "medium", "high")
     assert catalog.resolve(qwen, "off").request_params == {"reasoning_effort": "none"}
     assert catalog.resolve(qwen, "max").request_params == {"reasoning_effort": "high"}

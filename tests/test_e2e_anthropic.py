@@ -16,11 +16,18 @@ async def test_tool_loop_and_restart_keep_the_signed_thinking(home, tmp_path, re
     async with in_memory_daemon(home, env=env) as (client, _):
         started = await client.request(
             "session/start",
-            {"model_id": "anthropic/claude-opus-4-6", "thinking_level": "medium", "cwd": str(tmp_path), "approval_policy": "auto"},
+            {
+                "model_id": "anthropic/claude-opus-4-6",
+                "thinking_level": "medium",
+                "cwd": str(tmp_path),
+                "approval_policy": "auto",
+            },
         )
         assert started["thinking"]["request_params"]["output_config"] == {"effort": "medium"}
         session_id = started["session"]["session_id"]
-        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Should I bring an umbrella in Lyon today?"})
+        turn = await client.request(
+            "session/prompt", {"session_id": session_id, "text": "Should I bring an umbrella in Lyon today?"}
+        )
         events = await client.collect_turn(turn["turn_id"])
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     thinking = [e for e in events if e["type"] == "thinking_end"][0]["text"]
@@ -35,7 +42,9 @@ async def test_tool_loop_and_restart_keep_the_signed_thinking(home, tmp_path, re
     assert first.json()["messages"] == [{"role": "user", "content": "Should I bring an umbrella in Lyon today?"}]
     expected_turn2 = fixture_request("anthropic", "adaptive-thinking-tool-use-turn2")
     sent = second.json()["messages"]
-    assert sent[1] == expected_turn2["messages"][1], "the assistant turn must be replayed byte for byte, signature included"
+    assert sent[1] == expected_turn2["messages"][1], (
+        "the assistant turn must be replayed byte for byte, signature included"
+    )
     assert sent[2]["content"][0]["tool_use_id"] == expected_turn2["messages"][2]["content"][0]["tool_use_id"]
     assert sent[2]["content"][0]["is_error"] is True
 

@@ -30,13 +30,38 @@ def chat_check(body, meta):
 
 
 CASES = {
-    "gemini": ("gemini/gemini-3.1-pro-preview", {"GEMINI_API_KEY": "AIza-fake"}, "GEMINI_BASE_URL",
-               ("gemini", "function-call-signature"), ("gemini", "thoughts-text-signature"), gemini_check),
-    "openai-responses": ("openai/gpt-5.1", {"OPENAI_API_KEY": "sk-fake"}, "OPENAI_BASE_URL",
-                         ("openai-responses", "reasoning-function-call"), ("openai-responses", "reasoning-summary-text"), responses_check),
-    "deepseek": ("deepseek/deepseek-v4-pro", {"DEEPSEEK_API_KEY": "sk-fake"}, "DEEPSEEK_BASE_URL",
-                 ("openai-chat", "deepseek-tool-call"), ("openai-chat", "deepseek-reasoning-content"), chat_check),
-    "ollama": ("ollama/gpt-oss:20b", {}, "OLLAMA_HOST", ("ollama", "tool-calls"), ("ollama", "thinking-content"), chat_check),
+    "gemini": (
+        "gemini/gemini-3.1-pro-preview",
+        {"GEMINI_API_KEY": "AIza-fake"},
+        "GEMINI_BASE_URL",
+        ("gemini", "function-call-signature"),
+        ("gemini", "thoughts-text-signature"),
+        gemini_check,
+    ),
+    "openai-responses": (
+        "openai/gpt-5.1",
+        {"OPENAI_API_KEY": "sk-fake"},
+        "OPENAI_BASE_URL",
+        ("openai-responses", "reasoning-function-call"),
+        ("openai-responses", "reasoning-summary-text"),
+        responses_check,
+    ),
+    "deepseek": (
+        "deepseek/deepseek-v4-pro",
+        {"DEEPSEEK_API_KEY": "sk-fake"},
+        "DEEPSEEK_BASE_URL",
+        ("openai-chat", "deepseek-tool-call"),
+        ("openai-chat", "deepseek-reasoning-content"),
+        chat_check,
+    ),
+    "ollama": (
+        "ollama/gpt-oss:20b",
+        {},
+        "OLLAMA_HOST",
+        ("ollama", "tool-calls"),
+        ("ollama", "thinking-content"),
+        chat_check,
+    ),
 }
 
 
@@ -44,7 +69,9 @@ def enqueue_ollama_discovery(server):
     tags = {"models": [{"name": "gpt-oss:20b", "model": "gpt-oss:20b"}]}
     show = {"capabilities": ["completion", "tools", "thinking"], "details": {"family": "gptoss"}}
     for payload in (tags, show):
-        server.enqueue(ScriptedResponse(body=json.dumps(payload).encode(), headers={"content-type": "application/json"}))
+        server.enqueue(
+            ScriptedResponse(body=json.dumps(payload).encode(), headers={"content-type": "application/json"})
+        )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -61,7 +88,9 @@ async def test_round_trip_through_tool_loop_and_restart(case, home, tmp_path, re
     meta = replay_server.enqueue_fixture(*tool_fixture, split_every=9)
     replay_server.enqueue_fixture(*text_fixture, split_every=7)
     async with in_memory_daemon(home, env=env) as (client, _):
-        started = await client.request("session/start", {"model_id": model_id, "cwd": str(tmp_path), "approval_policy": "auto"})
+        started = await client.request(
+            "session/start", {"model_id": model_id, "cwd": str(tmp_path), "approval_policy": "auto"}
+        )
         session_id = started["session"]["session_id"]
         turn = await client.request("session/prompt", {"session_id": session_id, "text": "What is the weather?"})
         events = await client.collect_turn(turn["turn_id"])

@@ -13,7 +13,7 @@ async def test_holders_of_one_key_go_in_the_order_they_asked_and_may_re_enter() 
     order: list[str] = []
 
     async def change(name: str) -> None:
-        async with locks.hold("s1"):  # noqa: SIM117 - nested on purpose: re-entry is the point
+        async with locks.hold("s1"):
             async with locks.hold("s1"):  # the holder takes it again (set_model inside a read-decide-change)
                 await anyio.sleep(0.01)
                 order.append(name)

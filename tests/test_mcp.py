@@ -24,7 +24,12 @@ SERVERS = Path(__file__).parent / "support" / "mcp_servers"
 
 
 def docs_server(state: Path, **extra):
-    return {"command": sys.executable, "args": [str(SERVERS / "docs_server.py")], "env": {"MCP_TEST_DIR": str(state)}, **extra}
+    return {
+        "command": sys.executable,
+        "args": [str(SERVERS / "docs_server.py")],
+        "env": {"MCP_TEST_DIR": str(state)},
+        **extra,
+    }
 
 
 def misbehaving(state: Path, mode: str = "serve", *flags: str, **extra):
@@ -59,7 +64,9 @@ def state(tmp_path):
 
 
 async def start(client, cwd, **params):
-    result = await client.request("session/start", {"model_id": "mock/tools", "thinking_level": "off", "cwd": str(cwd), **params})
+    result = await client.request(
+        "session/start", {"model_id": "mock/tools", "thinking_level": "off", "cwd": str(cwd), **params}
+    )
     return result["session"]["session_id"]
 
 
@@ -140,7 +147,9 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         assert fail["is_error"] is True and "cannot do that: nope" in fail["result"]
         assert (note["is_error"], note["result"]) == (False, "noted: hi")
         # Only the tool without readOnlyHint asked (the server is trusted), under its namespaced name.
-        assert [(a["tool"], a["title"]) for a in asked] == [("mcp__docs__write_note", 'MCP docs: write_note {"text": "hi"}')]
+        assert [(a["tool"], a["title"]) for a in asked] == [
+            ("mcp__docs__write_note", 'MCP docs: write_note {"text": "hi"}')
+        ]
         # The model was offered the MCP tools next to the built-in ones, with the server's schema.
         assert {"read_file", "run_command", "mcp__docs__search", "mcp__docs__write_note"} <= set(offered[0])
         row = await daemon.sessions.row(session_id)
@@ -248,7 +257,10 @@ async def test_call_timeout_cancels_the_call_and_keeps_the_server(home, state):
 
 
 async def test_frozen_server_fails_after_a_timed_out_call(home, state):
-    async with in_memory_daemon(home, configure=with_servers({"flaky": misbehaving(state, timeout_s=0.3)})) as (client, daemon):
+    async with in_memory_daemon(home, configure=with_servers({"flaky": misbehaving(state, timeout_s=0.3)})) as (
+        client,
+        daemon,
+    ):
         fast(daemon, backoff_s=30)
         session_id = await start(client, home, approval_policy="auto")
         events = await run_turn(client, session_id, ("mcp__flaky__freeze", {}))
@@ -310,7 +322,9 @@ async def test_servers_that_cannot_start_are_reported_and_the_turn_goes_on(home,
         assert {name: s["status"] for name, s in servers.items()} == {
             "dead": "failed", "mute": "failed", "missing": "failed", "broken": "failed", "off": "stopped", "flaky": "ready",
         }  # fmt: skip
-        assert "exited with status 3" in servers["dead"]["error"] and "WIDGET_TOKEN is not set" in servers["dead"]["error"]
+        assert (
+            "exited with status 3" in servers["dead"]["error"] and "WIDGET_TOKEN is not set" in servers["dead"]["error"]
+        )
         assert "did not finish starting within 0.5 s" in servers["mute"]["error"]
         assert "could not be started" in servers["missing"]["error"]
         assert "[mcp_servers.broken] needs command" in servers["broken"]["error"]

@@ -33,10 +33,16 @@ def test_qualified_names_are_namespaced_safe_and_bounded():
 
 
 def test_config_spec_defaults_and_coercion():
-    spec = parse_config_server("docs", {"command": "npx", "args": ["-y", "pkg", 3], "env": {"B": 1, "A": True}, "cwd": "~/x"})
+    spec = parse_config_server(
+        "docs", {"command": "npx", "args": ["-y", "pkg", 3], "env": {"B": 1, "A": True}, "cwd": "~/x"}
+    )
     assert isinstance(spec, ServerSpec)
     assert spec.args == ("-y", "pkg", "3") and spec.env == (("A", "true"), ("B", "1"))
-    assert spec.cwd == str(Path("~/x").expanduser()) and (spec.timeout_s, spec.startup_timeout_s, spec.enabled) == (60, 30, True)
+    assert spec.cwd == str(Path("~/x").expanduser()) and (spec.timeout_s, spec.startup_timeout_s, spec.enabled) == (
+        60,
+        30,
+        True,
+    )
     assert "B" not in repr(spec), "env values may be secrets"
 
 
@@ -83,7 +89,9 @@ def test_acp_entries_as_json_structs_and_models():
 
 def test_server_env_keeps_our_credentials_away():
     spec = ServerSpec(name="x", command="c", env=(("DOCS_TOKEN", "secret"), ("PATH", "/custom")))
-    env = server_env(spec, {"PATH": "/usr/bin", "HOME": "/home/me", "ANTHROPIC_API_KEY": "sk-ant", "OPENAI_API_KEY": "sk"})
+    env = server_env(
+        spec, {"PATH": "/usr/bin", "HOME": "/home/me", "ANTHROPIC_API_KEY": "sk-ant", "OPENAI_API_KEY": "sk"}
+    )
     assert env == {"PATH": "/custom", "HOME": "/home/me", "DOCS_TOKEN": "secret"}
 
 
@@ -140,7 +148,10 @@ def test_provider_schema_is_self_contained():
     }
     assert provider_schema(raw) == {
         "type": "object",
-        "properties": {"filter": {"type": "object", "properties": {"lang": {"type": "string"}}}, "title": {"type": "string"}},
+        "properties": {
+            "filter": {"type": "object", "properties": {"lang": {"type": "string"}}},
+            "title": {"type": "string"},
+        },
     }
     assert provider_schema(None) == {"type": "object", "properties": {}}
     assert provider_schema({"properties": {}}) == {"properties": {}, "type": "object"}
@@ -164,7 +175,10 @@ def test_results_text_structured_and_errors():
         render_result({"content": [{"type": "text", "text": '{"total": 5}'}], "structuredContent": {"total": 5}}).text
         == '{"total": 5}'
     )
-    assert render_result({"content": [{"type": "text", "text": "done"}], "structuredContent": {"result": "done"}}).text == "done"
+    assert (
+        render_result({"content": [{"type": "text", "text": "done"}], "structuredContent": {"result": "done"}}).text
+        == "done"
+    )
     both = render_result({"content": [{"type": "text", "text": "Found 2"}], "structuredContent": {"ids": [1, 2]}})
     assert both.text.startswith("Found 2\n") and json.loads(both.text.split("\n", 1)[1]) == {"ids": [1, 2]}
     assert json.loads(render_result({"content": [], "structuredContent": {"items": []}}).text) == {"items": []}
@@ -187,7 +201,10 @@ def test_results_other_content_is_described_not_dumped():
             "content": [
                 {"type": "image", "data": "AAAA" * 10, "mimeType": "image/png"},
                 {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "contents"}},
-                {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAAA", "mimeType": "application/zip"}},
+                {
+                    "type": "resource",
+                    "resource": {"uri": "file:///b.bin", "blob": "AAAA", "mimeType": "application/zip"},
+                },
                 {"type": "resource_link", "uri": "file:///c", "name": "c"},
                 {"type": "hologram"},
             ]

@@ -72,7 +72,8 @@ async def test_model_set_to_an_unconfigured_provider_is_accepted_but_prompt_is_r
     async with in_memory_daemon(home) as (client, _):
         session_id = (await client.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
         result = await client.request(
-            "model/set", {"session_id": session_id, "model_id": "anthropic/claude-opus-4-7", "thinking_level": "minimal"}
+            "model/set",
+            {"session_id": session_id, "model_id": "anthropic/claude-opus-4-7", "thinking_level": "minimal"},
         )
         assert result["model"]["available"] is False
         thinking = result["thinking"]
@@ -88,9 +89,13 @@ async def test_model_set_to_an_unconfigured_provider_is_accepted_but_prompt_is_r
 
 async def test_ollama_models_are_discovered_from_the_local_server(home, replay_server):
     tags = {"models": [{"name": "qwen3:8b", "model": "qwen3:8b"}]}
-    replay_server.enqueue(ScriptedResponse(body=json.dumps(tags).encode(), headers={"content-type": "application/json"}))
+    replay_server.enqueue(
+        ScriptedResponse(body=json.dumps(tags).encode(), headers={"content-type": "application/json"})
+    )
     show = {"capabilities": ["completion", "tools", "thinking"], "model_info": {"qwen3.context_length": 40960}}
-    replay_server.enqueue(ScriptedResponse(body=json.dumps(show).encode(), headers={"content-type": "application/json"}))
+    replay_server.enqueue(
+        ScriptedResponse(body=json.dumps(show).encode(), headers={"content-type": "application/json"})
+    )
     from daemon.providers.ollama import clear_discovery_cache
 
     clear_discovery_cache()

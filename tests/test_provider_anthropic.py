@@ -57,7 +57,9 @@ ADAPTIVE_WIRE = {"type": "adaptive", "display": "summarized"}
 
 
 def thinking_off() -> Thinking:
-    return Thinking(requested="off", effective="off", supported=LEVELS, reason=None, budget_tokens=None, request_params={})
+    return Thinking(
+        requested="off", effective="off", supported=LEVELS, reason=None, budget_tokens=None, request_params={}
+    )
 
 
 def budget(level: str, budget_tokens: int, max_tokens: int) -> Thinking:
@@ -110,9 +112,13 @@ def weather_tool() -> ToolSpec:
 def part_from_wire(block: dict[str, Any], model: str) -> Part:
     """A stored Part as the adapter would have produced it for ``block`` of ``model``."""
     if block["type"] == "thinking":
-        return Part(type="thinking", text=block["thinking"], signature=block["signature"], provider="anthropic", model=model)
+        return Part(
+            type="thinking", text=block["thinking"], signature=block["signature"], provider="anthropic", model=model
+        )
     if block["type"] == "redacted_thinking":
-        return Part(type="thinking", redacted=True, provider="anthropic", model=model, provider_data={"data": block["data"]})
+        return Part(
+            type="thinking", redacted=True, provider="anthropic", model=model, provider_data={"data": block["data"]}
+        )
     if block["type"] == "tool_use":
         return Part(type="tool_call", call_id=block["id"], name=block["name"], arguments=block["input"])
     return Part(type="text", text=block["text"])
@@ -486,7 +492,9 @@ async def test_redacted_block_opens_and_closes_at_once(replay_server: ReplayServ
 
 
 SIGNED = Part(type="thinking", text="ponder the weather", signature="EsigOpus46", provider="anthropic", model=OPUS_46)
-REDACTED = Part(type="thinking", redacted=True, provider="anthropic", model=OPUS_46, provider_data={"data": "EredOpus46"})
+REDACTED = Part(
+    type="thinking", redacted=True, provider="anthropic", model=OPUS_46, provider_data={"data": "EredOpus46"}
+)
 CALL = Part(type="tool_call", call_id="toolu_1", name="get_weather", arguments={"city": "Lyon"})
 SAID = Part(type="text", text="Let me look.")
 
@@ -579,8 +587,18 @@ def test_history_merges_same_role_messages_and_maps_tool_results() -> None:
 LEVEL_CASES = [
     ("off", thinking_off(), None, {}),
     ("adaptive-low", adaptive("low", "low"), None, {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "low"}}),
-    ("adaptive-minimal", adaptive("minimal", "low"), None, {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "low"}}),
-    ("adaptive-medium", adaptive("medium", "medium"), None, {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "medium"}}),
+    (
+        "adaptive-minimal",
+        adaptive("minimal", "low"),
+        None,
+        {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "low"}},
+    ),
+    (
+        "adaptive-medium",
+        adaptive("medium", "medium"),
+        None,
+        {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "medium"}},
+    ),
     ("adaptive-high", adaptive("high", "high"), None, {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "high"}}),
     ("adaptive-max", adaptive("max", "max"), None, {"thinking": ADAPTIVE_WIRE, "output_config": {"effort": "max"}}),
     ("budget-minimal", budget("minimal", 1024, 17024), 17024, {"thinking": {"type": "enabled", "budget_tokens": 1024}}),
@@ -601,7 +619,9 @@ async def test_request_body_per_level(
 ) -> None:
     replay_server.enqueue(minimal_stream())
     tools = [weather_tool()] if with_tools else []
-    req = request(SONNET_45, thinking, [user("hello")], system_prompt="You are terse.", tools=tools, max_output_tokens=8000)
+    req = request(
+        SONNET_45, thinking, [user("hello")], system_prompt="You are terse.", tools=tools, max_output_tokens=8000
+    )
     async with anthropic(replay_server.url) as provider:
         outcome = await run(provider, req)
     assert outcome.error is None and outcome.stops[0].reason == "end_turn"
@@ -635,7 +655,9 @@ def test_default_max_tokens_and_extra_headers() -> None:
         )
     )
     req = request(SONNET_45, budget("low", 4096, 20096), [user("x")], tools=[weather_tool()])
-    assert provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == DEFAULT_MAX_TOKENS
+    assert (
+        provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == DEFAULT_MAX_TOKENS
+    )
     headers = provider.build_headers(provider.build_body(req))
     assert headers["anthropic-beta"] == f"context-1m-2025-08-07,{INTERLEAVED_THINKING_BETA}"
     assert headers["x-team"] == "ponder" and headers["x-api-key"] == FAKE_KEY
@@ -674,7 +696,12 @@ def test_adjust_thinking_in_budget_mode(history: list[ChatMessage], adjusted: bo
         assert result is None
         return
     assert result is not None
-    assert (result.requested, result.effective, result.request_params, result.budget_tokens) == ("high", "off", {}, None)
+    assert (result.requested, result.effective, result.request_params, result.budget_tokens) == (
+        "high",
+        "off",
+        {},
+        None,
+    )
     assert result.supported == thinking.supported
     assert result.reason and OPUS_46 in result.reason and result.reason.count(". ") == 0
     assert thinking.effective == "high"  # the request's own Thinking is left alone
@@ -858,7 +885,9 @@ async def test_non_sse_200_is_an_error(replay_server: ReplayServer) -> None:
     replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/html"}, body=b"<html>captive portal</html>"))
     async with anthropic(replay_server.url) as provider:
         outcome = await run(provider, request(SONNET_45, thinking_off(), [user("hi")]))
-    assert outcome.error is not None and outcome.error.kind == "invalid_response" and "text/html" in outcome.error.message
+    assert (
+        outcome.error is not None and outcome.error.kind == "invalid_response" and "text/html" in outcome.error.message
+    )
 
 
 # -- stream grammar details ------------------------------------------------------------------
@@ -971,11 +1000,10 @@ def hanging(name: str, upto: bytes | None = None) -> ScriptedResponse:
 async def test_consumer_breaking_off_mid_stream_closes_at_once(replay_server: ReplayServer) -> None:
     replay_server.enqueue(hanging("thinking-text", upto=b"event: message_delta"))
     started = anyio.current_time()
-    async with anthropic(replay_server.url) as provider:
-        async with provider.stream(fixture_case("thinking-text")) as events:
-            async for event in events:
-                if isinstance(event, BlockDelta):
-                    break
+    async with anthropic(replay_server.url) as provider, provider.stream(fixture_case("thinking-text")) as events:
+        async for event in events:
+            if isinstance(event, BlockDelta):
+                break
     assert anyio.current_time() - started < 2.0
 
 

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from daemon.config import ProviderConfig, Secret
@@ -413,8 +414,14 @@ async def test_same_model_other_provider_name_is_not_replayed(replay_server: Rep
 
 
 async def test_previous_turn_calls_get_no_stand_in_signature(replay_server: ReplayServer) -> None:
-    foreign_call = Part(type="tool_call", call_id="toolu_1", name="get_weather", arguments={"city": "Oslo"},
-                        provider="anthropic", model="claude-sonnet-4-5")
+    foreign_call = Part(
+        type="tool_call",
+        call_id="toolu_1",
+        name="get_weather",
+        arguments={"city": "Oslo"},
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+    )
     history = [
         user("Weather in Oslo?"),
         message("assistant", foreign_call),
@@ -440,7 +447,9 @@ async def test_previous_turn_calls_get_no_stand_in_signature(replay_server: Repl
 async def test_signature_on_a_thought_part_goes_back_on_that_part(replay_server: ReplayServer) -> None:
     # Gemini 2.5 puts the signature on the first part, which may be a thought summary.
     body = sse(
-        chunk([{"text": "Thinking about it.", "thought": True, "thoughtSignature": "SIG-THOUGHT"}], thoughtsTokenCount=4),
+        chunk(
+            [{"text": "Thinking about it.", "thought": True, "thoughtSignature": "SIG-THOUGHT"}], thoughtsTokenCount=4
+        ),
         chunk(
             [{"functionCall": {"name": "lookup", "args": {}, "id": "fc-42"}}],
             "STOP",
@@ -628,7 +637,7 @@ async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServ
     finally:
         await adapter.aclose()
     gc.collect()  # an abandoned body reader would warn here (filterwarnings = error)
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
 
 
 # --------------------------------------------------------------------------- HTTP errors
@@ -673,7 +682,12 @@ def gemini_error(code: int, status: str, message: str, **extra: Any) -> bytes:
     ("status", "body", "error_type", "retryable"),
     [
         (401, gemini_error(401, "UNAUTHENTICATED", "Invalid authentication credentials."), ProviderAuthError, False),
-        (403, gemini_error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."), ProviderAuthError, False),
+        (
+            403,
+            gemini_error(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."),
+            ProviderAuthError,
+            False,
+        ),
         (
             400,
             gemini_error(
@@ -688,7 +702,12 @@ def gemini_error(code: int, status: str, message: str, **extra: Any) -> bytes:
         (404, gemini_error(404, "NOT_FOUND", "models/gemini-9 is not found."), ProviderModelNotFound, False),
         (400, gemini_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received."), ProviderError, False),
         (500, gemini_error(500, "INTERNAL", "An internal error has occurred."), ProviderError, True),
-        (503, gemini_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."), ProviderError, True),
+        (
+            503,
+            gemini_error(503, "UNAVAILABLE", "The model is overloaded. Please try again later."),
+            ProviderError,
+            True,
+        ),
     ],
 )
 async def test_http_errors(
@@ -788,7 +807,10 @@ async def test_parallel_calls_of_one_function_pair_by_id(replay_server: ReplaySe
     adapter = make_adapter(replay_server.url)
     try:
         first = ProviderRequest(
-            provider=PROVIDER, model=expected["model"], thinking=thinking({}), messages=[user("Oslo and Bergen?")],
+            provider=PROVIDER,
+            model=expected["model"],
+            thinking=thinking({}),
+            messages=[user("Oslo and Bergen?")],
             tools=tool_from(meta),
         )
         result = summarize(await collect(adapter, first))
@@ -804,7 +826,10 @@ async def test_parallel_calls_of_one_function_pair_by_id(replay_server: ReplaySe
             tool_result(oslo.call_id or "", {"city": "Oslo", "temp_c": 3}),
         )
         second = ProviderRequest(
-            provider=PROVIDER, model=expected["model"], thinking=first.thinking, tools=first.tools,
+            provider=PROVIDER,
+            model=expected["model"],
+            thinking=first.thinking,
+            tools=first.tools,
             messages=[*first.messages, message("assistant", *result["parts"]), results],
         )
         await collect(adapter, second)
@@ -832,7 +857,9 @@ async def test_call_ids_do_not_go_to_another_model(replay_server: ReplayServer) 
         result = summarize(await collect(adapter, first))
         results = message("tool", *(tool_result(c.call_id or "", {"ok": True}) for c in result["calls"]))
         other = ProviderRequest(
-            provider=PROVIDER, model=PRO, thinking=first.thinking,
+            provider=PROVIDER,
+            model=PRO,
+            thinking=first.thinking,
             messages=[*first.messages, message("assistant", *result["parts"]), results],
         )
         await collect(adapter, other)
@@ -860,7 +887,10 @@ async def test_signature_mid_block_shows_one_block_and_goes_back_as_it_came(
     adapter = make_adapter(replay_server.url)
     try:
         first = ProviderRequest(
-            provider=PROVIDER, model=expected["model"], thinking=thinking({}), messages=[user("Weather in Lyon?")],
+            provider=PROVIDER,
+            model=expected["model"],
+            thinking=thinking({}),
+            messages=[user("Weather in Lyon?")],
             tools=tool_from(meta),
         )
         events = await collect(adapter, first)
@@ -873,7 +903,10 @@ async def test_signature_mid_block_shows_one_block_and_goes_back_as_it_came(
         assert [b for b in content if isinstance(b, TextBlock)] == [TextBlock(text=expected["text"])]
         results = message("tool", tool_result(result["calls"][0].call_id or "", {"temp_c": 14}))
         second = ProviderRequest(
-            provider=PROVIDER, model=expected["model"], thinking=first.thinking, tools=first.tools,
+            provider=PROVIDER,
+            model=expected["model"],
+            thinking=first.thinking,
+            tools=first.tools,
             messages=[*first.messages, reply, results],
         )
         await collect(adapter, second)
@@ -903,7 +936,9 @@ async def test_empty_signed_part_after_thoughts_opens_no_block(replay_server: Re
         assert [e.kind for e in events if isinstance(e, BlockStart)] == ["thinking"]
         (part,) = summarize(events)["parts"]
         second = ProviderRequest(
-            provider=PROVIDER, model=FLASH, thinking=first.thinking,
+            provider=PROVIDER,
+            model=FLASH,
+            thinking=first.thinking,
             messages=[*first.messages, message("assistant", part), user("Fine.")],
         )
         await collect(adapter, second)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from daemon.config import ProviderConfig
@@ -77,8 +78,14 @@ def ndjson(*lines: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
-def line(content: str = "", *, thinking: str | None = None, tool_calls: list | None = None, model: str = "qwen3:8b",
-         created_at: str = "2026-08-22T09:00:00.000000001Z") -> dict[str, Any]:
+def line(
+    content: str = "",
+    *,
+    thinking: str | None = None,
+    tool_calls: list | None = None,
+    model: str = "qwen3:8b",
+    created_at: str = "2026-08-22T09:00:00.000000001Z",
+) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": content}
     if thinking is not None:
         msg["thinking"] = thinking
@@ -88,8 +95,14 @@ def line(content: str = "", *, thinking: str | None = None, tool_calls: list | N
 
 
 def done(reason: str = "stop", prompt: int = 3, output: int = 4) -> dict[str, Any]:
-    return {"model": "qwen3:8b", "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": reason,
-            "prompt_eval_count": prompt, "eval_count": output}
+    return {
+        "model": "qwen3:8b",
+        "message": {"role": "assistant", "content": ""},
+        "done": True,
+        "done_reason": reason,
+        "prompt_eval_count": prompt,
+        "eval_count": output,
+    }
 
 
 # --------------------------------------------------------------------------- every fixture
@@ -117,7 +130,9 @@ async def test_fixture_replay(replay_server: ReplayServer, name: str, split: str
     ]
     assert all((p.provider, p.model, p.signature) == (PROVIDER, expected["model"], None) for p in result["parts"])
     assert result["usage"] == Usage(**expected["usage"])
-    assert result["stop"] == Stop(reason="tool_use" if expected["tool_calls"] else "end_turn", raw=expected["stop_reason"])
+    assert result["stop"] == Stop(
+        reason="tool_use" if expected["tool_calls"] else "end_turn", raw=expected["stop_reason"]
+    )
     (sent,) = replay_server.requests
     assert (sent.method, sent.path) == ("POST", "/api/chat")
     assert sent.headers["content-type"] == "application/json"
@@ -230,7 +245,9 @@ async def test_thinking_of_another_model_is_not_sent(replay_server: ReplayServer
     try:
         await collect(
             adapter,
-            ProviderRequest(provider=PROVIDER, model="gpt-oss:20b", thinking=thinking({"think": "low"}), messages=history),
+            ProviderRequest(
+                provider=PROVIDER, model="gpt-oss:20b", thinking=thinking({"think": "low"}), messages=history
+            ),
         )
     finally:
         await adapter.aclose()
@@ -330,7 +347,7 @@ async def test_leaving_early_closes_the_stream_cleanly(replay_server: ReplayServ
     finally:
         await adapter.aclose()
     gc.collect()  # an abandoned body reader would warn here (filterwarnings = error)
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
 
 
 # --------------------------------------------------------------------------- errors
@@ -366,7 +383,9 @@ async def test_model_not_found_error_line_is_model_not_found(replay_server: Repl
 @pytest.mark.parametrize(("status", "retryable"), [(500, True), (503, True), (400, False)])
 async def test_http_errors(replay_server: ReplayServer, status: int, retryable: bool) -> None:
     replay_server.enqueue(
-        ScriptedResponse(status=status, headers={"content-type": "application/json"}, body=b'{"error":"something broke"}')
+        ScriptedResponse(
+            status=status, headers={"content-type": "application/json"}, body=b'{"error":"something broke"}'
+        )
     )
     adapter = make_adapter(replay_server.url)
     try:
@@ -432,10 +451,18 @@ TAGS = {
 }
 SHOW = {
     "qwen3:8b": (["completion", "tools", "thinking"], {"general.architecture": "qwen3", "qwen3.context_length": 40960}),
-    "gpt-oss:20b": (["completion", "tools", "thinking"], {"general.architecture": "gptoss", "gptoss.context_length": 131072}),
+    "gpt-oss:20b": (
+        ["completion", "tools", "thinking"],
+        {"general.architecture": "gptoss", "gptoss.context_length": 131072},
+    ),
     "llama3.2:3b": (["completion", "tools"], {"general.architecture": "llama", "llama.context_length": 131072}),
-    "nomic-embed-text:latest": (["embedding"], {"general.architecture": "nomic-bert", "nomic-bert.context_length": 2048}),
+    "nomic-embed-text:latest": (
+        ["embedding"],
+        {"general.architecture": "nomic-bert", "nomic-bert.context_length": 2048},
+    ),
 }
+
+
 def found(model: str, thinking: bool, tools: bool, context: int | None, levels: list[str] | None = None) -> dict:
     return {
         "model": model,
@@ -474,7 +501,9 @@ def show_answer(request: RecordedRequest) -> ScriptedResponse:
 
 def serve_ollama_api(server: ReplayServer) -> None:
     tags = json.dumps(TAGS).encode()
-    server.route("GET", "/api/tags", lambda _: ScriptedResponse(headers={"content-type": "application/json"}, body=tags))
+    server.route(
+        "GET", "/api/tags", lambda _: ScriptedResponse(headers={"content-type": "application/json"}, body=tags)
+    )
     server.route("POST", "/api/show", show_answer)
 
 

@@ -28,7 +28,9 @@ async def test_lines_that_used_to_kill_the_daemon_are_answered_and_it_goes_on(ho
         await client.send_raw(b"[" * 100_000 + b"]" * 100_000)
         await client.send_raw(b'{"jsonrpc": "2.0", "id": [], "result": {}}')
         await client.send_raw(b'{"jsonrpc": "2.0", "id": {"a": 1}, "error": {"code": 1, "message": "x"}}')
-        await client.send_raw(b'[{"jsonrpc": "2.0", "id": [1], "result": 1}, {"jsonrpc": "2.0", "id": 7, "method": "ping"}]')
+        await client.send_raw(
+            b'[{"jsonrpc": "2.0", "id": [1], "result": 1}, {"jsonrpc": "2.0", "id": 7, "method": "ping"}]'
+        )
         with anyio.fail_after(5):
             assert await client.request("ping") == {}
             while len(seen) < 3:
@@ -37,7 +39,9 @@ async def test_lines_that_used_to_kill_the_daemon_are_answered_and_it_goes_on(ho
     assert nested["id"] is None and nested["error"]["code"] == -32700
     assert nested["error"]["message"] == "Parse error: the JSON is nested too deeply."
     [batch] = [m for m in seen if isinstance(m, list)]
-    assert batch == [{"jsonrpc": "2.0", "id": 7, "result": {}}], "the answer in the batch is ignored, the request answered"
+    assert batch == [{"jsonrpc": "2.0", "id": 7, "result": {}}], (
+        "the answer in the batch is ignored, the request answered"
+    )
     assert len(seen) == 3, "the two stray answers got no reply"
 
 

@@ -68,7 +68,12 @@ async def act(client: RpcClient, world: World) -> None:
             model = rng.choice(["mock/thinker", "mock/tools"])
             started = await client.request(
                 "session/start",
-                {"model_id": model, "thinking_level": rng.choice(LEVELS), "cwd": str(world.cwd), "approval_policy": "auto"},
+                {
+                    "model_id": model,
+                    "thinking_level": rng.choice(LEVELS),
+                    "cwd": str(world.cwd),
+                    "approval_policy": "auto",
+                },
             )
             world.sessions[started["session"]["session_id"]] = Tracked()
             return
@@ -87,7 +92,9 @@ async def act(client: RpcClient, world: World) -> None:
         elif roll < 0.72:
             await client.request("thinking/set", {"session_id": sid, "level": rng.choice(LEVELS)})
         elif roll < 0.78:
-            await client.request("model/set", {"session_id": sid, "model_id": rng.choice(["mock/thinker", "mock/tools"])})
+            await client.request(
+                "model/set", {"session_id": sid, "model_id": rng.choice(["mock/thinker", "mock/tools"])}
+            )
         elif roll < 0.85:
             forked = await client.request("session/fork", {"session_id": sid})
             world.sessions[forked["session"]["session_id"]] = Tracked(
@@ -146,7 +153,16 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
         for mid, sid, seq, role, model_id, stop, usage, status in db.execute(
             "SELECT id, session_id, seq, role, model_id, stop_reason, usage_json, status FROM messages ORDER BY session_id, seq"
         ):
-            message = {"id": mid, "seq": seq, "role": role, "model_id": model_id, "stop": stop, "usage": usage, "status": status, "parts": parts.get(mid, [])}
+            message = {
+                "id": mid,
+                "seq": seq,
+                "role": role,
+                "model_id": model_id,
+                "stop": stop,
+                "usage": usage,
+                "status": status,
+                "parts": parts.get(mid, []),
+            }
             by_session.setdefault(sid, []).append(message)
     finally:
         db.close()
@@ -160,7 +176,9 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
                 assert message["usage"] is not None and message["stop"] in ("end_turn", "tool_use"), where
                 for kind, text, call_id, name, arguments, signature in message["parts"]:
                     if kind == "thinking":
-                        assert signature == "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32], f"half-written thinking: {where}"
+                        assert signature == "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32], (
+                            f"half-written thinking: {where}"
+                        )
                     elif kind == "text" and message["model_id"] == "mock/thinker":
                         assert text.endswith("usually right. ✓"), f"half-written answer {text!r}: {where}"
                     elif kind == "tool_call":
@@ -173,7 +191,9 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
                         assert {p[2] for p in following["parts"]} == calls, where
             elif message["role"] == "tool":
                 for kind, text, *_ in message["parts"]:
-                    assert kind == "tool_result" and not text.startswith("Cancelled"), f"a complete tool message with a cancelled call: {where}"
+                    assert kind == "tool_result" and not text.startswith("Cancelled"), (
+                        f"a complete tool message with a cancelled call: {where}"
+                    )
     return by_session
 
 
@@ -229,9 +249,16 @@ async def test_sigkill_at_random_points_never_loses_acknowledged_work(home, tmp_
     assert world.live() and sum(len(m) for m in by_session.values()) > 20, "the workload did too little to mean much"
     # the kills really landed mid-work: replies known only from a checkpoint, and tool calls
     # whose tool message was never written (the next turn answers them as cancelled)
-    mid_stream = [m for ms in by_session.values() for m in ms if m["role"] == "assistant" and m["status"] == "interrupted" and m["stop"] is None]
+    mid_stream = [
+        m
+        for ms in by_session.values()
+        for m in ms
+        if m["role"] == "assistant" and m["status"] == "interrupted" and m["stop"] is None
+    ]
     mid_tools = [
-        m for ms in by_session.values() for m, after in zip(ms, [*ms[1:], None])
+        m
+        for ms in by_session.values()
+        for m, after in zip(ms, [*ms[1:], None])
         if m["stop"] == "tool_use" and (after is None or after["role"] != "tool")
     ]
     assert mid_stream or mid_tools, f"no kill landed mid-stream or mid-tool-run (seed {seed})"

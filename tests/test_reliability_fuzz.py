@@ -139,7 +139,12 @@ def expected_for_message(message: Any) -> list[Expect | Batch]:
         for e in items:  # the same id twice in one batch: the later one may be refused
             e.duplicate = e.id is not None and ids.count((type(e.id), e.id)) > 1
         return [Batch(items)] if items else []
-    if isinstance(message, dict) and "method" not in message and "id" in message and ("result" in message or "error" in message):
+    if (
+        isinstance(message, dict)
+        and "method" not in message
+        and "id" in message
+        and ("result" in message or "error" in message)
+    ):
         return []
     return list(_expected_single(message))
 
@@ -148,7 +153,9 @@ def _expected_single(message: Any) -> list[Expect]:
     if not isinstance(message, dict):
         return [Expect(None, {-32600})]
     request_id = message.get("id", _UNSET)
-    if request_id is not _UNSET and (isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None)))):
+    if request_id is not _UNSET and (
+        isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None)))
+    ):
         return [Expect(None, {-32600})]
     reply_id = None if request_id is _UNSET else request_id
     if message.get("jsonrpc") != "2.0":
@@ -176,10 +183,12 @@ class FuzzedDaemon:
 
     def __init__(self, home: Path, backend: str, workdir: Path) -> None:
         self.stderr_path = home / "stderr.log"
-        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
+        self._stderr = open(self.stderr_path, "wb")
         env = {
             **os.environ,
-            **subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_COPILOT_GITHUB_URL": "http://127.0.0.1:9"}),
+            **subprocess_env(
+                home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_COPILOT_GITHUB_URL": "http://127.0.0.1:9"}
+            ),
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "daemon", "--log-level", "info", "serve", "--max-line-bytes", str(MAX_LINE)],
@@ -264,7 +273,9 @@ class FuzzedDaemon:
             try:
                 reply = self.replies.get(timeout=max(0.0, remaining))
             except queue.Empty:
-                raise AssertionError(f"no reply within {timeout} s; still owed {singles} {batches} for {line[:300]!r}") from None
+                raise AssertionError(
+                    f"no reply within {timeout} s; still owed {singles} {batches} for {line[:300]!r}"
+                ) from None
             assert reply is not None, f"the daemon died; stderr: {self.stderr_tail()}"
             if isinstance(reply, dict) and reply.get("id") == sentinel:
                 assert reply.get("result") == {}, reply
@@ -338,11 +349,22 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8) | st.sampled_from(["jsonrpc", "id", "method", "params"]), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=8) | st.sampled_from(["jsonrpc", "id", "method", "params"]), children, max_size=4
+        )
+    ),
     max_leaves=12,
 )
-ids = st.integers(-(2**63), 2**63 - 1) | st.text(max_size=10) | st.none() | st.floats(allow_nan=False) | st.booleans() | st.lists(st.integers(), max_size=2)
+ids = (
+    st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=10)
+    | st.none()
+    | st.floats(allow_nan=False)
+    | st.booleans()
+    | st.lists(st.integers(), max_size=2)
+)
 method_names = st.sampled_from(METHODS) | st.text(max_size=15) | st.integers() | st.none()
 
 
@@ -376,12 +398,19 @@ def wrong_params(draw: st.DrawFn) -> dict[str, Any]:
         params = {draw(st.sampled_from(names)): draw(json_values)}
     else:
         fields = draw(st.lists(st.sampled_from(names), unique=True)) if names else []
-        params = {name: draw(json_values | st.sampled_from(["", "ses_nope", "/", "off", "max", "x" * 300])) for name in fields}
+        params = {
+            name: draw(json_values | st.sampled_from(["", "ses_nope", "/", "off", "max", "x" * 300])) for name in fields
+        }
         if draw(st.booleans()):
             params[draw(st.text(max_size=8))] = draw(json_values)
     if method == "auth/login" and isinstance(params, dict) and params.get("provider") == "copilot":
         params["provider"] = "copilot-not-really"
-    return {"jsonrpc": "2.0", "id": draw(st.integers(0, 10**6) | st.text(max_size=8)), "method": method, "params": params}
+    return {
+        "jsonrpc": "2.0",
+        "id": draw(st.integers(0, 10**6) | st.text(max_size=8)),
+        "method": method,
+        "params": params,
+    }
 
 
 lines = st.one_of(
@@ -404,7 +433,12 @@ REAL_LINES = [
         {"jsonrpc": "2.0", "id": 1, "method": "ping"},
         {"jsonrpc": "2.0", "id": "m-2", "method": "initialize", "params": {"protocol_version": 1, "client_info": {}}},
         {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {"limit": 5, "cwd": "/tmp"}},
-        {"jsonrpc": "2.0", "id": "m-4", "method": "session/prompt", "params": {"session_id": "s", "text": "café ☕ 😀"}},
+        {
+            "jsonrpc": "2.0",
+            "id": "m-4",
+            "method": "session/prompt",
+            "params": {"session_id": "s", "text": "café ☕ 😀"},
+        },
         {"jsonrpc": "2.0", "id": 5, "method": "session/messages", "params": {"session_id": "s", "after_seq": 3}},
         {"jsonrpc": "2.0", "id": 6, "method": "models/list", "params": {"provider": "mock"}},
         {"jsonrpc": "2.0", "id": 7, "method": "session/start", "params": {"model_id": "mock/x", "cwd": "/nowhere-ü"}},
@@ -511,13 +545,18 @@ def test_mutated_traffic_batches_and_cancel_shapes_are_answered_exactly_once(fuz
 def test_overlong_and_deeply_nested_lines_keep_memory_bounded(fuzzed: FuzzedDaemon) -> None:
     overlong = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "' + b"a" * (3 * MAX_LINE) + b'"}}'
     nested = b"[" * 200_000 + b"]" * 200_000
-    near_limit = json.dumps({"jsonrpc": "2.0", "id": "big", "method": "session/get", "params": {"session_id": "x" * (MAX_LINE - 200)}}).encode()
+    near_limit = json.dumps(
+        {"jsonrpc": "2.0", "id": "big", "method": "session/get", "params": {"session_id": "x" * (MAX_LINE - 200)}}
+    ).encode()
     for _ in range(10):
         fuzzed.exchange(overlong)
         fuzzed.exchange(nested)  # too deep for the decoder: a parse error, not a crash
         fuzzed.exchange(near_limit)  # -32001, with the id echoed
     # flood: many requests at once, answered each exactly once
-    burst = [json.dumps({"jsonrpc": "2.0", "id": f"b{n}", "method": "session/list", "params": {"limit": 1}}).encode() for n in range(300)]
+    burst = [
+        json.dumps({"jsonrpc": "2.0", "id": f"b{n}", "method": "session/list", "params": {"limit": 1}}).encode()
+        for n in range(300)
+    ]
     fuzzed.send(b"\n".join(burst))
     answered = set()
     while len(answered) < 300:

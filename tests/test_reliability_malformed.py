@@ -56,14 +56,23 @@ IGNORED = {
 }
 # Broken: the turn ends with an error naming the problem; the partial message is kept.
 BROKEN = {
-    "invalid JSON": (event("content_block_delta", '{"type": "content_block_delta", "index": 0, "delta": {'), "not valid JSON"),
+    "invalid JSON": (
+        event("content_block_delta", '{"type": "content_block_delta", "index": 0, "delta": {'),
+        "not valid JSON",
+    ),
     "invalid UTF-8": (b"event: content_block_delta\ndata: \xff\xfe\x80\n\n", "not valid JSON"),
     "index of the wrong type": (
         {"type": "content_block_delta", "index": None, "delta": {"type": "text_delta", "text": "x"}},
         "malformed content_block_delta event",
     ),
-    "delta of the wrong type": ({"type": "content_block_delta", "index": 0, "delta": "x"}, "malformed content_block_delta event"),
-    "block of the wrong type": ({"type": "content_block_start", "index": 1, "content_block": 7}, "malformed content_block_start"),
+    "delta of the wrong type": (
+        {"type": "content_block_delta", "index": 0, "delta": "x"},
+        "malformed content_block_delta event",
+    ),
+    "block of the wrong type": (
+        {"type": "content_block_start", "index": 1, "content_block": 7},
+        "malformed content_block_start",
+    ),
     "error event without details": ({"type": "error"}, "stream failed"),
 }
 
@@ -88,7 +97,9 @@ async def run_turns(home, tmp_path, server, *responses: ScriptedResponse, texts=
 @pytest.mark.parametrize("case", list(IGNORED))
 async def test_unknown_or_unusable_events_are_skipped(home, tmp_path, replay_server, caplog, case):
     caplog.set_level(logging.DEBUG, logger="ponder.providers.anthropic")
-    events, stored = await run_turns(home, tmp_path, replay_server, streamed(body_with(IGNORED[case]), split_at=[300, 301]))
+    events, stored = await run_turns(
+        home, tmp_path, replay_server, streamed(body_with(IGNORED[case]), split_at=[300, 301])
+    )
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert streamed_text(events) == "so far and done"
     assert stored[1]["status"] == "complete" and stored[1]["content"] == [{"type": "text", "text": "so far and done"}]
@@ -116,8 +127,16 @@ async def test_truncated_streams_end_with_a_clear_error(home, tmp_path, replay_s
     cut_call = streamed(
         sse(
             MESSAGE_START,
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}},
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"path": "RE'}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"path": "RE'},
+            },
             PING,
         )
     )
@@ -132,7 +151,10 @@ async def test_truncated_streams_end_with_a_clear_error(home, tmp_path, replay_s
         stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
     for events in (first, second):
         assert events[-1]["stop_reason"] == "error"
-        assert events[-1]["error"]["message"] == "The anthropic stream ended early (no message_stop); the response is incomplete."
+        assert (
+            events[-1]["error"]["message"]
+            == "The anthropic stream ended early (no message_stop); the response is incomplete."
+        )
         assert not of_type(events, "tool_execution_start"), "a cut-off call never runs"
     assert third[-1]["stop_reason"] == "end_turn"
     roles = [(m["role"], m["status"]) for m in stored]
@@ -148,7 +170,13 @@ async def test_truncated_streams_end_with_a_clear_error(home, tmp_path, replay_s
     assert stored[3]["content"] == [{"type": "tool_call", "call_id": "toolu_1", "name": "read_file", "arguments": {}}]
     # the next request answers the dangling call so the provider accepts the history
     sent = json.loads(replay_server.requests[2].body)["messages"]
-    results = [b for m in sent if m["role"] == "user" and isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_result"]
+    results = [
+        b
+        for m in sent
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
     assert [r["tool_use_id"] for r in results] == ["toolu_1"] and results[0]["is_error"] is True
 
 
@@ -199,7 +227,9 @@ async def test_openai_style_streams_survive_the_same_faults(home, tmp_path, repl
     assert assistants[0]["content"] == assistants[1]["content"] == [{"type": "text", "text": "so far"}]
 
 
-async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_ones(home, tmp_path, replay_server, caplog):
+async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_ones(
+    home, tmp_path, replay_server, caplog
+):
     caplog.set_level(logging.DEBUG, logger="ponder.providers.openai_responses")
     meta, body = load_fixture("openai-responses", "reasoning-summary-text")
     blocks = body.decode().split("\n\n")
@@ -209,7 +239,9 @@ async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_o
     with_unknown = "\n\n".join([*blocks[: first_text + 1], unknown, *blocks[first_text + 1 :]]).encode()
     cut_off = "\n\n".join([*blocks[: first_text + 1], malformed, *blocks[first_text + 1 :]]).encode()
     for response_body in (with_unknown, cut_off):
-        replay_server.enqueue(ScriptedResponse(status=200, headers=dict(meta["response"]["headers"]), body=response_body))
+        replay_server.enqueue(
+            ScriptedResponse(status=200, headers=dict(meta["response"]["headers"]), body=response_body)
+        )
     env = {"OPENAI_API_KEY": "sk-openai-test", "OPENAI_BASE_URL": replay_server.url}
     async with in_memory_daemon(home, env=env) as (client, _):
         session_id = await start_session(client, str(tmp_path), model_id="openai/gpt-5.2")
@@ -219,7 +251,10 @@ async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_o
     assert skipped[-1]["stop_reason"] == "end_turn" and streamed_text(skipped) == meta["expected"]["text"]
     assert "ignoring a openai stream event of type 'response.brand_new_thing'" in caplog.text
     end = broken[-1]
-    assert end["stop_reason"] == "error" and end["error"]["message"] == "openai sent a malformed response.output_item.added event."
+    assert (
+        end["stop_reason"] == "error"
+        and end["error"]["message"] == "openai sent a malformed response.output_item.added event."
+    )
     first_delta = json.loads(blocks[first_text].split("data: ", 1)[1])["delta"]
     assert streamed_text(broken) == first_delta
     assert stored[-1]["status"] == "error" and stored[-1]["content"][-1] == {"type": "text", "text": first_delta}
@@ -227,7 +262,9 @@ async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_o
 
 async def test_a_tool_use_stop_without_tool_calls_ends_the_turn_end_turn(home, tmp_path, replay_server):
     # "tool_use" is a reply's stop reason, never a turn's: with nothing to run the turn is over.
-    no_calls = streamed(sse(MESSAGE_START, text_start(), text_delta("nothing to run"), block_stop(), *message_end("tool_use")))
+    no_calls = streamed(
+        sse(MESSAGE_START, text_start(), text_delta("nothing to run"), block_stop(), *message_end("tool_use"))
+    )
     events, stored = await run_turns(home, tmp_path, replay_server, no_calls)
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert stored[1]["stop_reason"] == "tool_use"  # the message keeps what the provider said

@@ -57,7 +57,9 @@ async def test_failures_before_output_are_retried_until_one_succeeds(home, tmp_p
     replay_server.enqueue(fixture_response("rate-limit-429", retry_after="", retry_after_ms="40"))
     replay_server.enqueue(fixture_response("overloaded-529"))
     replay_server.enqueue(
-        streamed(sse(MESSAGE_START, PING, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
+        streamed(
+            sse(MESSAGE_START, PING, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+        )
     )
     replay_server.enqueue_fixture("anthropic", "thinking-text", split_every=17)
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):  # default config
@@ -85,7 +87,9 @@ async def test_failures_before_output_are_retried_until_one_succeeds(home, tmp_p
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
 async def test_server_errors_are_retried(home, tmp_path, replay_server, status):
-    replay_server.enqueue(ScriptedResponse(status=status, headers={"content-type": "text/html"}, body=b"<h1>bad gateway</h1>"))
+    replay_server.enqueue(
+        ScriptedResponse(status=status, headers={"content-type": "text/html"}, body=b"<h1>bad gateway</h1>")
+    )
     replay_server.enqueue(streamed(text_reply("fine ", "now")))
     async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=quick) as (client, _):
         session_id = await start_session(client, str(tmp_path))
@@ -103,9 +107,10 @@ async def test_connection_dropped_and_silent_server_are_retried(home, tmp_path, 
     # 3: starts an event stream, then goes silent before any content
     replay_server.enqueue(silent_after(sse(MESSAGE_START)))
     replay_server.enqueue(streamed(text_reply("made it")))
-    async with in_memory_daemon(
-        home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.3)
-    ) as (client, _):
+    async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.3)) as (
+        client,
+        _,
+    ):
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "hi")
     messages = [r["error"]["message"] for r in of_type(events, "retry")]
@@ -171,9 +176,10 @@ async def test_connection_drop_and_stall_after_output_end_the_turn(home, tmp_pat
     started = sse(MESSAGE_START, text_start(), text_delta("half "), text_delta("an answer"))
     replay_server.enqueue(streamed(started, content_length=len(started) + 500))  # dropped mid-body
     replay_server.enqueue(silent_after(started))  # then silent
-    async with in_memory_daemon(
-        home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.4)
-    ) as (client, _):
+    async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.4)) as (
+        client,
+        _,
+    ):
         session_id = await start_session(client, str(tmp_path))
         dropped = await prompt(client, session_id, "one")
         stalled = await prompt(client, session_id, "two")
@@ -190,12 +196,15 @@ async def test_connection_drop_and_stall_after_output_end_the_turn(home, tmp_pat
 async def test_keep_alive_pings_are_life_for_the_stall_watchdog(home, tmp_path, replay_server):
     # 1.2 s of pings 0.15 s apart, then the answer; the watchdog would fire after 0.5 s of silence
     pings = [PING] * 8
-    body = sse(MESSAGE_START, *pings, text_start(), text_delta("patience "), text_delta("pays"), block_stop(), *message_end())
+    body = sse(
+        MESSAGE_START, *pings, text_start(), text_delta("patience "), text_delta("pays"), block_stop(), *message_end()
+    )
     cuts = [len(sse(MESSAGE_START, *pings[:n])) for n in range(1, len(pings) + 1)]
     replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.15))
-    async with in_memory_daemon(
-        home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.5)
-    ) as (client, _):
+    async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.5)) as (
+        client,
+        _,
+    ):
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "take your time")
     assert not of_type(events, "retry") and len(replay_server.requests) == 1
@@ -252,7 +261,11 @@ def test_every_http_client_has_explicit_timeouts():
     clients = []
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("AsyncClient", "Client"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("AsyncClient", "Client")
+            ):
                 clients.append(path.name)
                 timeout = next((k.value for k in node.keywords if k.arg == "timeout"), None)
                 assert timeout is not None and not (isinstance(timeout, ast.Constant) and timeout.value is None), (

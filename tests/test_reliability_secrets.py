@@ -53,7 +53,9 @@ def permissive_umask():
 
 async def run_daemon(home: Path, stdout: list[bytes], stderr_path: Path, env: dict[str, str], body) -> None:
     with open(stderr_path, "ab") as stderr:
-        async with spawn_daemon(home=home, log_level="debug", env=subprocess_env(home, env), stderr=stderr.fileno()) as client:
+        async with spawn_daemon(
+            home=home, log_level="debug", env=subprocess_env(home, env), stderr=stderr.fileno()
+        ) as client:
             dispatch = client.dispatch
 
             async def recording(line: bytes) -> None:
@@ -80,7 +82,9 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
         "DEEPSEEK_BASE_URL": replay_server.url,
         "PONDER_ASYNC_BACKEND": anyio_backend,
     }
-    echoed = f'{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}'.encode()
+    echoed = (
+        f'{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}'.encode()
+    )
     echoed_ds = f'{{"error":{{"message":"Incorrect API key provided: {DEEPSEEK_KEY}","type":"invalid_request_error"}}}}'.encode()
     ends = {}
 
@@ -90,15 +94,27 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
         tools = await start_session(client, str(cwd), model_id="mock/tools")
         replay_server.enqueue(fixture_response("overloaded-529", retry_after_ms="10"))  # a retry first
         replay_server.enqueue(ScriptedResponse(status=401, headers={"content-type": "application/json"}, body=echoed))
-        replay_server.enqueue(ScriptedResponse(status=401, headers={"content-type": "application/json"}, body=echoed_ds))
+        replay_server.enqueue(
+            ScriptedResponse(status=401, headers={"content-type": "application/json"}, body=echoed_ds)
+        )
         # an unknown event: logged at debug level by the adapter
-        replay_server.enqueue(streamed(text_reply("all ", "good").replace(b"event: message_stop", b'event: x_new\ndata: {"type": "x_new"}\n\nevent: message_stop')))
+        replay_server.enqueue(
+            streamed(
+                text_reply("all ", "good").replace(
+                    b"event: message_stop", b'event: x_new\ndata: {"type": "x_new"}\n\nevent: message_stop'
+                )
+            )
+        )
         await client.send_raw(b'{"jsonrpc": "2.0", "id": "never-asked", "result": {}}')  # a debug line too
         for name, sid, text in (
             ("401", anthropic, "hello"),
             ("401-deepseek", deepseek, "hello"),
             ("ok", anthropic, "again"),
-            ("tools", tools, 'tool: run_command {"command": "env; echo key=$ANTHROPIC_API_KEY"}\ntool: read_file {"path": ".env"}'),
+            (
+                "tools",
+                tools,
+                'tool: run_command {"command": "env; echo key=$ANTHROPIC_API_KEY"}\ntool: read_file {"path": ".env"}',
+            ),
         ):
             turn = await client.request("session/prompt", {"session_id": sid, "text": text})
             ends[name] = await client.collect_turn(turn["turn_id"])
@@ -161,7 +177,9 @@ def test_the_credential_file_is_private_and_its_token_never_logged(home, tmp_pat
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert b'"provider":"copilot","configured":true,"source":"login"' in result.stdout
-    leftovers = result.stdout + result.stderr + b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file() and p != path)
+    leftovers = (
+        result.stdout + result.stderr + b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file() and p != path)
+    )
     assert token.encode() not in leftovers and token[8:28].encode() not in leftovers
 
 

@@ -27,7 +27,11 @@ def children_in(cwd: Path) -> list[str]:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == cwd and b"sleep" in (proc / "cmdline").read_bytes():
+            if (
+                proc.name.isdigit()
+                and Path(os.readlink(proc / "cwd")) == cwd
+                and b"sleep" in (proc / "cmdline").read_bytes()
+            ):
                 found.append(proc.name)
         except OSError:
             continue

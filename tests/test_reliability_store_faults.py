@@ -270,7 +270,9 @@ async def test_a_reply_still_unsaved_at_exit_is_logged_as_lost(
         holder.execute("COMMIT")
         holder.close()
     lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "lost" in r.getMessage()]
-    assert lost == [f"session {session_id}: 1 message(s) the store refused could not be saved before exit and are lost."]
+    assert lost == [
+        f"session {session_id}: 1 message(s) the store refused could not be saved before exit and are lost."
+    ]
     with Store(home / "sessions.db") as store:
         assert [m.role for m in store.get_messages(session_id)] == ["user"]
 

@@ -624,7 +624,11 @@ async def test_an_error_body_that_is_a_gzip_bomb_is_read_only_in_part(home, tmp_
     message = b'{"error": {"type": "invalid_request_error", "message": "bad request"}}'
     bomb = gzip.compress(message) + gzip_of(b" " * 1024, 16 * 1024)  # then 16 MiB of spaces
     replay_server.enqueue(ScriptedResponse(status=400, headers={"content-encoding": "gzip"}, body=bomb))
-    env = {**anthropic_env(replay_server), "DEEPSEEK_API_KEY": "sk-deepseek-test", "DEEPSEEK_BASE_URL": replay_server.url}
+    env = {
+        **anthropic_env(replay_server),
+        "DEEPSEEK_API_KEY": "sk-deepseek-test",
+        "DEEPSEEK_BASE_URL": replay_server.url,
+    }
     async with in_memory_daemon(home, env=env, configure=limits) as (client, _):
         session_id = await start_session(client, str(tmp_path), model_id=model_id)
         events = await prompt(client, session_id, "hi")
@@ -683,15 +687,21 @@ async def test_a_big_blocks_end_event_is_encoded_once_the_provider_stream_has_cl
     monkeypatch.setattr(RpcBridge, "emit_nowait", emit_nowait)
     monkeypatch.setattr(RpcBridge, "emit", emit)
     small, big = "short", "x" * 150
-    body = sse(MESSAGE_START, text_start(0), text_delta(small, 0), block_stop(0)) + sse(
-        text_start(1), *[text_delta(big[i : i + 50], 1) for i in range(0, len(big), 50)], block_stop(1)
-    ) + sse(*message_end())
+    body = (
+        sse(MESSAGE_START, text_start(0), text_delta(small, 0), block_stop(0))
+        + sse(text_start(1), *[text_delta(big[i : i + 50], 1) for i in range(0, len(big), 50)], block_stop(1))
+        + sse(*message_end())
+    )
     replay_server.enqueue(streamed(body))
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "go")
     assert [e["type"] for e in events if e["type"] in ("text_start", "text_end", "message_end")] == [
-        "text_start", "text_end", "text_start", "text_end", "message_end"
+        "text_start",
+        "text_end",
+        "text_start",
+        "text_end",
+        "message_end",
     ], "the wire order is unchanged"
     assert [e["text"] for e in events if e["type"] == "text_end"] == [small, big]
     texts = [(length, was_open) for kind, length, was_open in ends if kind == "TextEnd"]
@@ -705,9 +715,11 @@ async def test_deeply_nested_arguments_that_arrive_whole_are_a_tool_error(home, 
     for _ in range(150):
         deep = {"a": deep}
     call = {"functionCall": {"name": "read_file", "args": {"path": deep}}}
-    body = f'data: {json.dumps({"candidates": [{"content": {"parts": [call], "role": "model"}, "finishReason": "STOP", "index": 0}]})}\n\n'
+    body = f"data: {json.dumps({'candidates': [{'content': {'parts': [call], 'role': 'model'}, 'finishReason': 'STOP', 'index': 0}]})}\n\n"
     replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body.encode()))
-    reply = {"candidates": [{"content": {"parts": [{"text": "simpler then"}], "role": "model"}, "finishReason": "STOP"}]}
+    reply = {
+        "candidates": [{"content": {"parts": [{"text": "simpler then"}], "role": "model"}, "finishReason": "STOP"}]
+    }
     replay_server.enqueue(
         ScriptedResponse(headers={"content-type": "text/event-stream"}, body=f"data: {json.dumps(reply)}\n\n".encode())
     )

@@ -47,7 +47,7 @@ class LineDaemon:
 
     def __init__(self, mode: str, home: Path, backend: str) -> None:
         self.stderr_path = home.parent / "stderr.log"
-        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
+        self._stderr = open(self.stderr_path, "wb")
         env = {**os.environ, **subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend})}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "daemon", mode],

@@ -192,10 +192,10 @@ TS = (ROOT / "schemas" / "protocol.d.ts").read_text(encoding="utf-8")
 
 
 def test_typescript_declares_a_tagged_event_union_and_the_method_tables():
-    members = re.search(r"^export type AgentEvent = (.*);$", TS, re.M)
+    members = re.search(r"^export type AgentEvent = (.*);$", TS, re.MULTILINE)
     assert members is not None and members.group(1).split(" | ") == list(EVENT_TAGS)
     for name, tag in EVENT_TAGS.items():
-        body = re.search(rf"^export interface {name} {{\n(.*?)^}}", TS, re.M | re.S)
+        body = re.search(rf"^export interface {name} {{\n(.*?)^}}", TS, re.MULTILINE | re.DOTALL)
         assert body is not None and f'  type: "{tag}";\n' in body.group(1), name
     assert '  "session/start": SessionStartMethod;\n' in TS
     assert "  params: SessionStartParams;\n  result: SessionResult;\n" in TS

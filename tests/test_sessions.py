@@ -40,7 +40,12 @@ async def test_full_event_order_and_message_end_matches_store(home):
         # bracketing of blocks inside the message
         assert types[1] == "message_start"
         assert types.index("thinking_start") < types.index("thinking_delta") < types.index("thinking_end")
-        assert types.index("thinking_end") < types.index("text_start") < types.index("text_end") < types.index("message_end")
+        assert (
+            types.index("thinking_end")
+            < types.index("text_start")
+            < types.index("text_end")
+            < types.index("message_end")
+        )
         # deltas carry only new text: they concatenate to the *_end text
         thinking = "".join(e["delta"] for e in events if e["type"] == "thinking_delta")
         text = "".join(e["delta"] for e in events if e["type"] == "text_delta")
@@ -176,7 +181,9 @@ async def test_fork_rename_delete_and_paging(home):
         assert len(messages) == 4
         page = await client.request("session/messages", {"session_id": session_id, "after_seq": 1, "limit": 2})
         assert [m["seq"] for m in page["messages"]] == [2, 3] and page["next_seq"] == 3
-        fork = (await client.request("session/fork", {"session_id": session_id, "message_id": messages[1]["message_id"]}))["session"]
+        fork = (
+            await client.request("session/fork", {"session_id": session_id, "message_id": messages[1]["message_id"]})
+        )["session"]
         assert fork["parent_id"] == session_id and fork["message_count"] == 2
         forked = await client.request("session/messages", {"session_id": fork["session_id"]})
         assert [m["content"] for m in forked["messages"]] == [m["content"] for m in messages[:2]]
@@ -192,7 +199,9 @@ async def test_fork_rename_delete_and_paging(home):
             await client.request("session/get", {"session_id": session_id})
         assert missing.value.code == -32001 and missing.value.data == {"session_id": session_id}
         # the fork lives on
-        assert (await client.request("session/get", {"session_id": fork["session_id"]}))["session"]["title"] == "the fork"
+        assert (await client.request("session/get", {"session_id": fork["session_id"]}))["session"][
+            "title"
+        ] == "the fork"
 
 
 async def test_session_errors_are_clear(home):

@@ -13,9 +13,8 @@ import anyio
 import pytest
 
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, SessionNotFound
+from daemon.errors import InvalidParams, SessionNotFound, StoreUnavailable
 from daemon.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
-from daemon.errors import StoreUnavailable
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
 from protocol.objects import Usage
 
@@ -467,7 +466,9 @@ def test_two_processes_write_one_file_without_corruption(db_path: Path) -> None:
     count = 150
     with Store(db_path) as store:
         store.create_session(session("shared"))
-        children = [spawn(WRITER, str(db_path), prefix, str(first), str(count)) for prefix, first in (("a", 1), ("b", 1001))]
+        children = [
+            spawn(WRITER, str(db_path), prefix, str(first), str(count)) for prefix, first in (("a", 1), ("b", 1001))
+        ]
         try:
             for child in children:
                 assert child.stdout is not None and child.stdout.readline().strip() == "ready"

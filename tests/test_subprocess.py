@@ -2,9 +2,9 @@
 
 import json
 import os
-from contextlib import aclosing
 import subprocess
 import sys
+from contextlib import aclosing
 
 import anyio
 import pytest
@@ -20,7 +20,9 @@ async def test_kill_9_mid_stream_then_resume(home):
     async with subprocess_daemon(home, env={"PONDER_MOCK_DELAY_MS": "15"}) as client:
         started = await client.request("session/start", {"model_id": "mock/thinker", "thinking_level": "max"})
         session_id = started["session"]["session_id"]
-        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Think about café 東京 at length"})
+        turn = await client.request(
+            "session/prompt", {"session_id": session_id, "text": "Think about café 東京 at length"}
+        )
         async with aclosing(client.events(turn["turn_id"])) as events:
             async for event in events:
                 if event["type"] == "thinking_delta":
@@ -91,7 +93,11 @@ def test_a_slow_reader_loses_and_reorders_nothing(home):
 
     env = {**os.environ, **subprocess_env(home)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        [sys.executable, "-m", "daemon", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None
 
@@ -102,10 +108,24 @@ def test_a_slow_reader_loses_and_reorders_nothing(home):
     def read():
         return msgspec.json.decode(proc.stdout.readline())
 
-    send({"jsonrpc": "2.0", "id": 1, "method": "session/start", "params": {"model_id": "mock/thinker", "thinking_level": "max"}})
+    send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "session/start",
+            "params": {"model_id": "mock/thinker", "thinking_level": "max"},
+        }
+    )
     session_id = read()["result"]["session"]["session_id"]
     for i in range(12):  # a dozen turns queue up: thousands of events, far more than a pipe holds
-        send({"jsonrpc": "2.0", "id": 10 + i, "method": "session/prompt", "params": {"session_id": session_id, "text": f"q{i}"}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 10 + i,
+                "method": "session/prompt",
+                "params": {"session_id": session_id, "text": f"q{i}"},
+            }
+        )
     time.sleep(2)  # not reading: the daemon must block on the full pipe, not drop or reorder
     seqs, ends, answered = [], 0, set()
     while ends < 12:

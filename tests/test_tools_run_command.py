@@ -253,4 +253,3 @@ async def test_a_secret_is_masked_before_the_output_is_cut(tmp_path):
     for fragment in (secret[:12], secret[-12:-1], secret[8:20]):
         assert fragment not in result.text and fragment not in emit.text
     assert "x***y" in result.text and "x***y" in emit.text
-

@@ -44,7 +44,9 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
     (work / "a.txt").write_text("a" * 35 + "!\n")  # (a+)+$ backtracks 2**35 ways: hours
     before = scan_children()
     events: list[dict] = []
-    async with subprocess_daemon(home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0", "SOME_TOKEN": "s3cret"}) as client:
+    async with subprocess_daemon(
+        home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0", "SOME_TOKEN": "s3cret"}
+    ) as client:
         process = process_of(client)
         started = await client.request(
             "session/start", {"model_id": "mock/tools", "cwd": str(work), "approval_policy": "auto"}

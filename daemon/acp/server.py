@@ -373,7 +373,7 @@ class _NoticeEnd:
         self._stream = stream
         self._ended = ended
 
-    async def __aenter__(self) -> "_NoticeEnd":  # noqa: PYI034
+    async def __aenter__(self) -> "_NoticeEnd":
         await self._stream.__aenter__()
         return self
 

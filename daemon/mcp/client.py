@@ -212,7 +212,9 @@ class McpClient:
         timeout: float | None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        return await self.request("tools/call", {"name": name, "arguments": arguments}, timeout=timeout, on_progress=on_progress)
+        return await self.request(
+            "tools/call", {"name": name, "arguments": arguments}, timeout=timeout, on_progress=on_progress
+        )
 
     async def ping(self, timeout: float) -> None:
         await self.request("ping", timeout=timeout)
@@ -315,7 +317,7 @@ class McpClient:
                 self._on_line(line)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
-        except Exception:  # noqa: BLE001 - a bug here must end this connection, not the daemon
+        except Exception:
             log.exception("reading from MCP server %s failed", self.name)
         # Give the exit status and the last stderr lines a moment to arrive: they are
         # what tells a person why the server went away.

@@ -81,7 +81,7 @@ class ServerHandle:
             elif self._due():
                 self._start()
                 await self._wait_attempt()
-        except Exception:  # noqa: BLE001 - a bug here must not end the turn
+        except Exception:
             log.exception("MCP server %s: could not be started", self.spec.name)
 
     def _due(self) -> bool:
@@ -141,7 +141,7 @@ class ServerHandle:
                         report()
                 except OSError as exc:
                     failure = f"it could not be started ({self.spec.command!r}: {exc.strerror or exc})"
-                except Exception as exc:  # noqa: BLE001 - a bug must fail this server, not the daemon
+                except Exception as exc:
                     log.exception("MCP server %s: unexpected failure", self.spec.name)
                     failure = f"ponder's MCP client failed ({type(exc).__name__}); details are in the log"
         finally:
@@ -192,7 +192,10 @@ class ServerHandle:
             error += f" Its last stderr output:\n{stderr_tail}"
         self.error = redact.scrub(error)  # a server's own words, which may echo its token, reach mcp/list
         log.warning(
-            "MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s", self.spec.name, delay, self.error
+            "MCP server %s failed; retrying on a later turn, in %.3g s at the earliest. %s",
+            self.spec.name,
+            delay,
+            self.error,
         )
 
     # --- tools ------------------------------------------------------------------------
@@ -203,7 +206,10 @@ class ServerHandle:
             tool = McpTool(self, raw)
             if tool.name in tools:
                 log.warning(
-                    "MCP server %s: tool %r clashes with another as %s; keeping the first", self.spec.name, raw["name"], tool.name
+                    "MCP server %s: tool %r clashes with another as %s; keeping the first",
+                    self.spec.name,
+                    raw["name"],
+                    tool.name,
                 )
                 continue
             tools[tool.name] = tool
@@ -272,7 +278,11 @@ class ServerHandle:
                 await exited.wait()
 
     def to_wire(self) -> m.McpServer:
-        tools = [m.McpTool(name=t.tool_name, description=t.description) for t in self.tools] if self.status == "ready" else []
+        tools = (
+            [m.McpTool(name=t.tool_name, description=t.description) for t in self.tools]
+            if self.status == "ready"
+            else []
+        )
         return m.McpServer(name=self.spec.name, status=self.status, error=self.error, tools=tools)
 
 

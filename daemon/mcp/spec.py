@@ -142,7 +142,11 @@ def parse_acp_server(raw: Any, cwd: str | None = None) -> ServerSpec | str | Non
         return f"MCP server {name!r} from the client: args must be a list of strings."
     env: list[tuple[str, str]] = []
     for item in raw.get("env") or []:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not isinstance(item.get("value"), str):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or not isinstance(item.get("value"), str)
+        ):
             return f"MCP server {name!r} from the client: env entries must be {{name, value}} strings."
         env.append((item["name"], item["value"]))
     return ServerSpec(name=name, command=command, args=tuple(args), env=tuple(sorted(env)), cwd=cwd)

@@ -127,7 +127,9 @@ class McpTool(Tool[Any]):
                 + (f" Its last stderr output:\n{tail}" if tail else "")
             )
         if isinstance(outcome, McpRemoteError):
-            raise ToolError(f"MCP server {self.server!r} rejected the call to {self.tool_name}: {outcome} (code {outcome.code}).")
+            raise ToolError(
+                f"MCP server {self.server!r} rejected the call to {self.tool_name}: {outcome} (code {outcome.code})."
+            )
         if isinstance(outcome, McpError):
             raise ToolError(f"MCP server {self.server!r} failed on {self.tool_name}: {outcome}")
         assert outcome is not None
@@ -139,7 +141,7 @@ async def _forward_progress(receive: Any, emit: Callable[[str], Awaitable[None]]
         async for line in receive:
             try:
                 await emit(line)
-            except Exception:  # noqa: BLE001 - a broken listener must not lose the result
+            except Exception:
                 log.exception("emit_output failed; no more MCP progress will be streamed")
                 return
 
@@ -149,7 +151,9 @@ def _progress_line(params: dict[str, Any]) -> str:
     if isinstance(message, str) and message:
         return message + "\n"
     progress, total = params.get("progress"), params.get("total")
-    return f"progress {progress:g}/{total:g}\n" if _is_number(total) and _is_number(progress) else f"progress {progress}\n"
+    return (
+        f"progress {progress:g}/{total:g}\n" if _is_number(total) and _is_number(progress) else f"progress {progress}\n"
+    )
 
 
 def _is_number(value: Any) -> bool:

@@ -427,9 +427,7 @@ class StreamParser:
         else:
             return []  # server tools, fallback, future block types: not ours to show or replay
         self._blocks[index] = block
-        events: list[ProviderEvent] = [
-            BlockStart(index=index, kind=block.kind, call_id=block.call_id, name=block.name)
-        ]
+        events: list[ProviderEvent] = [BlockStart(index=index, kind=block.kind, call_id=block.call_id, name=block.name)]
         if initial:
             block.text.append(initial)
             events.append(BlockDelta(index=index, delta=initial))

@@ -209,7 +209,9 @@ def connection_error(provider: str, exc: Exception, *, midstream: bool = False) 
     """
     kind = type(exc).__name__
     message = (
-        f"The connection to {provider} broke mid-stream: {kind}." if midstream else f"Could not reach {provider}: {kind}."
+        f"The connection to {provider} broke mid-stream: {kind}."
+        if midstream
+        else f"Could not reach {provider}: {kind}."
     )
     return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
 

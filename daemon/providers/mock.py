@@ -80,7 +80,9 @@ class MockProvider:
             signature = "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32]
             yield BlockEnd(
                 index=index,
-                part=Part(type="thinking", text=text, provider=request.provider, model=request.model, signature=signature),
+                part=Part(
+                    type="thinking", text=text, provider=request.provider, model=request.model, signature=signature
+                ),
             )
             output_words += len(text.split())
             index += 1

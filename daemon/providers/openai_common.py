@@ -341,7 +341,9 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return {}, {"invalid_arguments": raw}
 
 
-def tool_call_part(request: ProviderRequest, call_id: str | None, name: str | None, raw_arguments: str, **extra: Any) -> Part:
+def tool_call_part(
+    request: ProviderRequest, call_id: str | None, name: str | None, raw_arguments: str, **extra: Any
+) -> Part:
     """The finished tool call of a response, with its raw arguments (and ``extra``) kept."""
     arguments, data = parse_arguments(raw_arguments)
     if extra:
@@ -367,7 +369,6 @@ def replay_arguments(arguments: dict[str, Any] | None, provider_data: dict[str, 
     return msgspec.json.encode(arguments or {}).decode()
 
 
-
 __all__ = [
     "ExtraHeaders",
     "OpenAIStyleProvider",
@@ -378,9 +379,9 @@ __all__ = [
     "error_retryable",
     "http_error",
     "parse_arguments",
-    "tool_call_part",
     "parse_duration",
     "rate_limit_wait",
     "replay_arguments",
     "stream_error",
+    "tool_call_part",
 ]

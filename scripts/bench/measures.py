@@ -78,12 +78,25 @@ def compiled_install(notes: list[str]) -> Path | None:
         if not python.exists():
             subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, capture_output=True)
         subprocess.run(
-            [uv, "pip", "install", "-q", "--python", str(python), "--compile-bytecode", "--reinstall-package", "ponder", str(REPO)],
+            [
+                uv,
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(python),
+                "--compile-bytecode",
+                "--reinstall-package",
+                "ponder",
+                str(REPO),
+            ],
             check=True,
             capture_output=True,
         )
     except subprocess.CalledProcessError as exc:
-        notes.append(f"could not install with compiled bytecode ({exc.stderr.decode(errors='replace').strip()[-200:]}); measured the dev environment")
+        notes.append(
+            f"could not install with compiled bytecode ({exc.stderr.decode(errors='replace').strip()[-200:]}); measured the dev environment"
+        )
         return None
     return venv / "bin"
 
@@ -128,7 +141,9 @@ class Bench:
         return f"http://127.0.0.1:{self.server_port}"
 
     def server_stats(self, reset: bool = False) -> dict[str, int]:
-        request = urllib.request.Request(self.base_url + "/stats", method="POST" if reset else "GET", data=b"" if reset else None)
+        request = urllib.request.Request(
+            self.base_url + "/stats", method="POST" if reset else "GET", data=b"" if reset else None
+        )
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(request, timeout=10) as response:
             return json.loads(response.read())
@@ -199,7 +214,16 @@ def check_turn(turn: Turn, n: int, th: int | None = None, first_seq: int | None 
     if first_seq is not None and seqs and seqs[0] != first_seq:
         problems.append(f"first seq {seqs[0]} != {first_seq}")
     types = [e["type"] for e in turn.events]
-    expected = ["turn_start", "message_start", "thinking_start", "thinking_end", "text_start", "text_end", "message_end", "turn_end"]
+    expected = [
+        "turn_start",
+        "message_start",
+        "thinking_start",
+        "thinking_end",
+        "text_start",
+        "text_end",
+        "message_end",
+        "turn_end",
+    ]
     if th == 0:
         expected = [t for t in expected if not t.startswith("thinking")]
     if types != expected:
@@ -335,7 +359,9 @@ def _run_floor(b: Bench, prompt: str, flush: bool) -> dict[str, Any]:
     return {"wall_s": (done[0] - t0) / 1e9, "cpu_s": cpu1 - cpu0, "deltas": done[1], "latencies_s": latencies}
 
 
-def _daemon_turn(b: Bench, d: DaemonProcess, session_id: str, prompt: str, timeout: float = 300) -> tuple[Turn, float, float]:
+def _daemon_turn(
+    b: Bench, d: DaemonProcess, session_id: str, prompt: str, timeout: float = 300
+) -> tuple[Turn, float, float]:
     """(turn, wall s from prompt to turn_end arrival, daemon CPU s over the turn)."""
     cpu0 = d.cpu_seconds()
     io0 = syscalls(d.pid)
@@ -362,7 +388,15 @@ def measure_relay(b: Bench, n: int, runs: int) -> dict[str, Any]:
             turn, wall, cpu = _daemon_turn(b, d, sid, prompt)
             problems += check_turn(turn, n)
             reads, writes = d.last_syscalls  # type: ignore[attr-defined]
-            daemon_runs.append({"wall_s": wall, "cpu_s": cpu, "deltas": len(turn.deltas), "read_syscalls": reads, "write_syscalls": writes})
+            daemon_runs.append(
+                {
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "deltas": len(turn.deltas),
+                    "read_syscalls": reads,
+                    "write_syscalls": writes,
+                }
+            )
             d.forget(turn)
             floor_runs.append(_run_floor(b, prompt, flush=False))
     d_cpu = median([r["cpu_s"] for r in daemon_runs]) / n
@@ -534,10 +568,18 @@ def seed_store(home: Path, sessions: int, messages: int) -> dict[str, Any]:
         for seq in range(1, messages + 1):
             if seq % 2:
                 parts = [Part(type="text", text=f"Question {seq}: what does the function on line {seq} do, and why?")]
-                message = ChatMessage(message_id=f"msg_bench_{seq:06d}", session_id=big_id, seq=seq, role="user", parts=parts)
+                message = ChatMessage(
+                    message_id=f"msg_bench_{seq:06d}", session_id=big_id, seq=seq, role="user", parts=parts
+                )
             else:
                 parts = [
-                    Part(type="thinking", text=thinking, provider="anthropic", model="claude-sonnet-4-5", signature="RXVjbGlk" * 50),
+                    Part(
+                        type="thinking",
+                        text=thinking,
+                        provider="anthropic",
+                        model="claude-sonnet-4-5",
+                        signature="RXVjbGlk" * 50,
+                    ),
                     Part(type="text", text=answer),
                 ]
                 message = ChatMessage(
@@ -737,7 +779,9 @@ def measure_streams(b: Bench, reply_mb: int, endless_mb: int) -> dict[str, Any]:
         d.initialize()
         idle = d.peak_rss_mb()
         t0 = time.monotonic()
-        turn, wall, _ = _daemon_turn(b, d, b.start_session(d), f"bench:mode=endless,bytes={endless_mb * 2**20}", timeout=600)
+        turn, wall, _ = _daemon_turn(
+            b, d, b.start_session(d), f"bench:mode=endless,bytes={endless_mb * 2**20}", timeout=600
+        )
         end = turn.events[-1]
         out["endless"] = {
             "stream_mb": endless_mb,
@@ -768,7 +812,9 @@ def measure_streams(b: Bench, reply_mb: int, endless_mb: int) -> dict[str, Any]:
             "rate_last_over_first": profile.get("rate_last_over_first", float("nan")),
             # The last tenth also holds the deltas still queued for stdout when the reply ends,
             # which wait while the daemon joins and encodes text_end; the ninth has no such tail.
-            "rate_ninth_over_first": (profile["rates_per_tenth_per_s"][8] / profile["rates_per_tenth_per_s"][0]) if profile else float("nan"),
+            "rate_ninth_over_first": (profile["rates_per_tenth_per_s"][8] / profile["rates_per_tenth_per_s"][0])
+            if profile
+            else float("nan"),
             "rates_per_tenth_mb_per_s": [r * (size + 10) / 2**20 for r in profile.get("rates_per_tenth_per_s", [])],
             "max_gap_s": profile.get("max_gap_s", float("nan")),
             "stop_reason": turn.events[-1].get("stop_reason"),

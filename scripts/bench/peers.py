@@ -63,8 +63,10 @@ class JsonLinesPeer:
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
         self.spawned_ns = time.monotonic_ns()
-        self.log = open(log, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=cwd)
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=cwd
+        )
         self.pid = self.proc.pid
         self.waiters: list[tuple[Callable[[dict[str, Any]], bool], threading.Event, list[Any]]] = []
         self.on_message: Callable[[int, dict[str, Any]], None] | None = None
@@ -169,7 +171,13 @@ class Codex:
 
     def ready(self, peer: JsonLinesPeer) -> list[Any]:
         slot = peer.expect(lambda m: m.get("id") == 1)
-        peer.send({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "ponder-bench", "title": "bench", "version": "1"}}})
+        peer.send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {"clientInfo": {"name": "ponder-bench", "title": "bench", "version": "1"}},
+            }
+        )
         return slot
 
     def prepare(self, peer: JsonLinesPeer) -> None:
@@ -219,7 +227,15 @@ class Pi:
                             "baseUrl": b.base_url,
                             "api": "anthropic-messages",
                             "apiKey": "bench-fake-key",
-                            "models": [{"id": "claude-sonnet-4-5", "name": "bench", "reasoning": True, "contextWindow": 200000, "maxTokens": 16000}],
+                            "models": [
+                                {
+                                    "id": "claude-sonnet-4-5",
+                                    "name": "bench",
+                                    "reasoning": True,
+                                    "contextWindow": 200000,
+                                    "maxTokens": 16000,
+                                }
+                            ],
                         }
                     }
                 }
@@ -234,7 +250,17 @@ class Pi:
     def spawn(self) -> JsonLinesPeer:
         env = self.b.clean_env()
         env.update({"PI_CODING_AGENT_DIR": str(self.agent_dir), "PI_SKIP_VERSION_CHECK": "1"})
-        argv = [self.node, str(self.script), "--mode", "rpc", "--no-session", "--provider", "bench", "--model", "claude-sonnet-4-5"]
+        argv = [
+            self.node,
+            str(self.script),
+            "--mode",
+            "rpc",
+            "--no-session",
+            "--provider",
+            "bench",
+            "--model",
+            "claude-sonnet-4-5",
+        ]
         return JsonLinesPeer(argv, env, self.b.work, self.b.work / "pi.log")  # type: ignore[list-item]
 
     def ready(self, peer: JsonLinesPeer) -> list[Any]:
@@ -247,7 +273,10 @@ class Pi:
 
     def turn(self, peer: JsonLinesPeer, prompt: str, deltas: list[int], timeout: float) -> tuple[float, float]:
         def on_message(now: int, m: dict[str, Any]) -> None:
-            if m.get("type") == "message_update" and (m.get("assistantMessageEvent") or {}).get("type") in ("thinking_delta", "text_delta"):
+            if m.get("type") == "message_update" and (m.get("assistantMessageEvent") or {}).get("type") in (
+                "thinking_delta",
+                "text_delta",
+            ):
                 deltas.append(now)
 
         peer.on_message = on_message
@@ -284,7 +313,9 @@ def _startup(peer_kind: Any, runs: int) -> dict[str, Any]:
     }
 
 
-def _relay_result(n: int, small: tuple[float, float], big: tuple[float, float], seen: int, rss: float) -> dict[str, Any]:
+def _relay_result(
+    n: int, small: tuple[float, float], big: tuple[float, float], seen: int, rss: float
+) -> dict[str, Any]:
     """Per-delta costs of a turn of ``n`` deltas; the marginal cost subtracts a 200-delta turn."""
     (_, cpu_small), (wall, cpu) = small, big
     result = {
@@ -331,7 +362,7 @@ def measure_peers(b: M.Bench, runs: int) -> list[dict[str, Any]]:
     ponder: dict[str, Any] = {"name": "ponder", "startup": "measure 1"}
     try:
         ponder["relay"] = _ponder_relay(b, RELAY_DELTAS)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         ponder["relay"] = {"status": f"failed: {type(exc).__name__}: {exc}"}
     for kind in (Codex, Pi):
         entry: dict[str, Any] = {"name": kind.name}
@@ -346,14 +377,19 @@ def measure_peers(b: M.Bench, runs: int) -> list[dict[str, Any]]:
             continue
         try:
             entry.update(_startup(peer_kind, runs))
-            entry["startup_note"] = f"ready = answer to {'initialize' if kind is Codex else 'get_state'}; RSS {entry['peak_rss_at_ready_mb']:.0f} MB"
-        except Exception as exc:  # noqa: BLE001 - report, don't crash the suite
+            entry["startup_note"] = (
+                f"ready = answer to {'initialize' if kind is Codex else 'get_state'}; RSS {entry['peak_rss_at_ready_mb']:.0f} MB"
+            )
+        except Exception as exc:
             entry["status"] = f"cannot run here: {type(exc).__name__}: {exc}"
             continue
         try:
             entry["relay"] = _relay(peer_kind, RELAY_DELTAS)
-        except Exception as exc:  # noqa: BLE001
-            entry["relay"] = {"deltas": RELAY_DELTAS, "status": f"relay not measured: {type(exc).__name__}: {str(exc)[:200]}"}
+        except Exception as exc:
+            entry["relay"] = {
+                "deltas": RELAY_DELTAS,
+                "status": f"relay not measured: {type(exc).__name__}: {str(exc)[:200]}",
+            }
     out.append(ponder)
     return out
 

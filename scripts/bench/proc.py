@@ -83,7 +83,7 @@ class DaemonProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str], stderr_path: Path, cwd: str | None = None) -> None:
         self.argv = argv
-        self.stderr_file = open(stderr_path, "ab")  # noqa: SIM115 - closed in close()
+        self.stderr_file = open(stderr_path, "ab")
         self.spawned_ns = time.monotonic_ns()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file, env=env, cwd=cwd

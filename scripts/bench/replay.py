@@ -117,11 +117,17 @@ class Anthropic:
 
     @staticmethod
     def _block_start(index: int, kind: str) -> bytes:
-        block = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": "text", "text": ""}
+        block = (
+            {"type": "thinking", "thinking": "", "signature": ""}
+            if kind == "thinking"
+            else {"type": "text", "text": ""}
+        )
         return _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
 
     def delta(self, index: int, kind: str, text: str) -> bytes:
-        delta = {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
+        delta = (
+            {"type": "thinking_delta", "thinking": text} if kind == "thinking" else {"type": "text_delta", "text": text}
+        )
         return _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
     def switch(self, index: int, old_kind: str, new_kind: str) -> bytes:
@@ -129,7 +135,11 @@ class Anthropic:
         if old_kind == "thinking":
             out += _sse(
                 "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": "RXVjbGlk" * 40}},
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": "RXVjbGlk" * 40},
+                },
             )
         out += _sse("content_block_stop", {"type": "content_block_stop", "index": index})
         return out + self._block_start(index + 1, new_kind)
@@ -139,12 +149,20 @@ class Anthropic:
         if kind == "thinking":
             out += _sse(
                 "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": "RXVjbGlk" * 40}},
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": "RXVjbGlk" * 40},
+                },
             )
         out += _sse("content_block_stop", {"type": "content_block_stop", "index": index})
         out += _sse(
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": n}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": n},
+            },
         )
         return out + _sse("message_stop", {"type": "message_stop"})
 
@@ -221,7 +239,9 @@ class OpenAIResponses:
     def _open(self, kind: str) -> bytes:
         if kind == "thinking":
             item = {"id": "rs_bench", "type": "reasoning", "summary": []}
-            return self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": item}) + self._event(
+            return self._event(
+                {"type": "response.output_item.added", "output_index": self.output_index, "item": item}
+            ) + self._event(
                 {
                     "type": "response.reasoning_summary_part.added",
                     "item_id": "rs_bench",
@@ -231,7 +251,9 @@ class OpenAIResponses:
                 }
             )
         item = {"id": "msg_bench", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-        return self._event({"type": "response.output_item.added", "output_index": self.output_index, "item": item}) + self._event(
+        return self._event(
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": item}
+        ) + self._event(
             {
                 "type": "response.content_part.added",
                 "item_id": "msg_bench",
@@ -257,7 +279,13 @@ class OpenAIResponses:
         text = "".join(self.parts[kind])
         if kind == "thinking":
             out = self._event(
-                {"type": "response.reasoning_summary_text.done", "item_id": "rs_bench", "output_index": self.output_index, "summary_index": 0, "text": text}
+                {
+                    "type": "response.reasoning_summary_text.done",
+                    "item_id": "rs_bench",
+                    "output_index": self.output_index,
+                    "summary_index": 0,
+                    "text": text,
+                }
             ) + self._event(
                 {
                     "type": "response.reasoning_summary_part.done",
@@ -269,7 +297,13 @@ class OpenAIResponses:
             )
         else:
             out = self._event(
-                {"type": "response.output_text.done", "item_id": "msg_bench", "output_index": self.output_index, "content_index": 0, "text": text}
+                {
+                    "type": "response.output_text.done",
+                    "item_id": "msg_bench",
+                    "output_index": self.output_index,
+                    "content_index": 0,
+                    "text": text,
+                }
             ) + self._event(
                 {
                     "type": "response.content_part.done",
@@ -279,7 +313,9 @@ class OpenAIResponses:
                     "part": {"type": "output_text", "annotations": [], "text": text},
                 }
             )
-        out += self._event({"type": "response.output_item.done", "output_index": self.output_index, "item": self._item(kind)})
+        out += self._event(
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self._item(kind)}
+        )
         self.output_index += 1
         return out
 
@@ -292,10 +328,22 @@ class OpenAIResponses:
         self.parts[kind].append(text)
         if kind == "thinking":
             return self._event(
-                {"type": "response.reasoning_summary_text.delta", "item_id": "rs_bench", "output_index": self.output_index, "summary_index": 0, "delta": text}
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": "rs_bench",
+                    "output_index": self.output_index,
+                    "summary_index": 0,
+                    "delta": text,
+                }
             )
         return self._event(
-            {"type": "response.output_text.delta", "item_id": "msg_bench", "output_index": self.output_index, "content_index": 0, "delta": text}
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_bench",
+                "output_index": self.output_index,
+                "content_index": 0,
+                "delta": text,
+            }
         )
 
     def switch(self, index: int, old_kind: str, new_kind: str) -> bytes:
@@ -403,7 +451,9 @@ async def stream_endless(writer: asyncio.StreamWriter, path: str, model: str, pa
     """A reply whose first delta event never ends: ``bytes`` of filler without a line break."""
     total = int(params.get("bytes", str(2 * 1024**3)))
     wire = wire_for(path, model)
-    writer.write(_chunked(wire.head("text") + b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'))
+    writer.write(
+        _chunked(wire.head("text") + b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,')
+    )
     block = _chunked(b"x" * (1024 * 1024))
     for _ in range(total // (1024 * 1024)):
         writer.write(block)
@@ -464,7 +514,12 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 continue
             wire = wire_for(path, model)
             if method != "POST" or wire is None:
-                await respond(writer, "404 Not Found", "application/json", b'{"error":{"type":"not_found","message":"no such path"}}')
+                await respond(
+                    writer,
+                    "404 Not Found",
+                    "application/json",
+                    b'{"error":{"type":"not_found","message":"no such path"}}',
+                )
                 continue
             params = parse_scenario(body)
             writer.write(

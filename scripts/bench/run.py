@@ -246,7 +246,9 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             rows.append(
                 (
                     f"6 peer {peer['name']}: cold start" + (f" ({peer.get('runs')} runs)" if peer.get("runs") else ""),
-                    f"median {ms(peer['startup_median_s'])}, p90 {ms(peer['startup_p90_s'])}" if peer.get("startup_median_s") else peer.get("status", "n/a"),
+                    f"median {ms(peer['startup_median_s'])}, p90 {ms(peer['startup_p90_s'])}"
+                    if peer.get("startup_median_s")
+                    else peer.get("status", "n/a"),
                     peer.get("startup_note", ""),
                     "",
                     "",
@@ -262,7 +264,9 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                         if pr.get("cpu_per_delta_us")
                         else pr.get("status", "n/a")
                     ),
-                    f"peak RSS {pr['peak_rss_mb']:.0f} MB" + (f"; {pr['note']}" if pr.get("note") else "") if pr.get("peak_rss_mb") else "",
+                    f"peak RSS {pr['peak_rss_mb']:.0f} MB" + (f"; {pr['note']}" if pr.get("note") else "")
+                    if pr.get("peak_rss_mb")
+                    else "",
                     "",
                     "",
                 )
@@ -292,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
     parser.add_argument(
-        "--no-compile", action="store_true", help="run the dev environment's ponder (not an install with compiled bytecode)"
+        "--no-compile",
+        action="store_true",
+        help="run the dev environment's ponder (not an install with compiled bytecode)",
     )
     parser.add_argument("--out", type=Path, help="write the JSON here (default: results/bench-<time>.json)")
     args = parser.parse_args(argv)
@@ -322,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         try:
             results[{"cold": "cold_start", "persist": "persisting"}.get(name, name)] = fn(bench, *fn_args)
-        except Exception as exc:  # noqa: BLE001 - report and go on with the other measures
+        except Exception as exc:
             results.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
             print(f"[bench] {label} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         print(f"[bench] {label} took {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -338,7 +344,16 @@ def main(argv: list[str] | None = None) -> int:
         step("latency", "3 added latency", M.measure_latency, 150 if quick else 300, 1 if quick else 3)
         step("concurrency", "4 concurrency", M.measure_concurrency, 200, 500, 20, 5)
         step("store", "5a/5b store at scale", M.measure_store, 10_000, 10_000, 1 if quick else 3)
-        step("persist", "5c persisting while streaming", M.measure_persisting, 2_000, 20_000, 100, 150 if quick else 300, 4)
+        step(
+            "persist",
+            "5c persisting while streaming",
+            M.measure_persisting,
+            2_000,
+            20_000,
+            100,
+            150 if quick else 300,
+            4,
+        )
         step("streams", "5d hostile and huge streams", M.measure_streams, 20 if quick else 100, 256 if quick else 2048)
         if wanted("peers"):
             from scripts.bench import peers
@@ -356,13 +371,17 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = build_rows(results)
     print()
-    print(f"ponder bench  commit {results['commit']}  {results['machine']['cpus']} CPUs  Python {results['machine']['python']}"
-          f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s")
+    print(
+        f"ponder bench  commit {results['commit']}  {results['machine']['cpus']} CPUs  Python {results['machine']['python']}"
+        f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s"
+    )
     print_table(rows)
     load = results["machine"]["loadavg_at_start"][0], results["machine"]["loadavg_at_end"][0]
     print(f"load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f}", end="")
     if max(load) > 0.5 * (os.cpu_count() or 1):
-        print(": other work was running on this machine; latencies and wall times are inflated (compare with the floor)")
+        print(
+            ": other work was running on this machine; latencies and wall times are inflated (compare with the floor)"
+        )
     else:
         print()
     for name, error in results.get("errors", {}).items():

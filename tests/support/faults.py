@@ -31,7 +31,13 @@ def sse(*events: dict[str, Any] | str) -> bytes:
 
 MESSAGE_START = {
     "type": "message_start",
-    "message": {"id": "msg_x", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}},
+    "message": {
+        "id": "msg_x",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    },
 }
 PING = {"type": "ping"}
 
@@ -80,7 +86,8 @@ def fixture_response(name: str, **header_overrides: str) -> ScriptedResponse:
 
 async def start_session(client: RpcClient, cwd: str, model_id: str = MODEL, **params: Any) -> str:
     started = await client.request(
-        "session/start", {"model_id": model_id, "thinking_level": "medium", "cwd": cwd, "approval_policy": "auto", **params}
+        "session/start",
+        {"model_id": model_id, "thinking_level": "medium", "cwd": cwd, "approval_policy": "auto", **params},
     )
     return started["session"]["session_id"]
 

@@ -18,17 +18,33 @@ from daemon.config import load_config
 from daemon.server import Daemon, serve
 from tests.support.wire import validate_message
 
-PROVIDER_VARS = (
-    "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL OPENAI_API_KEY OPENAI_BASE_URL GEMINI_API_KEY GOOGLE_API_KEY "
-    "GEMINI_BASE_URL DEEPSEEK_API_KEY DEEPSEEK_BASE_URL DASHSCOPE_API_KEY DASHSCOPE_BASE_URL "
-    "OPENROUTER_API_KEY OPENROUTER_BASE_URL OLLAMA_HOST PONDER_HOME"
-).split()
+PROVIDER_VARS = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GEMINI_BASE_URL",
+    "DEEPSEEK_API_KEY",
+    "DEEPSEEK_BASE_URL",
+    "DASHSCOPE_API_KEY",
+    "DASHSCOPE_BASE_URL",
+    "OPENROUTER_API_KEY",
+    "OPENROUTER_BASE_URL",
+    "OLLAMA_HOST",
+    "PONDER_HOME",
+]
 
 
 async def initialize(client: RpcClient, *, permission_requests: bool = False) -> dict[str, Any]:
     return await client.request(
         "initialize",
-        {"protocol_version": 1, "client_info": {"name": "tests", "version": "0"}, "capabilities": {"permission_requests": permission_requests}},
+        {
+            "protocol_version": 1,
+            "client_info": {"name": "tests", "version": "0"},
+            "capabilities": {"permission_requests": permission_requests},
+        },
     )
 
 
@@ -96,5 +112,3 @@ async def subprocess_daemon(
 
 def process_of(client: RpcClient) -> Any:
     return client.process  # type: ignore[attr-defined]
-
-

@@ -14,10 +14,11 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,9 @@ class ReplayServer:
             def _handle(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                recorded = RecordedRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                recorded = RecordedRequest(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
                 with server._lock:
                     server.requests.append(recorded)
                     answer = server.routes.get((self.command, self.path))
@@ -96,7 +99,9 @@ class ReplayServer:
                 if answer is not None:
                     scripted = answer(recorded)
                 if scripted is None:
-                    scripted = ScriptedResponse(status=500, body=b'{"error":{"message":"replay server: no response queued"}}')
+                    scripted = ScriptedResponse(
+                        status=500, body=b'{"error":{"message":"replay server: no response queued"}}'
+                    )
                 if scripted.headers_delay_s:
                     time.sleep(scripted.headers_delay_s)
                 self.send_response(scripted.status)
@@ -172,6 +177,6 @@ class ReplayServer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()

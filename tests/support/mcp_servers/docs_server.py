@@ -73,7 +73,9 @@ async def slow(seconds: float, label: str, ctx: Context) -> str:
         raise
 
 
-@server.tool(description="Adds the tool 'late' and announces the change.", annotations=ToolAnnotations(read_only_hint=True))
+@server.tool(
+    description="Adds the tool 'late' and announces the change.", annotations=ToolAnnotations(read_only_hint=True)
+)
 async def more_tools(ctx: Context) -> str:
     server.add_tool(lambda: "late tool here", name="late", description="Added at run time.")
     await ctx.session.send_tool_list_changed()
