@@ -28,8 +28,18 @@ from daemon.config import Config, ProviderConfig
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.providers import table as providers_table
 from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
-from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl, nearest_level, parse_level, resolve_thinking
-from protocol.objects import Model, Thinking
+from daemon.thinking import (
+    LEVELS,
+    NO_THINKING,
+    LearnedLevels,
+    ThinkingControl,
+    ThinkingDefaults,
+    decide_thinking,
+    nearest_level,
+    parse_level,
+    resolve_thinking,
+)
+from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 if TYPE_CHECKING:
     from daemon.providers.models import ModelRow
@@ -138,6 +148,14 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
     thinking_param = entry.get("thinking_param")
     if thinking_param is not None and thinking_param not in THINKING_PARAMS:
         raise ValueError(f"thinking_param {thinking_param!r} is not one of {', '.join(THINKING_PARAMS)}")
+    api = entry.get("api")
+    if api is None:
+        api = providers_table.model_api(provider.name, model, provider.api)
+    elif api not in WIRE_APIS or api == "mock":
+        raise ValueError(f"api {api!r} is not one of {', '.join(a for a in WIRE_APIS if a != 'mock')}")
+    off_value = entry.get("off_value")
+    if off_value is not None and (not isinstance(off_value, str) or not off_value.strip()):
+        raise ValueError('off_value must be the value that turns thinking off (such as "none"), or "omit"')
     md = models_dev_model(provider.name, model)
     context_window = _opt_int(entry.get("context_window")) or (md.limit.context if md else None)
     max_output = _opt_int(entry.get("max_output_tokens")) or (md.limit.output if md else None)
@@ -146,16 +164,22 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
         provider=provider.name,
         model=model,
         name=str(entry.get("name") or model),
-        api=provider.api,
+        api=api,
         context_window=context_window,
         max_output_tokens=max_output,
         supports_tools=bool(tools) if tools is not None else (bool(md.tool_call) if md else True),
-        thinking=_declared_control(provider.api, sorted(canonical, key=LEVELS.index), thinking_param),
+        thinking=_declared_control(api, sorted(canonical, key=LEVELS.index), thinking_param, off_value),
     )
 
 
-def _declared_control(api: str, levels: list[str], thinking_param: str | None) -> ThinkingControl:
-    """The API's own knob (``WireApi.thinking``), or the one ``thinking_param`` names."""
+def _declared_control(
+    api: str, levels: list[str], thinking_param: str | None, off_value: str | None = None
+) -> ThinkingControl:
+    """The API's own knob (``WireApi.thinking``), or the one ``thinking_param`` names.
+
+    ``off_value`` (config ``off_value``) spells off for a model that thinks unless told not
+    to: a value sent in the level's field (``"none"``), or ``"omit"`` to send nothing.
+    """
     if not [level for level in levels if level != "off"]:
         return NO_THINKING
     wire = WIRE_APIS.get(api)
@@ -166,12 +190,16 @@ def _declared_control(api: str, levels: list[str], thinking_param: str | None) -
     if knob is None:
         return NO_THINKING
     on_off = len(levels) - ("off" in levels) == 1
+    values = dict(knob.values)
+    if off_value is not None:
+        # "" is the builders' mark for "send nothing for off" (thinking_params._omits_off).
+        values["off"] = "" if off_value.strip().lower() == "omit" else off_value.strip()
     return ThinkingControl(
         kind="toggle" if knob.toggle_when_single and on_off else knob.kind,
         param=knob.param,
         levels=tuple(levels),
         default=nearest_level(levels, "medium"),
-        values=dict(knob.values),
+        values=values,
         budget_min=knob.budget_min,
     )
 
@@ -311,9 +339,40 @@ class Catalog:
 
     # -- wire -----------------------------------------------------------------------
 
+    def thinking_defaults(self, spec: ModelSpec) -> ThinkingDefaults:
+        """The defaults chain for ``spec``: ``[defaults] thinking_level``, then its provider's."""
+        settings = self.config.providers.get(spec.provider)
+        return ThinkingDefaults(
+            config=self.config.default_thinking_level,
+            provider=settings.default_thinking_level if settings else None,
+        )
+
     def resolve(self, spec: ModelSpec, requested: str) -> Thinking:
         """``resolve_thinking`` with this configuration's default level for ``"default"``."""
         return resolve_thinking(spec, requested, default_level=self.default_level(spec))
+
+    def decide(
+        self,
+        spec: ModelSpec,
+        requested: str = "default",
+        *,
+        display: ThinkingDisplay = "summarized",
+        budget_tokens: int | None = None,
+        fallback: ThinkingFallback = "nearest",
+        source: ThinkingSource = "session",
+        learned: LearnedLevels | None = None,
+    ) -> Thinking:
+        """``decide_thinking`` with this configuration's defaults chain."""
+        return decide_thinking(
+            spec,
+            requested,
+            display=display,
+            budget_tokens=budget_tokens,
+            fallback=fallback,
+            defaults=self.thinking_defaults(spec),
+            source=source,
+            learned=learned,
+        )
 
     def to_wire(self, spec: ModelSpec) -> Model:
         return Model(

@@ -42,6 +42,20 @@ class InvalidParams(PonderError):
         super().__init__(message, **data)
 
 
+class UnsupportedThinkingLevel(InvalidParams):
+    """A level the model does not take, refused under the ``error`` fallback policy; ``allowed`` = its levels."""
+
+    def __init__(self, model_id: str, level: str, allowed: list[str], *, path: str = "$.params.level") -> None:
+        super().__init__(
+            f"{model_id} does not take thinking level {level!r}; use one of {', '.join(allowed) or 'off'}.",
+            path=path,
+            allowed=allowed,
+        )
+        self.model_id = model_id
+        self.level = level
+        self.allowed = allowed
+
+
 class InternalError(PonderError):
     code = ErrorCode.INTERNAL_ERROR
 
@@ -120,6 +134,30 @@ class ProviderError(PonderError):
         self.retryable = retryable
         self.retry_after = retry_after
         self.kind = kind  # the provider's own error type, e.g. "overloaded_error"
+
+
+class ThinkingLevelRejected(ProviderError):
+    """A provider refused the thinking level it was sent (HTTP 400), naming what it takes where it does.
+
+    ``rejected`` is the ponder level that was refused (None when the error does not say);
+    ``allowed`` the ponder levels the provider named (None when it named none, as Gemini's
+    generateContent does). Not retryable as is: the agent retries once with
+    ``daemon.thinking.nearest_allowed`` and records the answer in ``LearnedLevels``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = 400,
+        kind: str | None = None,
+        rejected: str | None = None,
+        allowed: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(message, provider=provider, status=status, retryable=False, kind=kind)
+        self.rejected = rejected
+        self.allowed = allowed
 
 
 class ProviderAuthError(ProviderError):

@@ -7,7 +7,12 @@ differs from the request, and the exact provider-side JSON fragment the adapter 
 into its request body (``request_params``). Adapters send that fragment as given, so what
 a client sees in ``Thinking`` is what goes over the wire.
 
-Resolution rules (PROTOCOL.md "Thinking levels"):
+``decide_thinking`` is the full decision of PROTOCOL.md "Thinking controls": the level
+(with ``default`` followed through the defaults chain and its ``source`` recorded), the
+fallback policy, the display switch, a custom budget, and what a provider's rejection
+taught us (``LearnedLevels``). ``resolve_thinking`` is its older, narrower form.
+
+Resolution rules (PROTOCOL.md "Thinking levels", fallback ``nearest``):
 
 * a level the model accepts passes through;
 * a model without thinking is always ``off`` (with a reason when more was asked);
@@ -16,6 +21,12 @@ Resolution rules (PROTOCOL.md "Thinking levels"):
   nearest above. ``off`` is never the fallback for a thinking request: asking for a
   little thinking and silently getting none would be the least honest answer.
 
+The other policies: ``off`` runs without thinking where the model can (else as
+``nearest``); ``default`` uses the model's default; ``error`` refuses an unsupported level
+the client asked for by name (``UnsupportedThinkingLevel``, -32602 with ``allowed``). A
+level that came from the defaults chain is never refused: nobody asked for it by name,
+and refusing it would make the model unusable; it falls back as ``nearest``.
+
 Budget models map levels onto their ``[budget_min, budget_max]`` range by these
 fractions of the span (``budget = min + fraction * (max - min)``, rounded down)::
 
@@ -23,12 +34,16 @@ fractions of the span (``budget = min + fraction * (max - min)``, rounded down):
     low      1/8
     medium   1/4
     high     1/2
+    xhigh    3/4
     max      1      (= budget_max)
 
 Doubling steps rather than even quarters: with quarters "low" would already be ~15k
 tokens on a model with a 64k output limit, far above what vendors suggest (2-4k, or 1k);
 doubling keeps low/medium/high near their guidance (e.g. a 1024..55808 range gives
-1024 / 7872 / 14720 / 28416 / 55808).
+1024 / 7872 / 14720 / 28416 / 42112 / 55808).
+
+Reasoning eats the output budget: a thinking level raises the request's output limit
+with it (``output_limit``), up to the model's limit, and the fragment carries it.
 
 Where a budget must stay below ``max_tokens``, which caps the thinking *and* the answer
 (``budget_and_max_tokens``), the fragment carries ``max_tokens = max(16000, budget + 8192)``
@@ -39,26 +54,74 @@ The fragment builders themselves, one per API spelling (``ThinkingControl.param`
 ``daemon.providers.thinking_params``'s: how a vendor spells a level is the provider's fact.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
-from daemon.errors import InvalidParams
-from protocol.objects import Thinking
+from daemon.errors import InvalidParams, UnsupportedThinkingLevel
+from protocol.objects import (
+    RequestedThinkingLevel,
+    Thinking,
+    ThinkingDisplay,
+    ThinkingFallback,
+    ThinkingLevel,
+    ThinkingSource,
+)
 
 if TYPE_CHECKING:
     from daemon.catalog import ModelSpec
 
-LEVELS: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "max")
-ALIASES: dict[str, str] = {"none": "off", "med": "medium", "xhigh": "max", "default": "default", "auto": "default"}
+__all__ = [
+    "ALIASES",
+    "DISPLAYS",
+    "FALLBACKS",
+    "LEVELS",
+    "LearnedLevels",
+    "ThinkingControl",
+    "ThinkingDefaults",
+    "budget_and_max_tokens",
+    "budget_for",
+    "budget_range",
+    "decide_thinking",
+    "nearest_allowed",
+    "nearest_level",
+    "output_limit",
+    "parse_display",
+    "parse_fallback",
+    "parse_level",
+    "resolve_thinking",
+]
+
+LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+# "xhigh" is a level of its own (between high and max), not an alias of max.
+ALIASES: dict[str, RequestedThinkingLevel] = {
+    "none": "off",
+    "med": "medium",
+    "ultra": "max",
+    "default": "default",
+    "auto": "default",
+}
 ALLOWED_LEVEL_NAMES: list[str] = [*LEVELS, *ALIASES]
+DISPLAYS: tuple[ThinkingDisplay, ...] = get_args(ThinkingDisplay)
+FALLBACKS: tuple[ThinkingFallback, ...] = get_args(ThinkingFallback)
 
 BUDGET_FRACTIONS: dict[str, Fraction] = {
     "minimal": Fraction(0),
     "low": Fraction(1, 8),
     "medium": Fraction(1, 4),
     "high": Fraction(1, 2),
+    "xhigh": Fraction(3, 4),
+    "max": Fraction(1),
+}
+# Share of the model's output limit an effort level asks for (never below BASE_MAX_TOKENS):
+# a higher effort thinks longer, and the thinking counts against the same limit.
+OUTPUT_FRACTIONS: dict[str, Fraction] = {
+    "minimal": Fraction(0),
+    "low": Fraction(0),
+    "medium": Fraction(1, 4),
+    "high": Fraction(1, 2),
+    "xhigh": Fraction(3, 4),
     "max": Fraction(1),
 }
 # The max_tokens an adapter asks for by default; a budget fragment never asks for less.
@@ -71,7 +134,12 @@ FALLBACK_BUDGET_MAX = 32768
 KINDS = ("effort", "budget", "adaptive", "toggle", "level", "none")
 
 
-def parse_level(text: object, path: str = "$.level") -> str:
+def _invalid(kind: str, text: object, allowed: list[str], path: str) -> InvalidParams:
+    shown = text if isinstance(text, str) else type(text).__name__
+    return InvalidParams(f"Unknown thinking {kind} {shown!r}; use one of {', '.join(allowed)}.", path=path, allowed=allowed)
+
+
+def parse_level(text: object, path: str = "$.level") -> RequestedThinkingLevel:
     """The canonical level for ``text`` (aliases folded, case and spaces ignored), or ``"default"``.
 
     Raises ``InvalidParams`` (with ``allowed``) for anything else.
@@ -79,15 +147,26 @@ def parse_level(text: object, path: str = "$.level") -> str:
     if isinstance(text, str):
         key = text.strip().lower()
         if key in LEVELS:
-            return key
+            return key  # type: ignore[return-value]  # checked against LEVELS just above
         if key in ALIASES:
             return ALIASES[key]
-    shown = text if isinstance(text, str) else type(text).__name__
-    raise InvalidParams(
-        f"Unknown thinking level {shown!r}; use one of {', '.join(ALLOWED_LEVEL_NAMES)}.",
-        path=path,
-        allowed=list(ALLOWED_LEVEL_NAMES),
-    )
+    raise _invalid("level", text, list(ALLOWED_LEVEL_NAMES), path)
+
+
+def parse_display(text: object, path: str = "$.display") -> ThinkingDisplay:
+    """``summarized`` or ``omitted`` (case and spaces ignored); ``InvalidParams`` with ``allowed`` otherwise."""
+    key = text.strip().lower() if isinstance(text, str) else None
+    if key in DISPLAYS:
+        return key  # type: ignore[return-value]
+    raise _invalid("display", text, list(DISPLAYS), path)
+
+
+def parse_fallback(text: object, path: str = "$.fallback") -> ThinkingFallback:
+    """``nearest``, ``off``, ``default`` or ``error``; ``InvalidParams`` with ``allowed`` otherwise."""
+    key = text.strip().lower() if isinstance(text, str) else None
+    if key in FALLBACKS:
+        return key  # type: ignore[return-value]
+    raise _invalid("fallback", text, list(FALLBACKS), path)
 
 
 @dataclass(frozen=True)
@@ -105,7 +184,9 @@ class ThinkingControl:
     levels: tuple[str, ...] = ("off",)
     default: str = "off"
     # Unified level -> the provider's own value (effort name, thinkingLevel, think value).
-    # A level missing here is sent under its own name.
+    # A level missing here is sent under its own name. ``values["off"]`` is the explicit
+    # off form for models that think unless told not to ("none"); a model whose off is
+    # "send nothing" has no "off" entry.
     values: Mapping[str, str] = field(default_factory=dict, hash=False)
     budget_min: int | None = None
     budget_max: int | None = None  # None: derived from the model's output limit
@@ -114,6 +195,7 @@ class ThinkingControl:
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
+        assert all(level in LEVELS for level in self.levels), self.levels
         assert list(self.levels) == sorted(self.levels, key=LEVELS.index), self.levels
         assert self.default in self.levels, (self.default, self.levels)
 
@@ -126,6 +208,11 @@ class ThinkingControl:
         """The levels that think (everything but ``off``)."""
         return tuple(level for level in self.levels if level != "off")
 
+    @property
+    def takes_budget(self) -> bool:
+        """Whether a token budget steers it (so a custom ``budget_tokens`` is sent)."""
+        return self.kind == "budget"
+
     def value(self, level: str) -> str:
         return self.values.get(level, level)
 
@@ -133,8 +220,9 @@ class ThinkingControl:
 NO_THINKING = ThinkingControl()
 
 
-def nearest_level(levels: tuple[str, ...] | list[str], requested: str) -> str:
+def nearest_level(levels: Iterable[str], requested: str) -> str:
     """The level ``requested`` resolves to among ``levels`` (the rules in the module docstring)."""
+    levels = list(levels)
     if requested in levels:
         return requested
     thinking = [level for level in levels if level != "off"]
@@ -142,61 +230,236 @@ def nearest_level(levels: tuple[str, ...] | list[str], requested: str) -> str:
         return "off"
     if requested == "off":
         return thinking[0]
-    rank = LEVELS.index(requested)
-    below = [level for level in thinking if LEVELS.index(level) < rank]
+    rank = LEVELS.index(requested)  # type: ignore[arg-type]
+    below = [level for level in thinking if LEVELS.index(level) < rank]  # type: ignore[arg-type]
     return below[-1] if below else thinking[0]
 
 
-def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | None = None) -> Thinking:
-    """What ``requested`` (a level, alias or ``"default"``) really means for ``spec``.
+def nearest_allowed(level: str, allowed: Iterable[str]) -> str | None:
+    """The level to retry with after a provider refused ``level`` and named ``allowed``.
 
-    ``default_level`` replaces the model's own default for ``"default"`` (the catalogue
-    passes the provider's configured default); ``requested`` in the result then records
-    the level that ``"default"`` stood for. Pure: no I/O, no clock, no configuration.
+    The nearest below, else above (``nearest_level``'s rule), never ``level`` itself and
+    never a level outside the scale; None when nothing is left to try.
     """
-    control = spec.thinking
-    level = parse_level(requested)
-    if level == "default":
-        level = parse_level(default_level) if default_level else control.default
-        if level == "default":
-            level = control.default
-    effective = nearest_level(control.levels, level)
-    from daemon.providers.thinking_params import FRAGMENTS  # it builds on this module's budgets
+    candidates = [name for name in dict.fromkeys(allowed) if name in LEVELS and name != level]
+    if not candidates:
+        return None
+    return nearest_level(sorted(candidates, key=LEVELS.index), level)  # type: ignore[arg-type]
 
-    params, budget = FRAGMENTS[control.param](spec, effective)
+
+class LearnedLevels:
+    """The levels providers told us they take, per model id, for the life of the daemon.
+
+    When a provider refuses a level and names the ones it takes, the agent records them
+    here; ``decide_thinking`` then offers only those (plus ``off`` where the catalogue says
+    the model can run without thinking: a rejection lists efforts, never the off form).
+    When a rejection names nothing (Gemini), the refused level alone is struck out.
+    """
+
+    def __init__(self) -> None:
+        self._allowed: dict[str, tuple[str, ...]] = {}
+        self._refused: dict[str, set[str]] = {}
+
+    def learn(self, model_id: str, *, allowed: Iterable[str] | None = None, refused: str | None = None) -> None:
+        if allowed is not None:
+            known = tuple(sorted({level for level in allowed if level in LEVELS}, key=LEVELS.index))  # type: ignore[arg-type]
+            if known:
+                self._allowed[model_id] = known
+        if refused is not None and refused in LEVELS:
+            self._refused.setdefault(model_id, set()).add(refused)
+
+    def knows(self, model_id: str) -> bool:
+        return model_id in self._allowed or model_id in self._refused
+
+    def narrow(self, model_id: str, levels: tuple[str, ...]) -> tuple[str, ...]:
+        """``levels`` (a catalogue list) as the provider has since told us; unchanged when it told nothing."""
+        allowed = self._allowed.get(model_id)
+        if allowed is not None:
+            thinking = [level for level in allowed if level != "off"]
+            levels = tuple((["off"] if "off" in levels else []) + thinking)
+        refused = self._refused.get(model_id, set())
+        narrowed = tuple(level for level in levels if level not in refused)
+        return narrowed if any(level != "off" for level in narrowed) or not refused else levels
+
+
+@dataclass(frozen=True)
+class ThinkingDefaults:
+    """The defaults chain for a requested level of ``default``: config, then provider, then the model.
+
+    Each is the raw configured text (None when unset); one that does not parse is skipped
+    (config loading reports it).
+    """
+
+    config: str | None = None  # [defaults] thinking_level
+    provider: str | None = None  # [providers.X] default_thinking_level
+
+
+def _follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
+    chain: tuple[tuple[str | None, ThinkingSource], ...] = (
+        (defaults.config, "config_default"),
+        (defaults.provider, "provider_default"),
+    )
+    for text, source in chain:
+        if not text:
+            continue
+        try:
+            level = parse_level(text)
+        except InvalidParams:
+            continue
+        if level != "default":
+            return level, source
+    return control.default, "model_default"
+
+
+def decide_thinking(
+    spec: "ModelSpec",
+    requested: str = "default",
+    *,
+    display: ThinkingDisplay = "summarized",
+    budget_tokens: int | None = None,
+    fallback: ThinkingFallback = "nearest",
+    defaults: ThinkingDefaults = ThinkingDefaults(),
+    source: ThinkingSource = "session",
+    learned: LearnedLevels | None = None,
+) -> Thinking:
+    """The whole thinking decision for one request to ``spec``; pure (no I/O, no clock, no config).
+
+    ``requested`` is a level or alias, or ``"default"`` (then the defaults chain decides and
+    ``source`` says which link; ``Thinking.requested`` stays ``"default"``); ``source`` is
+    where an explicit level came from (``session`` or ``prompt``). ``budget_tokens``
+    overrides the level's budget on budget-mode models (clamped to the model's range),
+    and is kept but not sent on the others; either way ``reason`` says so. ``learned``
+    narrows the catalogue's levels by what the provider told us.
+
+    Raises ``InvalidParams`` for an unknown level, ``UnsupportedThinkingLevel`` under
+    ``fallback="error"`` for an explicit level the model does not take.
+    """
+    from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS  # they build on this module's budgets
+
+    control = spec.thinking
+    asked = parse_level(requested)
+    if asked == "default":
+        level, source = _follow_defaults(control, defaults)
+    else:
+        level = asked
+    supported = control.levels
+    learned_note = None
+    if learned is not None and learned.knows(spec.id):
+        narrowed = learned.narrow(spec.id, supported)
+        if narrowed != supported:
+            supported = narrowed
+            learned_note = f"{spec.id} refused levels outside {', '.join(supported)} earlier; offering only those."
+    effective = _apply_fallback(spec, level, supported, fallback, explicit=asked != "default")
+    notes: list[str] = []
+    level_reason = _reason(spec, level, effective, supported, fallback)
+    if level_reason:
+        notes.append(level_reason)
+    if learned_note and level not in supported:  # what the provider told us changed this decision
+        notes.append(learned_note)
+    budget = None
+    if budget_tokens is not None and effective != "off":
+        budget, budget_note = _custom_budget(spec, budget_tokens)
+        if budget_note:
+            notes.append(budget_note)
+    elif budget_tokens is not None:
+        notes.append(f"No thinking is sent, so the budget of {budget_tokens} tokens is kept but not used.")
+    params, budget_sent = FRAGMENTS[control.param](spec, effective, display, budget)
+    if control.limited_by and control.takes_budget and effective == "max" and budget_sent is not None:
+        notes.append(f"{control.limited_by} takes at most {budget_sent} thinking tokens for {spec.id}; 'max' sends that.")
+    switch = DISPLAY_SWITCHES[control.param]
+    if effective != "off":
+        display_note = _display_note(spec, switch, display)
+        if display_note:
+            notes.append(display_note)
     return Thinking(
-        requested=level,  # type: ignore[arg-type]
-        effective=effective,  # type: ignore[arg-type]
-        supported=list(control.levels),  # type: ignore[arg-type]
-        reason=_reason(spec, level, effective),
-        budget_tokens=budget,
+        requested=asked,
+        effective=effective,  # type: ignore[arg-type]  # a level of the scale by construction
+        supported=list(supported),  # type: ignore[arg-type]
+        reason=" ".join(notes) or None,
+        budget_tokens=budget_sent,
         request_params=params,
+        display=display,
+        source=source,
+        fallback=fallback,
     )
 
 
-def _reason(spec: "ModelSpec", requested: str, effective: str) -> str | None:
+def _apply_fallback(
+    spec: "ModelSpec", level: str, supported: tuple[str, ...], fallback: ThinkingFallback, *, explicit: bool
+) -> str:
+    if level in supported:
+        return level
+    if fallback == "error" and explicit:
+        raise UnsupportedThinkingLevel(spec.id, level, list(supported))
+    if fallback == "off" and "off" in supported:
+        return "off"
+    if fallback == "default":
+        return nearest_level(supported, spec.thinking.default)
+    return nearest_level(supported, level)
+
+
+def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | None = None) -> Thinking:
+    """``decide_thinking`` with the older contract: ``default_level`` is the provider's default,
+    and ``requested`` in the result records the level ``"default"`` stood for.
+    """
+    thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level))
+    if thinking.requested == "default":
+        level, _ = _follow_defaults(spec.thinking, ThinkingDefaults(provider=default_level))
+        thinking.requested = level  # type: ignore[assignment]
+    return thinking
+
+
+def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str, ...], policy: str) -> str | None:
     if requested == effective:
         return None
     control, name = spec.thinking, spec.id
-    if not control.thinking_levels:
+    thinking_levels = [level for level in levels if level != "off"]
+    if not thinking_levels:
         return f"{name} has no thinking mode; using 'off'."
+    if policy == "off" and effective == "off":
+        return f"{name} cannot take {requested!r}; running without thinking (fallback 'off')."
+    if policy == "default" and effective == nearest_level(levels, control.default) and requested != "off":
+        return f"{name} cannot take {requested!r}; using its default {effective!r} (fallback 'default')."
     if requested == "off":
         if control.limited_by:
             return f"{control.limited_by} cannot turn thinking off for {name}; using its lowest level {effective!r}."
         return f"{name} cannot turn thinking off; using its lowest level {effective!r}."
-    if control.kind == "toggle" and len(control.thinking_levels) == 1:
+    if control.kind == "toggle" and len(thinking_levels) == 1:
         return f"{name} can only switch thinking on or off; {effective!r} stands for on."
-    above = LEVELS.index(requested) > LEVELS.index(effective)
-    if above and control.limited_by and effective == control.thinking_levels[-1]:
+    above = LEVELS.index(requested) > LEVELS.index(effective)  # type: ignore[arg-type]
+    if above and control.limited_by and effective == thinking_levels[-1]:
         return f"{control.limited_by} does not accept {requested!r}; clamped to {effective!r}."
     side = "below" if above else "above"
     return f"{name} cannot take {requested!r}; using {effective!r}, the nearest supported level {side}."
 
 
-# --- budgets -------------------------------------------------------------------------
+def _custom_budget(spec: "ModelSpec", wanted: int) -> tuple[int | None, str | None]:
+    """The budget to send for a custom ``budget_tokens`` (None: not a budget model) and why it differs."""
+    if not spec.thinking.takes_budget:
+        return None, (
+            f"{spec.id} sets thinking by level, not by a token budget; "
+            f"the budget of {wanted} tokens is kept for budget models and not sent."
+        )
+    low, high = budget_range(spec)
+    clamped = min(max(wanted, low), high)
+    if clamped != wanted:
+        return clamped, f"A budget of {wanted} tokens is outside {spec.id}'s range {low}..{high}; using {clamped}."
+    return clamped, None
 
 
-def _budget_range(spec: "ModelSpec") -> tuple[int, int]:
+def _display_note(spec: "ModelSpec", switch: str, display: ThinkingDisplay) -> str | None:
+    if switch == "always" and display == "omitted":
+        return f"{spec.id} has no switch to hide its thinking; it is streamed anyway (display does not apply)."
+    if switch == "never" and display == "summarized":
+        return f"{spec.id} returns no thinking text through this API; only its token count is reported."
+    return None
+
+
+# --- budgets and output limits ----------------------------------------------------------
+
+
+def budget_range(spec: "ModelSpec") -> tuple[int, int]:
+    """The ``[min, max]`` thinking budget of a budget-mode model."""
     control = spec.thinking
     low = control.budget_min if control.budget_min is not None else 1024
     high = control.budget_max
@@ -205,14 +468,20 @@ def _budget_range(spec: "ModelSpec") -> tuple[int, int]:
     return low, max(low, high)
 
 
-def budget_for(spec: "ModelSpec", level: str) -> int:
-    low, high = _budget_range(spec)
+_budget_range = budget_range  # the name older callers import
+
+
+def budget_for(spec: "ModelSpec", level: str, override: int | None = None) -> int:
+    """The budget ``level`` stands for on ``spec``, or ``override`` (already clamped) when given."""
+    if override is not None:
+        return override
+    low, high = budget_range(spec)
     return low + int((high - low) * BUDGET_FRACTIONS[level])
 
 
-def budget_and_max_tokens(spec: "ModelSpec", level: str) -> tuple[int, int]:
+def budget_and_max_tokens(spec: "ModelSpec", level: str, override: int | None = None) -> tuple[int, int]:
     """A budget and a ``max_tokens`` above it with room for the answer, within the output cap."""
-    budget = budget_for(spec, level)
+    budget = budget_for(spec, level, override)
     cap = spec.max_output_tokens
     max_tokens = max(BASE_MAX_TOKENS, budget + ANSWER_ROOM)
     if cap:
@@ -221,3 +490,12 @@ def budget_and_max_tokens(spec: "ModelSpec", level: str) -> tuple[int, int]:
         # the answer if the cap is too small for the usual room.
         budget = min(budget, max_tokens - min(ANSWER_ROOM, max_tokens // 2))
     return budget, max_tokens
+
+
+def output_limit(spec: "ModelSpec", level: str) -> int | None:
+    """The output limit to ask for at an effort ``level``: a share of the model's limit, at least
+    ``BASE_MAX_TOKENS``, never above the model's limit; None when the model's limit is unknown."""
+    cap = spec.max_output_tokens
+    if not cap or level == "off":
+        return None
+    return min(cap, max(BASE_MAX_TOKENS, int(cap * OUTPUT_FRACTIONS[level])))

@@ -4,7 +4,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "max"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
+# What a session (or a turn) asks for: a level, or "default" (follow the defaults chain).
+RequestedThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max", "default"]
+# Whether the provider is asked for readable thinking; "omitted" still thinks (and bills).
+ThinkingDisplay = Literal["summarized", "omitted"]
+# What an unsupported level becomes: PROTOCOL.md "Thinking controls".
+ThinkingFallback = Literal["nearest", "off", "default", "error"]
+# Where the requested level came from.
+ThinkingSource = Literal["prompt", "session", "config_default", "provider_default", "model_default"]
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
 Role = Literal["user", "assistant", "tool"]
 MessageStatus = Literal["complete", "interrupted", "error"]
@@ -57,12 +65,15 @@ class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    requested: ThinkingLevel
+    requested: RequestedThinkingLevel
     effective: ThinkingLevel
     supported: list[ThinkingLevel]
     reason: str | None
     budget_tokens: int | None
     request_params: dict[str, Any]
+    display: ThinkingDisplay = "summarized"
+    source: ThinkingSource = "session"
+    fallback: ThinkingFallback = "nearest"
 
 
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

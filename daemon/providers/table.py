@@ -45,7 +45,8 @@ THINKING_PARAM_KNOBS: dict[str, ThinkingKnob] = {
     "reasoning_effort": ThinkingKnob("effort", "reasoning_effort", (("off", "none"),)),
     "enable_thinking": ThinkingKnob("toggle", "enable_thinking"),
     # Ollama's think levels are low|medium|high|max; minimal is its "low" (as /v1 maps it).
-    "think": ThinkingKnob("level", "think", (("minimal", "low"),), toggle_when_single=True),
+    # xhigh is its "max", as Ollama's /v1 maps it (openai/openai.go @ fb307609).
+    "think": ThinkingKnob("level", "think", (("minimal", "low"), ("xhigh", "max")), toggle_when_single=True),
 }
 
 
@@ -136,6 +137,10 @@ class ProviderInfo:
     # provider serves, asked at run time (the catalogue has no rows for them).
     discovery: str | None = None
     offline: bool = False  # needs no network and no credentials: always available, never a default
+    # Model-name prefixes a declared model of this provider is reached through the Responses
+    # API by, unless its own ``api`` says otherwise (Copilot: GPT-5+ and the ``oswe`` family
+    # list /responses in /models supported_endpoints; research note §8.2).
+    responses_prefixes: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, ProviderInfo] = {
@@ -186,6 +191,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             chat_dialect="copilot",
             hosts=("githubcopilot.com",),
             adapter="daemon.providers.copilot:CopilotProvider",
+            responses_prefixes=("gpt-5", "oswe"),
         ),
         ProviderInfo(
             "gemini",
@@ -259,6 +265,14 @@ CREDENTIAL_ENV_VARS = tuple(
     dict.fromkeys(v for p in PROVIDERS.values() for v in p.key_envs)
     | dict.fromkeys(v for p in PROVIDERS.values() for v in p.credential_envs)
 )
+
+
+def model_api(provider: str, model: str, provider_api: str) -> str:
+    """The wire API a declared ``model`` of ``provider`` is reached through when it names none."""
+    info = PROVIDERS.get(provider)
+    if info is not None and any(model.startswith(prefix) for prefix in info.responses_prefixes):
+        return "openai-responses"
+    return provider_api
 
 
 def display_name(provider: str) -> str:
