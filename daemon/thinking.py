@@ -136,7 +136,9 @@ KINDS = ("effort", "budget", "adaptive", "toggle", "level", "none")
 
 def _invalid(kind: str, text: object, allowed: list[str], path: str) -> InvalidParams:
     shown = text if isinstance(text, str) else type(text).__name__
-    return InvalidParams(f"Unknown thinking {kind} {shown!r}; use one of {', '.join(allowed)}.", path=path, allowed=allowed)
+    return InvalidParams(
+        f"Unknown thinking {kind} {shown!r}; use one of {', '.join(allowed)}.", path=path, allowed=allowed
+    )
 
 
 def parse_level(text: object, path: str = "$.level") -> RequestedThinkingLevel:
@@ -365,7 +367,7 @@ def decide_thinking(
         notes.append(f"No thinking is sent, so the budget of {budget_tokens} tokens is kept but not used.")
     params, budget_sent = FRAGMENTS[control.param](spec, effective, display, budget)
     if control.limited_by and control.takes_budget and effective == "max" and budget_sent is not None:
-        notes.append(f"{control.limited_by} takes at most {budget_sent} thinking tokens for {spec.id}; 'max' sends that.")
+        notes.append(f"{control.limited_by} limits {spec.id}'s thinking budget; 'max' sends {budget_sent} tokens.")
     switch = DISPLAY_SWITCHES[control.param]
     if effective != "off":
         display_note = _display_note(spec, switch, display)

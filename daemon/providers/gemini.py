@@ -56,6 +56,7 @@ from daemon.providers.http import (
     open_stream,
     status_error,
 )
+from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.usage import count, normalized_usage
 from protocol.objects import Usage
 
@@ -121,7 +122,9 @@ class GeminiProvider:
                 await close_response(response, source)
 
     def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
-        return gemini_status_error(
+        # A refused thinking level (Gemini names the level, not the ones it takes).
+        rejected = parse_level_rejection("gemini", response.status_code, body, provider=self.name)
+        return rejected or gemini_status_error(
             self.name, response.status_code, response.headers, body, self.config.key_hint or KEY_HINT
         )
 

@@ -42,7 +42,9 @@ def _c(kind: str, param: str, levels: Iterable[str], default: str, **kw: Any) ->
 # ... Opus 4.8, Opus 4.7"; models.dev anthropic/claude-opus-4-7 reasoning_options), thinking
 # off unless asked (so off = omit), display defaults to "omitted" (rubycatco
 # claude-agent-sdk-ruby v0.16.5 note; docker/docker-agent PR #3415), so we send "summarized".
-ANTHROPIC_ADAPTIVE_XHIGH = _c("adaptive", "anthropic-adaptive", ("off", "low", "medium", "high", "xhigh", "max"), "high")
+ANTHROPIC_ADAPTIVE_XHIGH = _c(
+    "adaptive", "anthropic-adaptive", ("off", "low", "medium", "high", "xhigh", "max"), "high"
+)
 # Opus 4.6 / Sonnet 4.6: effort low|medium|high|max, no xhigh ("These models predate xhigh",
 # langchain deepagents ANTHROPIC_EFFORTS_NO_XHIGH; models.dev reasoning_options). Budget
 # mode still exists but is deprecated; we use adaptive. Display defaults to summarized.
@@ -60,9 +62,7 @@ ANTHROPIC_BUDGET = _c("budget", "anthropic-budget", ALL, "medium", budget_min=10
 # The 5.1+ native default is "none" (absent is off), so a thinking level is always sent.
 # gpt-5.2/5.4/5.4-mini/5.5: none|low|medium|high|xhigh, no minimal, no max. The gpt-5.4-mini
 # list is from third-party code only (Azure-Samples PR #3038, ChatMock PR #101).
-GPT5_XHIGH = _c(
-    "effort", "responses", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"}
-)
+GPT5_XHIGH = _c("effort", "responses", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"})
 # gpt-5.1: recorded 400 "Unsupported value: 'minimal' is not supported with the 'gpt-5.1'
 # model. Supported values are: 'none', 'low', 'medium', and 'high'." (openai-agents-python#2089).
 GPT5_1 = _c("effort", "responses", ("off", "low", "medium", "high"), "medium", values={"off": "none"})
@@ -85,9 +85,7 @@ O_SERIES = _c("effort", "responses", ("low", "medium", "high"), "medium")  # SDK
 # claude-sonnet-4.5/haiku-4.5 @ f3fc6922; vscode client default max 32000), so "max" is
 # clamped to 32000 with Copilot named in the reason.
 COPILOT = "Copilot's proxy"
-COPILOT_CLAUDE = _c(
-    "budget", "copilot-budget", ALL, "medium", budget_min=1024, budget_max=32000, limited_by=COPILOT
-)
+COPILOT_CLAUDE = _c("budget", "copilot-budget", ALL, "medium", budget_min=1024, budget_max=32000, limited_by=COPILOT)
 # Claude Opus 4.7 at launch accepted only medium: 400 'output_config.effort "high" is not
 # supported by model claude-opus-4.7; supported values: [medium]' (microsoft/vscode#310940,
 # code invalid_reasoning_effort). Later captures list low..max (research §8.1); a rejection
@@ -101,7 +99,11 @@ COPILOT_CLAUDE_OPUS_47 = _c(
 COPILOT_GPT5_MINI = _c("effort", "responses", ("low", "medium", "high"), "medium", limited_by=COPILOT)
 # gpt-5.4 / gpt-5.5 through Copilot: none|low|medium|high|xhigh (same live recording).
 COPILOT_GPT_XHIGH = _c(
-    "effort", "responses", ("off", "low", "medium", "high", "xhigh"), "medium", values={"off": "none"},
+    "effort",
+    "responses",
+    ("off", "low", "medium", "high", "xhigh"),
+    "medium",
+    values={"off": "none"},
     limited_by=COPILOT,
 )
 # gpt-5.2 through Copilot: UNRESOLVED. Absent from the 2026-09 live /models recording;

@@ -41,6 +41,7 @@ from daemon.providers.http import (
     read_error_body,
     status_error,
 )
+from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.table import PROVIDERS
 
 ExtraHeaders = Callable[[], Awaitable[dict[str, str]]]
@@ -146,7 +147,12 @@ class OpenAIStyleProvider:
         secrets = _secrets(headers)
 
         def map_error(response: httpx.Response, raw: bytes) -> ProviderError:
-            return http_error(self.name, response, raw, hint=self.key_hint, secrets=secrets)
+            error = http_error(self.name, response, raw, hint=self.key_hint, secrets=secrets)
+            # A refused thinking level naming the levels it takes: the agent retries with one.
+            rejected = parse_level_rejection(
+                self.config.api, response.status_code, scrub(raw, secrets), provider=self.name
+            )
+            return rejected or error
 
         async with open_stream(
             self._clients.get(),

@@ -34,7 +34,7 @@ Pure: no I/O, no adapter imports (resolving a level must not import httpx).
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.thinking import budget_and_max_tokens, budget_for, output_limit
+from daemon.thinking import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, output_limit
 from protocol.objects import ThinkingDisplay
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def _deepseek(spec: "ModelSpec", level: str, display: ThinkingDisplay, budget: i
         return {"thinking": {"type": "disabled"}}, None
     params: dict[str, Any] = {"thinking": {"type": "enabled"}, "reasoning_effort": spec.thinking.value(level)}
     limit = output_limit(spec, level)
-    if limit is not None:
+    if limit is not None and limit > BASE_MAX_TOKENS:  # raise only: its own default is not documented
         params["max_tokens"] = limit
     return params, None
 
