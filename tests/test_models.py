@@ -51,7 +51,11 @@ async def test_requested_level_is_sticky_across_model_switches_and_restarts(home
 async def test_thinking_set_aliases_default_and_rejection(home):
     async with in_memory_daemon(home) as (client, _):
         session_id = (await client.request("session/start", {"model_id": "mock/thinker"}))["session"]["session_id"]
+        # xhigh is its own level (issue #18): the mock thinker has no xhigh, so it steps down to high.
         result = await client.request("thinking/set", {"session_id": session_id, "level": "xhigh"})
+        assert result["thinking"]["requested"] == "xhigh" and result["thinking"]["effective"] == "high"
+        assert "xhigh" in result["thinking"]["reason"]
+        result = await client.request("thinking/set", {"session_id": session_id, "level": "ultra"})
         assert result["thinking"]["requested"] == "max" and result["thinking"]["effective"] == "max"
         result = await client.request("thinking/set", {"session_id": session_id, "level": "none"})
         assert result["thinking"]["requested"] == "off" and result["thinking"]["effective"] == "low"
@@ -81,6 +85,7 @@ async def test_model_set_to_an_unconfigured_provider_is_accepted_but_prompt_is_r
         assert thinking["request_params"] == {
             "thinking": {"type": "adaptive", "display": "summarized"},
             "output_config": {"effort": "low"},
+            "max_tokens": 16000,
         }
         with pytest.raises(RpcError) as error:
             await client.request("session/prompt", {"session_id": session_id, "text": "hi"})

@@ -135,6 +135,9 @@ GEMINI_31_FLASH_LITE = _c("level", "gemini-level", ("minimal", "low", "medium", 
 # xhigh -> high. "low" is only in the newest stored copy of that page (V4 0731); an older
 # server folds low into high, so sending it is harmless either way.
 DEEPSEEK_V4 = _c("effort", "deepseek", ("off", "low", "high", "max"), "high")
+# The retired names: reasoner always thought (high|max), chat never did ([wf] §2.3).
+DEEPSEEK_REASONER = _c("effort", "deepseek", ("high", "max"), "high")
+DEEPSEEK_NONE = _c("none", "deepseek", ("off",), "off")
 
 # --- Alibaba DashScope -------------------------------------------------------------------
 # enable_thinking + thinking_budget (alibabacloud.com/help/en/model-studio/deep-thinking).
@@ -237,10 +240,14 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
     R("deepseek", "deepseek-v4-pro", "DeepSeek V4 Pro", "openai-chat", DEEPSEEK_V4),
     R("deepseek", "deepseek-v4-flash", "DeepSeek V4 Flash", "openai-chat", DEEPSEEK_V4),
     # deepseek-flash is the canonical V4.1 Flash name (pricing page footnote; the old name is
-    # still served by it). deepseek-chat and deepseek-reasoner were retired 2026-07-24
-    # (api-docs.deepseek.com/news/news260424), so they are no longer offered.
+    # still served by it).
     R("deepseek", "deepseek-flash", "DeepSeek V4.1 Flash", "openai-chat", DEEPSEEK_V4,
       context_window=1_000_000, max_output_tokens=384_000),
+    # deepseek-chat and deepseek-reasoner were retired 2026-07-24 (api-docs.deepseek.com/news/
+    # news260424): kept, as their last known controls, for configurations that still name
+    # them; DeepSeek now answers them with an error. Drop them in a catalogue clean-up.
+    R("deepseek", "deepseek-reasoner", "DeepSeek Reasoner (retired)", "openai-chat", DEEPSEEK_REASONER),
+    R("deepseek", "deepseek-chat", "DeepSeek Chat (retired)", "openai-chat", DEEPSEEK_NONE),
     # Alibaba DashScope (Qwen, compatible mode).
     R("dashscope", "qwen3.5-plus", "Qwen3.5 Plus", "openai-chat", QWEN_HYBRID),
     R("dashscope", "qwen-plus", "Qwen Plus", "openai-chat", QWEN_HYBRID),
