@@ -430,7 +430,7 @@ def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str
         return f"{name} can only switch thinking on or off; {effective!r} stands for on."
     above = LEVELS.index(requested) > LEVELS.index(effective)  # type: ignore[arg-type]
     if above and control.limited_by and effective == thinking_levels[-1]:
-        return f"{control.limited_by} does not accept {requested!r}; clamped to {effective!r}."
+        return f"{control.limited_by} does not accept {requested!r} for {name}; clamped to {effective!r}."
     side = "below" if above else "above"
     return f"{name} cannot take {requested!r}; using {effective!r}, the nearest supported level {side}."
 

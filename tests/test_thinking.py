@@ -1,14 +1,28 @@
 """Thinking levels: parsing, and exactly what each model family is sent for each level."""
 
+import copy
+import itertools
+
 import pytest
 
-from daemon.catalog import ModelSpec, builtin_specs
-from daemon.errors import InvalidParams
+from daemon.catalog import ModelSpec, builtin_specs, declared_spec
+from daemon.config import ProviderConfig
+from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from daemon.providers.models import ollama_spec
+from daemon.providers.thinking_params import DISPLAY_SWITCHES
 from daemon.thinking import (
     ALLOWED_LEVEL_NAMES,
+    BASE_MAX_TOKENS,
+    DISPLAYS,
+    FALLBACKS,
     LEVELS,
+    LearnedLevels,
     ThinkingControl,
+    ThinkingDefaults,
+    decide_thinking,
+    nearest_allowed,
+    nearest_level,
+    output_limit,
     parse_display,
     parse_fallback,
     parse_level,
@@ -182,7 +196,7 @@ def test_table_covers_every_family_and_rule():
             "off",
             "gemini/gemini-2.5-pro cannot turn thinking off; using its lowest level 'minimal'.",
         ),
-        ("copilot/gpt-5.2", "max", "Copilot's proxy does not accept 'max'; clamped to 'high'."),
+        ("copilot/gpt-5.2", "max", "Copilot's proxy does not accept 'max' for copilot/gpt-5.2; clamped to 'high'."),
         (
             "copilot/gpt-5.2",
             "off",
@@ -351,3 +365,256 @@ def test_default_can_be_overridden_and_is_then_resolved_honestly():
 def test_resolution_is_pure():
     model = spec("anthropic/claude-sonnet-4-5")
     assert resolve_thinking(model, "high") == resolve_thinking(model, "high")
+
+
+# --- decide_thinking: every row x level x display x fallback policy ------------------
+
+DISPLAY_OF = {
+    # Where each API's display switch lives in the fragment, read back as "summarized"/"omitted".
+    "anthropic-adaptive": lambda p: p["thinking"]["display"],
+    "anthropic-budget": lambda p: p["thinking"].get("display", "summarized"),
+    "responses": lambda p: "summarized" if "summary" in p["reasoning"] else "omitted",
+    "gemini-level": lambda p: "summarized" if p["generationConfig"]["thinkingConfig"]["includeThoughts"] else "omitted",
+    "gemini-budget": lambda p: (
+        "summarized" if p["generationConfig"]["thinkingConfig"]["includeThoughts"] else "omitted"
+    ),
+    "openrouter": lambda p: "omitted" if p["reasoning"].get("exclude") else "summarized",
+}
+
+
+def _without_display(param: str, params: dict) -> dict:
+    """The fragment with its display switch taken out, to compare the two displays."""
+    out = copy.deepcopy(params)
+    if param == "anthropic-adaptive" or param == "anthropic-budget":
+        out["thinking"].pop("display", None)
+    elif param == "responses":
+        out["reasoning"].pop("summary", None)
+    elif param in ("gemini-level", "gemini-budget"):
+        out["generationConfig"]["thinkingConfig"].pop("includeThoughts", None)
+    elif param == "openrouter":
+        out["reasoning"].pop("exclude", None)
+    return out
+
+
+@pytest.mark.parametrize("model_id", sorted(SPECS))
+def test_every_row_level_display_and_policy(model_id):
+    model = spec(model_id)
+    control = model.thinking
+    for level, display, policy in itertools.product([*LEVELS, "default"], DISPLAYS, FALLBACKS):
+        explicit = level != "default"
+        wanted = level if explicit else control.default
+        if policy == "error" and explicit and wanted not in control.levels:
+            with pytest.raises(UnsupportedThinkingLevel) as info:
+                decide_thinking(model, level, display=display, fallback=policy)
+            assert info.value.code == -32602 and info.value.data["allowed"] == list(control.levels)
+            continue
+        thinking = decide_thinking(model, level, display=display, fallback=policy)
+        # The decision on record.
+        assert thinking.requested == level and thinking.display == display and thinking.fallback == policy
+        assert thinking.source == ("session" if explicit else "model_default")
+        assert thinking.supported == list(control.levels)
+        # The policy.
+        if wanted in control.levels:
+            expected = wanted
+        elif policy == "off" and control.can_disable:
+            expected = "off"
+        elif policy == "default":
+            expected = control.default
+        else:
+            expected = nearest_level(control.levels, wanted)
+        assert thinking.effective == expected, (level, policy)
+        if thinking.effective != wanted:
+            assert thinking.reason and model.id in thinking.reason
+        # The fragment: the effective level's own, with the display switched where the API has a switch.
+        plain = decide_thinking(model, thinking.effective)
+        params = thinking.request_params
+        if thinking.effective == "off" or not params:
+            assert params == plain.request_params
+            continue
+        switch = DISPLAY_SWITCHES[control.param]
+        if switch == "switch":
+            assert DISPLAY_OF[control.param](params) == display
+            assert _without_display(control.param, params) == _without_display(control.param, plain.request_params)
+        else:
+            assert params == plain.request_params  # nothing to switch
+            no_switch = thinking.reason is not None and "no switch to hide" in thinking.reason
+            assert no_switch == (display == "omitted")
+
+
+def test_default_follows_the_chain_and_says_where_it_came_from():
+    model = spec("openai/gpt-5.1")
+    chain = ThinkingDefaults(config="high", provider="low")
+    assert (
+        decide_thinking(model, "default", defaults=chain).source,
+        decide_thinking(model, "auto", defaults=chain).effective,
+    ) == (
+        "config_default",
+        "high",
+    )
+    provider_only = decide_thinking(model, "default", defaults=ThinkingDefaults(config="loud", provider="low"))
+    assert (provider_only.requested, provider_only.effective, provider_only.source) == (
+        "default",
+        "low",
+        "provider_default",
+    )
+    own = decide_thinking(model, "default", defaults=ThinkingDefaults(provider="default"))
+    assert (own.effective, own.source) == ("medium", "model_default")
+    # An explicit level wins over every default, and says whose it is.
+    turn = decide_thinking(model, "low", defaults=chain, source="prompt")
+    assert (turn.requested, turn.effective, turn.source) == ("low", "low", "prompt")
+
+
+def test_a_default_that_does_not_fit_is_never_refused_even_under_error():
+    thinking = decide_thinking(
+        spec("openai/gpt-5-pro"), "default", defaults=ThinkingDefaults(config="low"), fallback="error"
+    )
+    assert (thinking.effective, thinking.source) == ("high", "config_default") and thinking.reason
+
+
+def test_error_policy_names_the_model_and_its_levels():
+    with pytest.raises(UnsupportedThinkingLevel) as info:
+        decide_thinking(spec("openai/gpt-5.1"), "minimal", fallback="error")
+    assert (
+        info.value.message
+        == "openai/gpt-5.1 does not take thinking level 'minimal'; use one of off, low, medium, high."
+    )
+    assert info.value.data["allowed"] == ["off", "low", "medium", "high"]
+
+
+@pytest.mark.parametrize(
+    ("model_id", "level", "policy", "effective", "reason"),
+    [
+        ("openai/gpt-5.1", "minimal", "off", "off", "openai/gpt-5.1 cannot take 'minimal'; running without thinking (fallback 'off')."),
+        # Cannot run without thinking: "off" falls back as nearest.
+        ("openai/gpt-5", "xhigh", "off", "high", "openai/gpt-5 cannot take 'xhigh'; using 'high', the nearest supported level below."),
+        ("gemini/gemini-3.1-pro-preview", "minimal", "default", "high",
+         "gemini/gemini-3.1-pro-preview cannot take 'minimal'; using its default 'high' (fallback 'default')."),
+    ],
+)  # fmt: skip
+def test_off_and_default_policies(model_id, level, policy, effective, reason):
+    thinking = decide_thinking(spec(model_id), level, fallback=policy)
+    assert (thinking.effective, thinking.reason) == (effective, reason)
+
+
+# --- budgets ----------------------------------------------------------------------------
+
+
+def test_a_custom_budget_is_sent_on_budget_models_and_clamped_with_a_reason():
+    model = spec("anthropic/claude-sonnet-4-5")
+    exact = decide_thinking(model, "low", budget_tokens=20000)
+    assert exact.budget_tokens == 20000 and exact.reason is None
+    assert exact.request_params == {"max_tokens": 28192, "thinking": {"type": "enabled", "budget_tokens": 20000}}
+    low = decide_thinking(model, "high", budget_tokens=10)
+    assert low.budget_tokens == 1024
+    assert low.reason == "A budget of 10 tokens is outside anthropic/claude-sonnet-4-5's range 1024..55808; using 1024."
+    high = decide_thinking(spec("gemini/gemini-2.5-flash"), "medium", budget_tokens=10**6)
+    assert high.budget_tokens == 24576
+    assert high.request_params["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 24576
+    qwen = decide_thinking(spec("dashscope/qwen-plus"), "medium", budget_tokens=5000)
+    assert qwen.request_params == {"enable_thinking": True, "thinking_budget": 5000}
+
+
+def test_a_custom_budget_on_an_effort_model_is_kept_but_not_sent():
+    model = spec("openai/gpt-5.2")
+    thinking = decide_thinking(model, "high", budget_tokens=20000)
+    assert thinking.budget_tokens is None
+    assert thinking.request_params == decide_thinking(model, "high").request_params
+    assert thinking.reason == (
+        "openai/gpt-5.2 sets thinking by level, not by a token budget; "
+        "the budget of 20000 tokens is kept for budget models and not sent."
+    )
+    off = decide_thinking(spec("anthropic/claude-sonnet-4-5"), "off", budget_tokens=20000)
+    assert off.request_params == {} and off.reason and "not used" in off.reason
+
+
+def test_copilot_max_is_clamped_to_the_proxys_budget_with_a_reason():
+    thinking = decide_thinking(spec("copilot/claude-opus-4.6"), "max")
+    assert thinking.request_params == {"max_tokens": 40192, "thinking_budget": 32000}
+    assert (
+        thinking.reason == "Copilot's proxy limits copilot/claude-opus-4.6's thinking budget; 'max' sends 32000 tokens."
+    )
+
+
+# --- output limits rise with the level ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model_id", ["anthropic/claude-opus-4-7", "anthropic/claude-sonnet-4-6", "deepseek/deepseek-v4-pro"]
+)
+def test_the_output_limit_rises_with_the_level_up_to_the_models(model_id):
+    model = spec(model_id)
+    limits = [
+        decide_thinking(model, level).request_params.get("max_tokens", BASE_MAX_TOKENS)
+        for level in model.thinking.thinking_levels
+    ]
+    assert limits == sorted(limits) and limits[-1] == model.max_output_tokens
+    assert all(BASE_MAX_TOKENS <= limit <= model.max_output_tokens for limit in limits)
+
+
+def test_output_limit_is_none_without_a_known_limit():
+    assert output_limit(ModelSpec(provider="p", model="m", name="m", api="anthropic"), "max") is None
+
+
+# --- absent is not off: declared models say how off is spelled -------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "off_params"),
+    [
+        ({}, {"reasoning_effort": "none"}),
+        ({"off_value": "disabled"}, {"reasoning_effort": "disabled"}),
+        ({"off_value": "omit"}, {}),
+        ({"thinking_param": "enable_thinking"}, {"enable_thinking": False}),
+        ({"thinking_param": "enable_thinking", "off_value": "omit"}, {}),
+        ({"thinking_levels": []}, {}),  # no thinking: no field at all
+    ],
+)
+def test_declared_models_spell_off_their_way(entry, off_params):
+    provider = ProviderConfig(name="local", api="openai-chat", base_url="http://127.0.0.1:1/v1")
+    model = declared_spec(provider, {"model": "m", "thinking_levels": ["off", "low", "high"], **entry})
+    assert decide_thinking(model, "off").request_params == off_params
+
+
+def test_a_bad_off_value_is_refused():
+    provider = ProviderConfig(name="local", api="openai-chat", base_url="http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="off_value"):
+        declared_spec(provider, {"model": "m", "thinking_levels": ["off", "low"], "off_value": ""})
+
+
+# --- learned levels ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "allowed", "expected"),
+    [
+        ("high", ["medium"], "medium"),
+        ("xhigh", ["minimal", "low", "medium", "high"], "high"),
+        ("minimal", ["off", "low", "medium", "high"], "low"),
+        ("low", ["medium", "high"], "medium"),
+        ("high", ["high"], None),
+        ("high", [], None),
+        ("high", ["turbo"], None),
+    ],
+)
+def test_nearest_allowed(level, allowed, expected):
+    assert nearest_allowed(level, allowed) == expected
+
+
+def test_learned_levels_narrow_what_is_offered_and_say_so():
+    model = spec("copilot/claude-opus-4.6")
+    learned = LearnedLevels()
+    assert decide_thinking(model, "high", learned=learned).effective == "high"
+    learned.learn(model.id, allowed=["medium"], refused="high")
+    thinking = decide_thinking(model, "high", learned=learned)
+    assert (thinking.effective, thinking.supported) == ("medium", ["off", "medium"])
+    assert "refused levels outside off, medium earlier" in (thinking.reason or "")
+    assert decide_thinking(model, "off", learned=learned).effective == "off"  # off stays: a rejection lists efforts
+    assert decide_thinking(spec("copilot/claude-sonnet-4.6"), "high", learned=learned).effective == "high"
+    # A refusal that names no list strikes the refused level only.
+    gemini = spec("gemini/gemini-3.5-flash")
+    learned.learn(gemini.id, refused="minimal")
+    assert decide_thinking(gemini, "minimal", learned=learned).effective == "low"
+    # Nothing left would be no thinking at all: the catalogue stands.
+    solo = spec("openai/gpt-5-pro")
+    learned.learn(solo.id, refused="high")
+    assert decide_thinking(solo, "high", learned=learned).effective == "high"
