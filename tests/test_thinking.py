@@ -125,7 +125,8 @@ CASES = [
     # DeepSeek V4: thinks unless told not to (off = disabled); low|high|max; max_tokens rises.
     ("deepseek/deepseek-v4-pro", "high", "high", False,
      {"thinking": {"type": "enabled"}, "reasoning_effort": "high", "max_tokens": 192000}, None),
-    ("deepseek/deepseek-v4-pro", "medium", "low", True, {"thinking": {"type": "enabled"}, "reasoning_effort": "low"}, None),
+    ("deepseek/deepseek-v4-pro", "medium", "low", True,
+     {"thinking": {"type": "enabled"}, "reasoning_effort": "low"}, None),
     ("deepseek/deepseek-v4-pro", "xhigh", "high", True,
      {"thinking": {"type": "enabled"}, "reasoning_effort": "high", "max_tokens": 192000}, None),
     ("deepseek/deepseek-v4-flash", "off", "off", False, {"thinking": {"type": "disabled"}}, None),
@@ -484,9 +485,11 @@ def test_error_policy_names_the_model_and_its_levels():
 @pytest.mark.parametrize(
     ("model_id", "level", "policy", "effective", "reason"),
     [
-        ("openai/gpt-5.1", "minimal", "off", "off", "openai/gpt-5.1 cannot take 'minimal'; running without thinking (fallback 'off')."),
+        ("openai/gpt-5.1", "minimal", "off", "off",
+         "openai/gpt-5.1 cannot take 'minimal'; running without thinking (fallback 'off')."),
         # Cannot run without thinking: "off" falls back as nearest.
-        ("openai/gpt-5", "xhigh", "off", "high", "openai/gpt-5 cannot take 'xhigh'; using 'high', the nearest supported level below."),
+        ("openai/gpt-5", "xhigh", "off", "high",
+         "openai/gpt-5 cannot take 'xhigh'; using 'high', the nearest supported level below."),
         ("gemini/gemini-3.1-pro-preview", "minimal", "default", "high",
          "gemini/gemini-3.1-pro-preview cannot take 'minimal'; using its default 'high' (fallback 'default')."),
     ],
