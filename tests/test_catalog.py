@@ -405,3 +405,85 @@ def test_provider_default_thinking_level_override(tmp_path):
     assert catalog.default_level(catalog.get("gemini/gemini-2.5-pro")) == "medium"
     # Other providers are untouched.
     assert catalog.default_level(catalog.get("mock/thinker")) == "medium"
+
+
+# --- Copilot: which wire API a declared model goes to ------------------------------------
+
+COPILOT_DECLARED = """
+    [[providers.copilot.models]]
+    model = "gpt-5.6-sol"
+    thinking_levels = ["off", "low", "medium", "high", "xhigh", "max"]
+
+    [[providers.copilot.models]]
+    model = "oswe-vscode-prime"
+    thinking_levels = ["low", "medium", "high"]
+
+    [[providers.copilot.models]]
+    model = "grok-4.6"
+    api = "openai-responses"
+    thinking_levels = ["low", "medium", "high", "xhigh"]
+
+    [[providers.copilot.models]]
+    model = "gpt-5.4"
+    api = "openai-chat"
+    thinking_levels = ["low", "high"]
+
+    [[providers.copilot.models]]
+    model = "gemini-3.6-flash"
+    thinking_levels = ["minimal", "low"]
+
+    [[providers.copilot.models]]
+    model = "pigeon-1"
+    api = "carrier-pigeon"
+    thinking_levels = ["low"]
+"""
+
+
+def test_declared_copilot_models_route_by_their_api_then_by_family(tmp_path):
+    catalog = make_catalog(tmp_path, COPILOT_DECLARED)
+    apis = {spec.model: spec.api for spec in catalog.list_models("copilot") if spec.model in COPILOT_DECLARED}
+    assert apis == {
+        "gpt-5.6-sol": "openai-responses",  # GPT-5 family: Responses by default
+        "oswe-vscode-prime": "openai-responses",  # oswe family too
+        "grok-4.6": "openai-responses",  # its own api key is honoured (it used to be ignored)
+        "gpt-5.4": "openai-chat",  # ... also when it says chat
+        "gemini-3.6-flash": "openai-chat",  # the provider's api otherwise
+    }
+    assert any("pigeon-1" in p and "carrier-pigeon" in p for p in catalog.problems)
+    # The knob follows the model's API: Responses' reasoning object, Copilot's "detailed" summary.
+    sol = catalog.get("copilot/gpt-5.6-sol")
+    assert catalog.decide(sol, "xhigh").request_params == {"reasoning": {"effort": "xhigh", "summary": "detailed"}}
+    assert catalog.decide(sol, "off").request_params == {"reasoning": {"effort": "none"}}
+    assert catalog.decide(catalog.get("copilot/gpt-5.4"), "high").request_params == {"reasoning_effort": "high"}
+
+
+def test_builtin_copilot_rows_route_gpt5_to_responses_and_record_their_levels():
+    specs = {spec.id: spec for spec in builtin_specs() if spec.provider == "copilot"}
+    for spec in specs.values():
+        responses = spec.model.startswith(("gpt-5", "oswe"))
+        assert spec.api == ("openai-responses" if responses else "openai-chat"), spec.id
+    assert specs["copilot/claude-opus-4.7"].thinking_levels == ("off", "medium")
+    assert specs["copilot/gpt-5-mini"].thinking_levels == ("low", "medium", "high")
+    assert "xhigh" in specs["copilot/gpt-5.5"].thinking_levels and "max" not in specs["copilot/gpt-5.5"].thinking_levels
+
+
+def test_decide_uses_the_configured_defaults_chain(tmp_path):
+    catalog = make_catalog(
+        tmp_path,
+        """
+        [defaults]
+        thinking_level = "low"
+        [providers.openai]
+        default_thinking_level = "high"
+        """,
+    )
+    gpt = catalog.get("openai/gpt-5.2")
+    thinking = catalog.decide(gpt, "default", display="omitted", fallback="off")
+    assert (thinking.requested, thinking.effective, thinking.source) == ("default", "low", "config_default")
+    assert (thinking.display, thinking.fallback) == ("omitted", "off")
+    assert thinking.request_params == {"reasoning": {"effort": "low"}}  # no summary asked for
+    claude = catalog.get("anthropic/claude-sonnet-4-5")
+    assert catalog.decide(claude, "default").source == "config_default"
+    assert catalog.decide(gpt, "high", source="prompt").source == "prompt"
+    (tmp_path / "bare").mkdir()
+    assert make_catalog(tmp_path / "bare").decide(gpt, "default").source == "model_default"
