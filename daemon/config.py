@@ -18,10 +18,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from daemon import redact
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from protocol.objects import ThinkingDisplay, ThinkingFallback
 
 
 class Secret:
@@ -90,6 +91,9 @@ class Config:
     home: Path
     default_model: str | None = None
     default_thinking_level: str | None = None
+    # [defaults] thinking_display / thinking_fallback (PROTOCOL.md "Thinking controls").
+    default_thinking_display: ThinkingDisplay = "summarized"
+    default_thinking_fallback: ThinkingFallback = "nearest"
     default_approval_policy: str = "ask"
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -147,6 +151,12 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     if isinstance(defaults, dict):
         config.default_model = _opt_str(defaults.get("model"))
         config.default_thinking_level = _opt_str(defaults.get("thinking_level"))
+        config.default_thinking_display = _choice(
+            defaults, "thinking_display", get_args(ThinkingDisplay), config.default_thinking_display, config.problems
+        )
+        config.default_thinking_fallback = _choice(
+            defaults, "thinking_fallback", get_args(ThinkingFallback), config.default_thinking_fallback, config.problems
+        )
         config.default_approval_policy = _opt_str(defaults.get("approval_policy")) or "ask"
         config.max_tool_steps = _number(defaults, "defaults", "max_tool_steps", config.max_tool_steps, config.problems)
         config.max_queued_prompts = _number(
@@ -288,6 +298,17 @@ def _number(section: dict[str, Any], name: str, key: str, default: Any, problems
         )
         return default
     return number
+
+
+def _choice(section: dict[str, Any], key: str, allowed: tuple[str, ...], default: Any, problems: list[str]) -> Any:
+    """``[defaults] key`` if it is one of ``allowed`` (case ignored); otherwise a problem, and ``default``."""
+    value = section.get(key)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().lower() in allowed:
+        return value.strip().lower()
+    problems.append(f"config.toml: [defaults] {key} = {value!r} is not one of {', '.join(allowed)}; using {default!r}.")
+    return default
 
 
 def _opt_str(value: Any) -> str | None:

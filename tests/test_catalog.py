@@ -487,3 +487,22 @@ def test_decide_uses_the_configured_defaults_chain(tmp_path):
     assert catalog.decide(gpt, "high", source="prompt").source == "prompt"
     (tmp_path / "bare").mkdir()
     assert make_catalog(tmp_path / "bare").decide(gpt, "default").source == "model_default"
+
+
+def test_thinking_display_and_fallback_defaults_are_read_and_checked(tmp_path):
+    config = load_config(tmp_path, env={})
+    assert (config.default_thinking_display, config.default_thinking_fallback) == ("summarized", "nearest")
+    (tmp_path / "config.toml").write_text('[defaults]\nthinking_display = "Omitted"\nthinking_fallback = "error"\n')
+    config = load_config(tmp_path, env={})
+    assert (config.default_thinking_display, config.default_thinking_fallback, config.problems) == (
+        "omitted",
+        "error",
+        [],
+    )
+    (tmp_path / "config.toml").write_text('[defaults]\nthinking_display = "hidden"\nthinking_fallback = 3\n')
+    config = load_config(tmp_path, env={})
+    assert (config.default_thinking_display, config.default_thinking_fallback) == ("summarized", "nearest")
+    assert config.problems == [
+        "config.toml: [defaults] thinking_display = 'hidden' is not one of summarized, omitted; using 'summarized'.",
+        "config.toml: [defaults] thinking_fallback = 3 is not one of nearest, off, default, error; using 'nearest'.",
+    ]
