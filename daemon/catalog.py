@@ -113,7 +113,7 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
         name=row.name,
         api=row.api,
         context_window=row.context_window,
-        max_output_tokens=row.max_output_tokens,
+        max_output_tokens=row.vendor_max_output_tokens or row.max_output_tokens,
         supports_tools=row.supports_tools,
         thinking=row.thinking,
     )
@@ -124,7 +124,7 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
     return replace(
         spec,
         context_window=md.limit.context or spec.context_window,
-        max_output_tokens=md.limit.output or spec.max_output_tokens,
+        max_output_tokens=row.vendor_max_output_tokens or md.limit.output or spec.max_output_tokens,
         supports_tools=bool(md.tool_call),
         models_dev_id=(PROVIDERS[row.provider].models_dev_id, md_id),
     )

