@@ -277,7 +277,10 @@ class LearnedLevels:
         """``levels`` (a catalogue list) as the provider has since told us; unchanged when it told nothing."""
         allowed = self._allowed.get(model_id)
         if allowed is not None:
-            thinking = [level for level in allowed if level != "off"]
+            # Only ever narrower than the catalogue: an upstream's list can be wider than the
+            # proxy's (Copilot's gpt-5-mini errors name minimal, its /models does not).
+            named = [level for level in allowed if level != "off"]
+            thinking = [level for level in named if level in levels] or named
             levels = tuple((["off"] if "off" in levels else []) + thinking)
         refused = self._refused.get(model_id, set())
         narrowed = tuple(level for level in levels if level not in refused)

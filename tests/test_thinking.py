@@ -614,6 +614,10 @@ def test_learned_levels_narrow_what_is_offered_and_say_so():
     assert "refused levels outside off, medium earlier" in (thinking.reason or "")
     assert decide_thinking(model, "off", learned=learned).effective == "off"  # off stays: a rejection lists efforts
     assert decide_thinking(spec("copilot/claude-sonnet-4.6"), "high", learned=learned).effective == "high"
+    # What the provider names is only ever narrower than the catalogue.
+    mini = spec("copilot/gpt-5-mini")
+    learned.learn(mini.id, allowed=["minimal", "low", "medium", "high"], refused="xhigh")
+    assert decide_thinking(mini, "minimal", learned=learned).supported == ["low", "medium", "high"]
     # A refusal that names no list strikes the refused level only.
     gemini = spec("gemini/gemini-3.5-flash")
     learned.learn(gemini.id, refused="minimal")
