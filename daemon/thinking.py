@@ -423,8 +423,9 @@ def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str
         return f"{name} has no thinking mode; using 'off'."
     if policy == "off" and effective == "off":
         return f"{name} cannot take {requested!r}; running without thinking (fallback 'off')."
-    if policy == "default" and effective == nearest_level(levels, control.default) and requested != "off":
-        return f"{name} cannot take {requested!r}; using its default {effective!r} (fallback 'default')."
+    if policy == "default" and effective == nearest_level(levels, control.default):
+        cannot = "cannot turn thinking off" if requested == "off" else f"cannot take {requested!r}"
+        return f"{name} {cannot}; using its default {effective!r} (fallback 'default')."
     if requested == "off":
         if control.limited_by:
             return f"{control.limited_by} cannot turn thinking off for {name}; using its lowest level {effective!r}."

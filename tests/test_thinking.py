@@ -491,6 +491,8 @@ def test_error_policy_names_the_model_and_its_levels():
         # Cannot run without thinking: "off" falls back as nearest.
         ("openai/gpt-5", "xhigh", "off", "high",
          "openai/gpt-5 cannot take 'xhigh'; using 'high', the nearest supported level below."),
+        ("openai/gpt-5", "off", "default", "medium",
+         "openai/gpt-5 cannot turn thinking off; using its default 'medium' (fallback 'default')."),
         ("gemini/gemini-3.1-pro-preview", "minimal", "default", "high",
          "gemini/gemini-3.1-pro-preview cannot take 'minimal'; using its default 'high' (fallback 'default')."),
     ],
