@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
-from daemon.call_ids import ReplyCallIds, for_provider
+from daemon.agent.call_ids import ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.heap import release_free_memory
