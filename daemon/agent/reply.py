@@ -1,0 +1,438 @@
+"""One streamed assistant reply: provider events out as protocol events, the message into the store.
+
+The partial reply is checkpointed at most every ``CHECKPOINT_S`` (or every
+``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
+since the last checkpoint, so a crash loses little and a long reply costs the same per
+delta at its end as at its start; the final save (also incremental) marks it ``complete``.
+
+A watchdog task aborts a response when the provider goes silent (``stall_timeout_s``; its
+keep-alives count as life) or sends only keep-alives (``no_progress_timeout_s``). Time spent
+waiting for the client to read what we relay is neither: back-pressure from our own output
+never counts against the provider.
+"""
+
+import re
+import time
+from contextlib import AsyncExitStack
+from typing import Any, cast
+
+import anyio
+import msgspec
+
+from daemon.agent.call_ids import ReplyCallIds, for_provider
+from daemon.agent.context import Turn, TurnSettings
+from daemon.agent.history import record_cancelled_results, repair_history, save_and_end
+from daemon.conversation import ChatMessage, MessageStatus, Part
+from daemon.errors import PonderError, ProviderError
+from daemon.heap import release_free_memory
+from daemon.providers.base import (
+    BlockDelta,
+    BlockEnd,
+    BlockKind,
+    BlockStart,
+    KeepAlive,
+    ProviderRequest,
+    Stop,
+    UsageUpdate,
+    decode_arguments,
+)
+from daemon.timeutil import new_id, now_rfc3339
+from protocol import events as ev
+from protocol.objects import Usage
+
+CHECKPOINT_S = 0.5
+# A fast stream checkpoints by size too: one append stays small, and so do the transient
+# copies (ours and SQLite's) that it costs.
+CHECKPOINT_BYTES = 1024 * 1024
+# The end event of a block with at least this much text is sent once the provider's stream
+# has closed (or sooner, before the next event): until then the adapter still holds the
+# block's deltas, and encoding the event beside them would hold the text three times over.
+LATE_END_CHARS = 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class Watchdog:
+    """Aborts one streamed response when the provider goes silent or sends only keep-alives.
+
+    One task per response (a cancel scope per event would cost more than relaying the
+    event): the stream loop only stamps the time after each event, and time spent relaying
+    an event to the client is excluded, since a slow client is not a stalled provider.
+    """
+
+    def __init__(self, settings: TurnSettings, scope: anyio.CancelScope) -> None:
+        self.settings = settings
+        self.scope = scope
+        self.last_life = self.last_progress = time.monotonic()
+        self.relaying = False
+        self.verdict: str | None = None  # "stall" or "no_progress" once it fired
+
+    async def run(self) -> None:
+        stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
+        while True:
+            if self.relaying:  # the provider's clock starts again when the client has read
+                await anyio.sleep(min(1.0, stall_s / 4))
+                continue
+            now = time.monotonic()
+            stall_left = self.last_life + stall_s - now
+            progress_left = self.last_progress + progress_s - now
+            if stall_left <= 0 or progress_left <= 0:
+                self.verdict = "stall" if stall_left <= 0 else "no_progress"
+                self.scope.cancel()
+                return
+            await anyio.sleep(min(stall_left, progress_left))
+
+
+class Reply:
+    """One streamed assistant reply: its events out, its message into the store."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.message: ChatMessage | None = None  # created at the first provider event
+        self.wire_index: dict[int, int] = {}  # provider block index -> position in the message
+        self.raw_args: dict[int, list[str]] = {}
+        # Deltas of blocks still streaming, joined only when saved: appending to one string
+        # per delta would copy the whole text every time (quadratic in the reply's length).
+        self.text_chunks: dict[int, list[str]] = {}
+        self.stop = "end_turn"
+        self.usage: Usage | None = None
+        self.last_checkpoint = 0.0
+        self.call_ids = ReplyCallIds(turn.history)  # unique in the session even if the provider repeats one
+        self.unsaved_bytes = 0  # text received since the last checkpoint (characters, near enough)
+        # What the store holds of the message: nothing until the first checkpoint, then
+        # how many chunks of each streaming part it has, and which parts it must be given
+        # whole at the next checkpoint (started or ended since the last one).
+        self.stored = False
+        self.stored_chunks: dict[int, int] = {}
+        self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
+        self.changed_parts: set[int] = set()
+        self.late_end: tuple[type, dict[str, Any]] | None = None  # a big block's end event, see LATE_END_CHARS
+
+    @property
+    def started(self) -> bool:
+        return self.message is not None
+
+    def _request(self) -> ProviderRequest:
+        return ProviderRequest(
+            provider=self.turn.provider_name,
+            model=self.turn.model_name,
+            thinking=self.turn.thinking,
+            messages=for_provider(repair_history(self.turn.history), self.turn.provider_name),
+            system_prompt=self.turn.system_prompt,
+            tools=self.turn.tools,
+            limits=self.turn.settings.limits,
+        )
+
+    async def stream(self) -> tuple[ChatMessage, str]:
+        turn = self.turn
+        try:
+            await self._relay()
+        except anyio.get_cancelled_exc_class():
+            with turn.finishing():
+                await self._finish("interrupted")
+                await record_cancelled_results(turn, self.message)
+            raise
+        except Exception:  # a ProviderError, or an adapter's bug on odd data: keep the partial reply
+            if self.started:
+                with turn.finishing():
+                    await self._finish("error")
+            raise
+        if self.message is None:
+            await self._begin()
+        message = await self._finish("complete")
+        assert message is not None
+        return message, self.stop
+
+    async def _relay(self) -> None:
+        """Stream the provider's events to the client, watched by a ``Watchdog``."""
+        turn = self.turn
+        failure: Exception | None = None
+        async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
+            with anyio.CancelScope() as scope:
+                watchdog = Watchdog(turn.settings, scope)
+                tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
+                try:
+                    events = aiter(await stack.enter_async_context(turn.provider.stream(self._request())))
+                    while True:
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
+                        except RecursionError:  # e.g. JSON nested past the decoder's limit
+                            raise self._unreadable("data nested too deeply to read") from None
+                        if isinstance(event, KeepAlive):  # proves the stream lives, not that the model progresses
+                            watchdog.last_life = time.monotonic()
+                            continue
+                        watchdog.relaying = True
+                        await self._on_event(event)
+                        watchdog.relaying = False
+                        watchdog.last_life = watchdog.last_progress = time.monotonic()
+                except Exception as exc:
+                    failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if watchdog.verdict is not None:
+            raise self._aborted(watchdog.verdict)
+
+    def _aborted(self, verdict: str) -> ProviderError:
+        turn = self.turn
+        if verdict == "stall":
+            seconds, what = turn.settings.stall_timeout_s, "nothing"
+        else:
+            seconds, what = turn.settings.no_progress_timeout_s, "only keep-alives"
+        return ProviderError(
+            f"{turn.provider_name} sent {what} for {seconds:g} s; the stream was aborted.",
+            provider=turn.provider_name,
+            retryable=True,
+            kind=verdict,
+        )
+
+    async def _begin(self) -> None:
+        turn = self.turn
+        self.message = ChatMessage(
+            message_id=new_id("msg"),
+            session_id=turn.session_id,
+            seq=turn.next_seq(),
+            role="assistant",
+            parts=[],
+            model_id=turn.model_id,
+            thinking_requested=turn.thinking.requested,
+            thinking_effective=turn.thinking.effective,
+            status="interrupted",
+            created_at=now_rfc3339(),
+        )
+        turn.history.append(self.message)
+        self.last_checkpoint = time.monotonic()
+        await self._emit(ev.MessageStart, {"message_id": self.message.message_id, "role": "assistant"})
+
+    async def _on_event(self, event: Any) -> None:
+        if isinstance(event, (BlockStart, BlockDelta, BlockEnd)):
+            self._check_unicode(event)
+            if self.message is None:
+                await self._begin()
+        message = self.message
+        emit = self._emit
+        if isinstance(event, BlockDelta):
+            index = self.wire_index.get(event.index)
+            if index is None:
+                return  # a delta for a block that never started: ignore it
+            assert message is not None  # begun above
+            part = message.parts[index]
+            if part.type == "tool_call":
+                self.raw_args.setdefault(index, []).append(event.delta)
+                await emit(
+                    ev.ToolCallDelta,
+                    {"message_id": message.message_id, "index": index, "call_id": part.call_id, "delta": event.delta},
+                )
+            else:
+                self.text_chunks.setdefault(index, []).append(event.delta)
+                self.unsaved_bytes += len(event.delta)
+                kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
+                await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})
+            if self.unsaved_bytes >= CHECKPOINT_BYTES or time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
+                await self._checkpoint()
+        elif isinstance(event, BlockStart):
+            await self._start_block(event)
+        elif isinstance(event, BlockEnd):
+            await self._end_block(event)
+        elif isinstance(event, UsageUpdate):
+            self.usage = event.usage
+        elif isinstance(event, Stop):
+            self.stop = event.reason
+
+    def _unreadable(self, what: str) -> ProviderError:
+        name = self.turn.provider_name
+        return ProviderError(f"{name} sent {what}; the response was aborted.", provider=name, kind="invalid_data")
+
+    def _check_unicode(self, event: BlockStart | BlockDelta | BlockEnd) -> None:
+        """Reject text that cannot be encoded (a lone UTF-16 surrogate, which a JSON escape
+        such as ``\\ud800`` can carry) before it reaches the client or the store."""
+        if isinstance(event, BlockStart):
+            bad = any(_SURROGATE.search(text) is not None for text in (event.name or "", event.call_id or ""))
+        elif isinstance(event, BlockDelta):
+            bad = not event.delta.isascii() and _SURROGATE.search(event.delta) is not None
+        else:
+            part = event.part
+            bad = not part.text.isascii() and _SURROGATE.search(part.text) is not None
+            if not bad and part.type != "text":
+                try:  # names, arguments, round-trip data: small next to the text
+                    msgspec.json.encode(msgspec.structs.replace(part, text=""))
+                except UnicodeEncodeError:
+                    bad = True
+        if bad:
+            raise self._unreadable("text that is not valid Unicode (a lone UTF-16 surrogate)")
+
+    async def _start_block(self, event: BlockStart) -> None:
+        message = self.message
+        assert message is not None
+        index = len(message.parts)
+        self.wire_index[event.index] = index
+        self.changed_parts.add(index)
+        if event.kind == "tool_call":
+            call_id = self.call_ids.start(event.index, event.call_id)
+            message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
+            await self._emit(
+                ev.ToolCallStart,
+                {"message_id": message.message_id, "index": index, "call_id": call_id, "name": event.name or ""},
+            )
+        else:
+            message.parts.append(Part(type=event.kind))
+            kind = ev.ThinkingStart if event.kind == "thinking" else ev.TextStart
+            await self._emit(kind, {"message_id": message.message_id, "index": index})
+
+    async def _end_block(self, event: BlockEnd) -> None:
+        message = self.message
+        assert message is not None
+        if event.index not in self.wire_index:
+            await self._start_block(
+                # Adapters end only blocks they could have started: thinking, text or a tool call.
+                BlockStart(
+                    index=event.index,
+                    kind=cast(BlockKind, event.part.type),
+                    call_id=event.part.call_id,
+                    name=event.part.name,
+                )
+            )
+        index = self.wire_index[event.index]
+        part = self.call_ids.finish(event.index, event.part) if event.part.type == "tool_call" else event.part
+        message.parts[index] = part
+        self.text_chunks.pop(index, None)
+        self.changed_parts.add(index)
+        mid = message.message_id
+        if part.type in ("thinking", "text"):
+            end: tuple[type, dict[str, Any]] = (
+                (ev.ThinkingEnd, {"message_id": mid, "index": index, "text": part.text, "redacted": part.redacted})
+                if part.type == "thinking"
+                else (ev.TextEnd, {"message_id": mid, "index": index, "text": part.text})
+            )
+            if len(part.text) < LATE_END_CHARS:
+                await self._emit(*end)
+            else:
+                await self._emit_late_end()
+                self.late_end = end
+        elif part.type == "tool_call":
+            await self._emit(
+                ev.ToolCallEnd,
+                {
+                    "message_id": mid,
+                    "index": index,
+                    "call_id": part.call_id,
+                    "name": part.name,
+                    "arguments": part.arguments or {},
+                },
+            )
+
+    async def _emit(self, kind: type, fields: dict[str, Any]) -> None:
+        await self._emit_late_end()
+        await self.turn.emit(kind, fields)
+
+    async def _emit_late_end(self) -> None:
+        if self.late_end is not None:
+            await self.turn.emit(*self.late_end)
+            self.late_end = None
+
+    def _join_streaming_text(self) -> None:
+        assert self.message is not None
+        for index, chunks in self.text_chunks.items():
+            self.message.parts[index].text = "".join(chunks)
+
+    async def _checkpoint(self) -> None:
+        self.last_checkpoint = time.monotonic()
+        self.unsaved_bytes = 0
+        await self._persist(final=False)
+
+    async def _persist(self, *, final: bool) -> None:
+        """Store the reply so far: whole the first time, then incrementally, so that a
+        checkpoint costs what arrived since the last one, however long the reply is.
+
+        Parts never stored are written whole; parts streaming get their new text appended;
+        parts that ended (and every part, at the ``final`` save) get their fields written
+        with their stored text kept and only the rest of their text appended.
+        """
+        message = self.message
+        assert message is not None
+        if not self.stored:
+            self._join_streaming_text()
+            await self.turn.save(message)
+            self.stored = True
+            self.changed_parts.clear()
+            self.stored_chunks = {index: len(chunks) for index, chunks in self.text_chunks.items()}
+            self.stored_len = {index: len(part.text) for index, part in enumerate(message.parts)}
+            return
+        whole: dict[int, Part] = {}
+        keep_text: set[int] = set()
+        appended: dict[int, str] = {}
+        positions = range(len(message.parts)) if final else sorted(self.changed_parts | self.text_chunks.keys())
+        for index in positions:
+            part, chunks, stored = message.parts[index], self.text_chunks.get(index), self.stored_len.get(index)
+            if chunks is not None and not final and stored is not None:  # streaming: its new text only
+                done = self.stored_chunks.get(index, 0)
+                if len(chunks) > done:
+                    appended[index] = "".join(chunks[done:])
+                    self.stored_len[index] = stored + len(appended[index])
+                    self.stored_chunks[index] = len(chunks)
+                continue
+            if chunks is not None and not final:  # started since the last checkpoint
+                part.text = "".join(chunks)
+                self.stored_chunks[index] = len(chunks)
+            whole[index] = part
+            if stored is not None and len(part.text) >= stored:  # the text starts with what is stored
+                keep_text.add(index)
+                if len(part.text) > stored:
+                    appended[index] = part.text[stored:]
+            self.stored_len[index] = len(part.text)
+        self.changed_parts.clear()
+        if not (whole or appended or final):
+            return
+        try:
+            await self.turn.append(
+                message.message_id, whole, appended, keep_text=frozenset(keep_text), final=message if final else None
+            )
+        except BaseException:
+            # The counts above already include this increment, and the store may or may not
+            # hold it: the next save writes the message whole (which drops appended rows).
+            self.stored = False
+            raise
+
+    async def _finish(self, status: MessageStatus) -> ChatMessage | None:
+        message = self.message
+        if message is None:
+            return None
+        if self.late_end is not None:
+            # The provider's stream is closed and its copy of the deltas freed: give their
+            # pages back before the big end event is encoded into fresh ones.
+            release_free_memory()
+            await self._emit_late_end()
+        self._join_streaming_text()
+        for index, chunks in self.raw_args.items():
+            part = message.parts[index]
+            if part.type == "tool_call" and not part.arguments:
+                part.arguments = decode_arguments("".join(chunks)) or {}
+        message.status = status
+        message.stop_reason = self.stop if status == "complete" else status
+        message.usage = self.usage
+        if self.usage is not None:
+            self.turn.usage = add_usage(self.turn.usage, self.usage)
+        if self.stored:
+            try:
+                await self._persist(final=True)  # a long reply is not rewritten whole at its end
+            except PonderError:
+                pass  # the store refused the increment: saved whole below (kept for later if refused again)
+            else:
+                await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+                return message
+        await save_and_end(self.turn, message)
+        return message
+
+
+def add_usage(total: Usage, more: Usage) -> Usage:
+    def plus(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    return Usage(
+        input_tokens=plus(total.input_tokens, more.input_tokens),
+        output_tokens=plus(total.output_tokens, more.output_tokens),
+        reasoning_tokens=plus(total.reasoning_tokens, more.reasoning_tokens),
+        cache_read_tokens=plus(total.cache_read_tokens, more.cache_read_tokens),
+        cache_write_tokens=plus(total.cache_write_tokens, more.cache_write_tokens),
+    )
