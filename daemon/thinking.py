@@ -48,7 +48,7 @@ from daemon.errors import InvalidParams
 from protocol.objects import Thinking
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 LEVELS: tuple[str, ...] = ("off", "minimal", "low", "medium", "high", "max")
 ALIASES: dict[str, str] = {"none": "off", "med": "medium", "xhigh": "max", "default": "default", "auto": "default"}

@@ -50,7 +50,7 @@ from daemon.providers.http import (
 from daemon.providers.usage import normalized_usage
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # gpt-oss takes a reasoning level instead of a boolean (booleans are ignored).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.thinking import budget_and_max_tokens, budget_for
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 # Each takes the spec and the *effective* level and returns (request_params, budget_tokens).
 
