@@ -31,6 +31,7 @@ async def save_and_end(turn: Turn, message: ChatMessage) -> None:
 
 
 def with_cancelled(calls: list[Part], results: list[Part | None]) -> list[Part]:
+    """The results of ``calls`` in order: each one's own, or a "cancelled" error where it has none."""
     return [
         r
         if r is not None

@@ -14,7 +14,7 @@ never counts against the provider.
 import re
 import time
 from contextlib import AsyncExitStack
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import anyio
 import msgspec
@@ -49,6 +49,8 @@ CHECKPOINT_BYTES = 1024 * 1024
 # block's deltas, and encoding the event beside them would hold the text three times over.
 LATE_END_CHARS = 1024 * 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Why the watchdog aborted a response: nothing at all, or nothing but keep-alives, for too long.
+Verdict = Literal["stall", "no_progress"]
 
 
 class Watchdog:
@@ -64,7 +66,7 @@ class Watchdog:
         self.scope = scope
         self.last_life = self.last_progress = time.monotonic()
         self.relaying = False
-        self.verdict: str | None = None  # "stall" or "no_progress" once it fired
+        self.verdict: Verdict | None = None  # set once it fired
 
     async def run(self) -> None:
         stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
@@ -174,7 +176,7 @@ class Reply:
         if watchdog.verdict is not None:
             raise self._aborted(watchdog.verdict)
 
-    def _aborted(self, verdict: str) -> ProviderError:
+    def _aborted(self, verdict: Verdict) -> ProviderError:
         turn = self.turn
         if verdict == "stall":
             seconds, what = turn.settings.stall_timeout_s, "nothing"
