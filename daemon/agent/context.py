@@ -63,6 +63,8 @@ class Turn:
     provider_name: str
     model_name: str
     provider: Provider
+    # Resolved for the model and adjusted by its provider (``Provider.adjust_thinking``) once,
+    # by the session when it builds the turn; the agent sends it as is and never recomputes it.
     thinking: Thinking
     history: list[ChatMessage]  # the session's messages; this turn appends to it
     emit: Emit
