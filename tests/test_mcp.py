@@ -451,3 +451,16 @@ async def test_structured_content_that_repeats_the_text_reaches_the_model_once(h
     assert text == "notes.txt exists" and json.loads(structured) == {"path": "notes.txt", "size": 23}
     # The model saw exactly these results, each once.
     assert seen[-1] == [read, listing, created, graph, deleted, stat]
+
+
+async def test_a_client_server_entry_ponder_cannot_use_is_listed_failed_under_its_name(home):
+    async with in_memory_daemon(home) as (client, daemon):
+        fast(daemon)
+        sid = await start(client, home, approval_policy="auto")
+        good = {"name": "fine", "command": "/nonexistent/fine-mcp", "args": [], "env": []}
+        await daemon.mcp.add_session_servers(sid, [{"name": "broken", "args": []}, good, {"args": []}])
+        listed = (await client.request("mcp/list", {"session_id": sid}))["servers"]
+        by_name = {server["name"]: server for server in listed}
+        assert set(by_name) == {"broken", "fine", "unnamed"}
+        assert by_name["broken"]["status"] == "failed" and "has no command" in by_name["broken"]["error"]
+        assert by_name["unnamed"]["status"] == "failed" and "has no name" in by_name["unnamed"]["error"]

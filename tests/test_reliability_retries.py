@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from daemon import agent
+from daemon.agent import turn as agent_turn
 from tests.support.faults import (
     MESSAGE_START,
     MODEL,
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def fast_backoff(monkeypatch):
     """Backoff without retry-after starts at 10 ms here (1 s in production), jitter included."""
-    monkeypatch.setattr(agent, "BACKOFF_BASE_S", 0.01)
+    monkeypatch.setattr(agent_turn, "BACKOFF_BASE_S", 0.01)
 
 
 def silent_after(body: bytes) -> ScriptedResponse:
@@ -277,12 +277,12 @@ def test_every_http_client_has_explicit_timeouts():
 
 
 def test_backoff_is_exponential_with_jitter_capped_and_honours_retry_after(monkeypatch):
-    monkeypatch.setattr(agent, "BACKOFF_BASE_S", 1.0)
+    monkeypatch.setattr(agent_turn, "BACKOFF_BASE_S", 1.0)
     random.seed(7)
     for attempt in range(1, 10):
-        base = min(agent.BACKOFF_CAP_S, 2 ** (attempt - 1))
-        delays = {agent._backoff(attempt, None) for _ in range(50)}
+        base = min(agent_turn.BACKOFF_CAP_S, 2 ** (attempt - 1))
+        delays = {agent_turn._backoff(attempt, None) for _ in range(50)}
         assert all(base / 2 <= d <= base for d in delays) and len(delays) > 1, (attempt, delays)
-    assert agent._backoff(1, 2.5) == 2.5
-    assert agent._backoff(3, 0) == 0
-    assert agent._backoff(1, 10_000) == agent.BACKOFF_CAP_S * 4, "a huge retry-after is capped"
+    assert agent_turn._backoff(1, 2.5) == 2.5
+    assert agent_turn._backoff(3, 0) == 0
+    assert agent_turn._backoff(1, 10_000) == agent_turn.BACKOFF_CAP_S * 4, "a huge retry-after is capped"

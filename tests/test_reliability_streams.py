@@ -13,9 +13,10 @@ import anyio
 import msgspec
 import pytest
 
-from daemon import agent, sessions
+from daemon import sessions
 from daemon import store as store_module
 from daemon.agent import CANCELLED_RESULT
+from daemon.agent import reply as agent_reply
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
@@ -153,7 +154,7 @@ async def test_a_compressed_stream_is_inflated_in_bounded_steps(replay_server):
 async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(
     home, tmp_path, replay_server, monkeypatch
 ):
-    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    monkeypatch.setattr(agent_reply, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     appended = []
     original = AsyncStore.append_to_message
 
@@ -225,7 +226,7 @@ def test_appended_text_is_read_back_forked_and_folded_by_the_final_save(tmp_path
 async def test_a_checkpoint_the_store_refuses_leaves_the_final_save_whole(home, tmp_path, replay_server, monkeypatch):
     """A refused append must not be counted as stored: the final save (the store taking writes
     again) holds every delta the client saw, not the text around the refused one."""
-    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    monkeypatch.setattr(agent_reply, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     pieces = [f"piece {i}; " for i in range(8)]
     body = text_reply(*pieces)
     head = len(sse(MESSAGE_START, text_start()))
@@ -253,7 +254,7 @@ async def test_a_checkpointed_reply_kept_in_memory_is_saved_whole_later_without_
     """Appends stored part of the reply, then the store's lock was held past the busy timeout:
     the reply waits in memory and the periodic retry saves it whole, which replaces the
     appended rows instead of adding its text to them."""
-    monkeypatch.setattr(agent, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
+    monkeypatch.setattr(agent_reply, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
     monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
     pieces = [f"piece {i}; " for i in range(12)]
@@ -655,7 +656,7 @@ async def test_a_big_blocks_end_event_is_encoded_once_the_provider_stream_has_cl
     from daemon.providers.anthropic import AnthropicProvider
     from daemon.sessions import RpcBridge
 
-    monkeypatch.setattr(agent, "LATE_END_CHARS", 100)  # "big": 100 characters or more
+    monkeypatch.setattr(agent_reply, "LATE_END_CHARS", 100)  # "big": 100 characters or more
     stream_open = [False]
     original_stream = AnthropicProvider.stream
 

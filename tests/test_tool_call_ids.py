@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon.call_ids import PROVIDER_CALL_ID, ReplyCallIds, for_provider
+from daemon.agent.call_ids import PROVIDER_CALL_ID, ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from tests.support.acp_harness import acp_daemon, drain, updates
 from tests.support.faults import MESSAGE_START, MODEL, anthropic_env, block_stop, message_end, sse, streamed, text_reply

@@ -29,8 +29,8 @@ from daemon.config import Config
 from daemon.mcp.client import EXIT_SETTLE_S, McpClient, McpConnectionClosed, McpError, McpTimeout, open_stdio_client
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server
 from daemon.mcp.tools import McpTool
-from daemon.store import SessionRow
 from daemon.tools.base import Tool
+from daemon.tools.source import SessionRef, ToolSource
 from protocol import methods as m
 
 __all__ = ["McpManager", "ServerHandle"]
@@ -258,7 +258,8 @@ class ServerHandle:
             await client.ping(self.manager.ping_timeout_s)
         except McpTimeout:
             client.abort(
-                f"it stopped answering (a tool call timed out, then a ping got no answer within {self.manager.ping_timeout_s:g} s)"
+                "it stopped answering (a tool call timed out, then a ping got no answer within "
+                f"{self.manager.ping_timeout_s:g} s)"
             )
         except McpError:
             pass
@@ -286,7 +287,7 @@ class ServerHandle:
         return m.McpServer(name=self.spec.name, status=self.status, error=self.error, tools=tools)
 
 
-class McpManager:
+class McpManager(ToolSource):
     """The ``ToolSource`` of MCP tools, and the owner of every MCP server process.
 
     Start ``run`` in a task group (``await tg.start(manager.run)``) before use; its task
@@ -352,7 +353,9 @@ class McpManager:
             merged.update(self._sessions.get(session_id, {}))
         return list(merged.values())
 
-    async def add_session_servers(self, session_id: str, servers: list[Any], *, cwd: str | None = None) -> None:
+    async def add_session_servers(
+        self, session_id: str, servers: list[dict[str, Any]], *, cwd: str | None = None
+    ) -> None:
         """Set the MCP servers an ACP client gave for one session (``session/new``/``session/load``).
 
         ``servers`` are ACP ``McpServer`` entries; stdio ones (``{name, command, args,
@@ -365,7 +368,7 @@ class McpManager:
             if parsed is None:
                 log.info("session %s: skipping a non-stdio MCP server (ponder speaks stdio only)", session_id)
                 continue
-            name = raw.get("name") if isinstance(raw, dict) else getattr(raw, "name", None)
+            name = parsed.name if isinstance(parsed, ServerSpec) else raw.get("name")
             handle = self._handle_for(str(name or "unnamed"), parsed)
             mapping[handle.spec.name] = handle
         previous = self._sessions.get(session_id, {})
@@ -385,7 +388,7 @@ class McpManager:
 
     # --- what the daemon asks -----------------------------------------------------------
 
-    async def tools_for(self, row: SessionRow) -> dict[str, Tool[Any]]:
+    async def tools_for(self, row: SessionRef) -> dict[str, Tool[Any]]:
         """The tools of the session's ready servers, starting those that are due."""
         handles = self.handles_for(row.id)
         if not handles:

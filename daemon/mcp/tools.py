@@ -23,17 +23,15 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
-from daemon.mcp.client import McpConnectionClosed, McpError, McpRemoteError, McpTimeout
+from daemon.mcp.client import McpClient, McpConnectionClosed, McpError, McpRemoteError, McpTimeout
+from daemon.mcp.spec import ServerSpec
 from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult, inline_schema
 
-if TYPE_CHECKING:
-    from daemon.mcp.manager import ServerHandle
-
-__all__ = ["MCP_TOOL_PREFIX", "McpTool", "qualified_name", "render_result"]
+__all__ = ["MCP_TOOL_PREFIX", "McpTool", "ToolHost", "qualified_name", "render_result"]
 
 log = logging.getLogger("ponder.mcp")
 
@@ -52,13 +50,39 @@ def qualified_name(server: str, tool: str) -> str:
     return f"{name[: MAX_NAME - 9]}_{digest}"
 
 
+class ToolHost(Protocol):
+    """What a tool needs of the server it belongs to (``daemon.mcp.manager.ServerHandle``):
+    declared here so that the tools do not import the manager that makes them."""
+
+    @property
+    def spec(self) -> ServerSpec: ...
+
+    @property
+    def client(self) -> McpClient | None:
+        """The running server's connection; None while it is not running."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """``starting``, ``ready``, ``failed`` or ``stopped``."""
+        ...
+
+    def describe(self) -> str:
+        """The status with its error, for messages."""
+        ...
+
+    def check_alive(self) -> None:
+        """Ping the server after a call timed out; one that does not answer is failed."""
+        ...
+
+
 class McpTool(Tool[Any]):
     """One tool of one server, as the agent's tool loop sees it."""
 
     # Any JSON object: the server's own schema is the contract, and the server checks it.
     Args = dict  # type: ignore[assignment]
 
-    def __init__(self, handle: ServerHandle, tool: dict[str, Any]) -> None:
+    def __init__(self, handle: ToolHost, tool: dict[str, Any]) -> None:
         self.handle = handle
         self.server = handle.spec.name
         self.tool_name: str = tool["name"]

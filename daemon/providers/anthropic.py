@@ -38,6 +38,7 @@ from daemon.providers.base import (
     BlockKind,
     BlockStart,
     KeepAlive,
+    Provider,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -83,7 +84,7 @@ _STOP_REASONS: dict[str, StopKind] = {
 _RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
-class AnthropicProvider:
+class AnthropicProvider(Provider):
     """One configured Anthropic endpoint; holds one lazily created HTTP client."""
 
     def __init__(self, config: ProviderConfig) -> None:

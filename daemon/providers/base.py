@@ -94,11 +94,32 @@ class ProviderRequest(msgspec.Struct, kw_only=True):
 
 
 class Provider(Protocol):
-    name: str
+    """What the daemon asks of a provider adapter: all of it, so nobody probes for a method.
+
+    Adapters subclass it explicitly, so the type checker holds each one to these signatures,
+    and inherit the defaults of the members most of them need nothing of their own for.
+    """
+
+    name: str  # the provider's name in config.toml, e.g. "anthropic", "deepseek"
 
     def stream(self, request: ProviderRequest) -> AbstractAsyncContextManager[AsyncIterator[ProviderEvent]]:
-        """Open one streamed response; leaving the context closes the connection."""
+        """Open one streamed response; leaving the context closes the connection.
+
+        HTTP errors raise on entry, stream errors from the iterator, both as ``ProviderError``.
+        """
         ...
+
+    async def aclose(self) -> None:
+        """Close the adapter's connections (the daemon is shutting down); it is not used again."""
+        ...
+
+    def adjust_thinking(self, request: ProviderRequest) -> Thinking | None:
+        """The thinking this request really gets when the API cannot take ``request.thinking``
+        for this history (a copy with the reason), or None to keep it as resolved.
+
+        Most APIs take every resolved level whatever the history holds: by default, None.
+        """
+        return None
 
 
 # Deeper arguments are refused: no tool takes them, and values nested close to Python's

@@ -37,13 +37,14 @@ import httpx
 
 from daemon.config import ProviderConfig, Secret
 from daemon.errors import ProviderAuthError, ProviderError, ProviderNotConfigured
-from daemon.providers.base import ProviderEvent, ProviderRequest
+from daemon.providers.base import Provider, ProviderEvent, ProviderRequest
 from daemon.providers.device_login import github_api_url, load_github_token
 from daemon.providers.http import error_message_from_body, parse_retry_after
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
 from daemon.providers.table import PROVIDERS
+from protocol.objects import Thinking
 
 DEFAULT_API_URL = PROVIDERS["copilot"].base_url
 REFRESH_MARGIN_S = 60.0
@@ -233,7 +234,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class CopilotProvider:
+class CopilotProvider(Provider):
     """Provider "copilot": one wire API (``openai-chat`` or ``openai-responses``)."""
 
     def __init__(
@@ -272,6 +273,9 @@ class CopilotProvider:
         headers.update({k.lower(): v for k, v in self.settings.headers.items()})
         headers["authorization"] = f"Bearer {token.value.reveal()}"
         return headers
+
+    def adjust_thinking(self, request: ProviderRequest) -> Thinking | None:
+        return self.inner.adjust_thinking(request)  # the wire API's rules are Copilot's too
 
     @asynccontextmanager
     async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:

@@ -38,6 +38,7 @@ from daemon.providers.assembler import BlockAssembler, pieces_of
 from daemon.providers.base import (
     BlockKind,
     KeepAlive,
+    Provider,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -75,7 +76,7 @@ _ERROR_FINISH = frozenset({"UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)s\s*$")
 
 
-class GeminiProvider:
+class GeminiProvider(Provider):
     """Streams one Gemini response per ``stream()``; the HTTP client is made on first use."""
 
     def __init__(self, config: ProviderConfig) -> None:

@@ -29,6 +29,7 @@ from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
     BlockStart,
+    Provider,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -51,7 +52,7 @@ THOUGHTS = [
 _STEP_RE = re.compile(r"^\s*(tool|parallel):\s*(.+)$", re.MULTILINE)
 
 
-class MockProvider:
+class MockProvider(Provider):
     def __init__(self, delay_ms: float = 15.0) -> None:
         self.name = "mock"
         self.delay_s = max(0.0, delay_ms) / 1000

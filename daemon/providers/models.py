@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.catalog import ModelSpec
+from daemon.model_spec import ModelSpec
 from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl
 
 # Levels are the unified ones (off, minimal, low, medium, high, xhigh, max); ``xhigh`` is

@@ -28,6 +28,7 @@ from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
+    Provider,
     ProviderEvent,
     ProviderRequest,
     Stop,
@@ -49,7 +50,7 @@ from daemon.providers.http import (
 from daemon.providers.usage import normalized_usage
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # gpt-oss takes a reasoning level instead of a boolean (booleans are ignored).
@@ -78,7 +79,7 @@ def _is_model_not_found(message: str) -> bool:
     return "not found" in lowered and "model" in lowered
 
 
-class OllamaProvider:
+class OllamaProvider(Provider):
     """Streams one ``/api/chat`` response per ``stream()``; the HTTP client is made on first use."""
 
     def __init__(self, config: ProviderConfig) -> None:

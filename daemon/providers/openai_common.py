@@ -28,7 +28,7 @@ import msgspec
 from daemon.config import ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.providers.base import KeepAlive, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments
+from daemon.providers.base import KeepAlive, Provider, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments
 from daemon.providers.http import (
     RETRYABLE_STATUSES,
     LazyClient,
@@ -94,7 +94,7 @@ class StreamParser(Protocol):
         ...
 
 
-class OpenAIStyleProvider:
+class OpenAIStyleProvider(Provider):
     """One configured OpenAI-style endpoint; holds one lazily created HTTP client.
 
     ``extra_headers`` (awaited once per request) is how a wrapping provider such as

@@ -5,8 +5,6 @@ Which adapter speaks each wire API, and which providers wrap it, is
 daemon that only answers ``initialize`` never imports httpx.
 """
 
-from typing import Any
-
 from daemon.config import Config, ProviderConfig
 from daemon.errors import ProviderNotConfigured
 from daemon.providers.base import Provider
@@ -16,7 +14,7 @@ from daemon.providers.table import PROVIDERS, WIRE_APIS, load
 class ProviderRegistry:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._adapters: dict[tuple[str, str], Any] = {}
+        self._adapters: dict[tuple[str, str], Provider] = {}
 
     def provider_config(self, provider: str) -> ProviderConfig:
         settings = self.config.providers.get(provider)
@@ -35,7 +33,7 @@ class ProviderRegistry:
             adapter = self._adapters[key] = self._create(settings, api)
         return adapter
 
-    def _create(self, settings: ProviderConfig, api: str) -> Any:
+    def _create(self, settings: ProviderConfig, api: str) -> Provider:
         wire = WIRE_APIS.get(api)
         if wire is None:
             raise ProviderNotConfigured(settings.name, f"unknown api {api!r} in config.toml")
@@ -48,7 +46,5 @@ class ProviderRegistry:
 
     async def aclose(self) -> None:
         for adapter in self._adapters.values():
-            close = getattr(adapter, "aclose", None)
-            if close is not None:
-                await close()
+            await adapter.aclose()
         self._adapters.clear()

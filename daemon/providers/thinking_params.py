@@ -38,7 +38,7 @@ from daemon.thinking import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, 
 from protocol.objects import ThinkingDisplay
 
 if TYPE_CHECKING:
-    from daemon.catalog import ModelSpec
+    from daemon.model_spec import ModelSpec
 
 # Each takes the spec, the *effective* level, the display and a custom budget (clamped;
 # None: the level's own) and returns (request_params, budget_tokens).

@@ -1,13 +1,9 @@
-"""One turn of the agent: stream the model's reply, run the tools it asks for, repeat.
+"""One streamed assistant reply: provider events out as protocol events, the message into the store.
 
-Data flows one way: normalized provider events → protocol events (to the client) and one
-``ChatMessage`` per reply (to the store). The partial reply is checkpointed at most every
-``CHECKPOINT_S`` (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending
-only the text that arrived since the last checkpoint, so a crash loses little and a long
-reply costs the same per delta at its end as at its start; the final save (also
-incremental) marks it ``complete``. Every turn is bracketed by exactly one
-``turn_start`` and one ``turn_end``, whatever happens (cancel, provider failure, bug), and
-no event of a turn is given up on because the client reads slowly.
+The partial reply is checkpointed at most every ``CHECKPOINT_S`` (or every
+``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
+since the last checkpoint, so a crash loses little and a long reply costs the same per
+delta at its end as at its start; the final save (also incremental) marks it ``complete``.
 
 A watchdog task aborts a response when the provider goes silent (``stall_timeout_s``; its
 keep-alives count as life) or sends only keep-alives (``no_progress_timeout_s``). Time spent
@@ -15,43 +11,34 @@ waiting for the client to read what we relay is neither: back-pressure from our 
 never counts against the provider.
 """
 
-import logging
-import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from contextlib import AsyncExitStack
+from typing import Any, Literal, cast
 
 import anyio
 import msgspec
 
-from daemon.call_ids import ReplyCallIds, for_provider
-from daemon.conversation import ChatMessage, Part
+from daemon.agent.call_ids import ReplyCallIds, for_provider
+from daemon.agent.context import Turn, TurnSettings
+from daemon.agent.history import record_cancelled_results, repair_history, save_and_end
+from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.heap import release_free_memory
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
+    BlockKind,
     BlockStart,
     KeepAlive,
-    Provider,
     ProviderRequest,
     Stop,
-    StreamLimits,
-    ToolSpec,
     UsageUpdate,
-    arguments_problem,
     decode_arguments,
-    invalid_arguments,
 )
 from daemon.timeutil import new_id, now_rfc3339
 from protocol import events as ev
-from protocol.errors import ErrorCode
-from protocol.objects import ErrorInfo, Thinking, Usage
-
-log = logging.getLogger("ponder.agent")
+from protocol.objects import Usage
 
 CHECKPOINT_S = 0.5
 # A fast stream checkpoints by size too: one append stays small, and so do the transient
@@ -61,168 +48,12 @@ CHECKPOINT_BYTES = 1024 * 1024
 # has closed (or sooner, before the next event): until then the adapter still holds the
 # block's deltas, and encoding the event beside them would hold the text three times over.
 LATE_END_CHARS = 1024 * 1024
-BACKOFF_BASE_S = 1.0
-BACKOFF_CAP_S = 30.0
-CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
-# How long the last writes and events of a cancelled turn may take once the daemon is
-# shutting down; until then they wait for the client however long it takes to read.
-SHUTDOWN_GRACE_S = 2.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
-# (call part) -> (allowed, message shown to the model when denied)
-Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
-# (name, arguments, emit_output) -> (text, is_error)
-RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+# Why the watchdog aborted a response: nothing at all, or nothing but keep-alives, for too long.
+Verdict = Literal["stall", "no_progress"]
 
 
-class AppendParts(Protocol):
-    """An incremental checkpoint: ``daemon.store.AsyncStore.append_to_message``."""
-
-    async def __call__(
-        self,
-        message_id: str,
-        parts: dict[int, Part],
-        texts: dict[int, str],
-        *,
-        keep_text: frozenset[int] = ...,
-        final: ChatMessage | None = ...,
-    ) -> None: ...
-
-
-@dataclass
-class TurnSettings:
-    max_steps: int = 50
-    max_attempts: int = 4
-    stall_timeout_s: float = 90.0  # no bytes at all (keep-alives included) from the provider
-    no_progress_timeout_s: float = 600.0  # nothing but keep-alives from the provider
-    limits: StreamLimits = field(default_factory=StreamLimits)
-
-
-@dataclass
-class Turn:
-    """Everything one turn needs; built by the session actor."""
-
-    session_id: str
-    turn_id: str
-    user_message: ChatMessage
-    model_id: str
-    provider_name: str
-    model_name: str
-    provider: Provider
-    thinking: Thinking
-    history: list[ChatMessage]  # the session's messages; this turn appends to it
-    emit: Emit
-    save: Callable[[ChatMessage], Awaitable[None]]
-    append: AppendParts
-    next_seq: Callable[[], int]
-    approve: Approve
-    run_tool: RunTool
-    tools: list[ToolSpec] = field(default_factory=list)
-    # Fills in ``tools`` (MCP servers may take a while to start): awaited after
-    # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
-    prepare: Callable[["Turn"], Awaitable[None]] | None = None
-    system_prompt: str | None = None
-    settings: TurnSettings = field(default_factory=TurnSettings)
-    cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    usage: Usage = field(default_factory=Usage)
-    hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
-    _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
-
-    def hurry(self) -> None:
-        """Bound the turn's last writes and events (the daemon is shutting down)."""
-        self.hurried = True
-        deadline = anyio.current_time() + SHUTDOWN_GRACE_S
-        for scope in self._final_scopes:
-            scope.deadline = min(scope.deadline, deadline)
-
-    @contextmanager
-    def finishing(self) -> Iterator[None]:
-        """Shielded from cancellation, for the writes and events that close a cancelled or
-        failed step: they wait for a slow client instead of being dropped, unless the
-        daemon is shutting down (``hurry``)."""
-        with anyio.CancelScope(shield=True) as scope:
-            if self.hurried:
-                scope.deadline = anyio.current_time() + SHUTDOWN_GRACE_S
-            self._final_scopes.add(scope)
-            try:
-                yield
-            finally:
-                self._final_scopes.discard(scope)
-
-
-async def run_turn(turn: Turn) -> str:
-    """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
-    await turn.emit(
-        ev.TurnStart,
-        {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
-    )
-    stop_reason, error = "error", None
-    with turn.cancel_scope:
-        try:
-            if turn.prepare is not None:
-                await turn.prepare(turn)
-            stop_reason = await _tool_loop(turn)
-        except PonderError as exc:
-            error = _error_info(exc)
-        except Exception as exc:
-            log.exception("turn %s failed", turn.turn_id)
-            error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
-    if turn.cancel_scope.cancelled_caught:
-        stop_reason, error = "cancelled", None
-    with turn.finishing():
-        await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
-    return stop_reason
-
-
-def _error_info(exc: PonderError) -> ErrorInfo:
-    status = exc.status if isinstance(exc, ProviderError) else None
-    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)
-
-
-async def _tool_loop(turn: Turn) -> str:
-    for _step in range(turn.settings.max_steps):
-        reply, stop = await _respond_with_retries(turn)
-        calls = [p for p in reply.parts if p.type == "tool_call"]
-        if stop != "tool_use" or not calls:
-            # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
-            return "end_turn" if stop == "tool_use" else stop
-        await _run_tools(turn, calls)
-    return "tool_limit"
-
-
-async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
-    attempt = 1
-    while True:
-        reply = _Reply(turn)
-        try:
-            return await reply.stream()
-        except ProviderError as exc:
-            if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
-                raise
-            delay = _backoff(attempt, exc.retry_after)
-            attempt += 1
-            log.info("retrying %s in %.1fs (attempt %d): %s", turn.provider_name, delay, attempt, exc.message)
-            await turn.emit(
-                ev.Retry,
-                {
-                    "attempt": attempt,
-                    "max_attempts": turn.settings.max_attempts,
-                    "delay_ms": int(delay * 1000),
-                    "error": _error_info(exc),
-                },
-            )
-            await anyio.sleep(delay)
-
-
-def _backoff(attempt: int, retry_after: float | None) -> float:
-    if retry_after is not None:
-        return min(retry_after, BACKOFF_CAP_S * 4)
-    base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-    return base / 2 + random.uniform(0, base / 2)
-
-
-class _Watchdog:
+class Watchdog:
     """Aborts one streamed response when the provider goes silent or sends only keep-alives.
 
     One task per response (a cancel scope per event would cost more than relaying the
@@ -235,7 +66,7 @@ class _Watchdog:
         self.scope = scope
         self.last_life = self.last_progress = time.monotonic()
         self.relaying = False
-        self.verdict: str | None = None  # "stall" or "no_progress" once it fired
+        self.verdict: Verdict | None = None  # set once it fired
 
     async def run(self) -> None:
         stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
@@ -253,7 +84,7 @@ class _Watchdog:
             await anyio.sleep(min(stall_left, progress_left))
 
 
-class _Reply:
+class Reply:
     """One streamed assistant reply: its events out, its message into the store."""
 
     def __init__(self, turn: Turn) -> None:
@@ -300,7 +131,7 @@ class _Reply:
         except anyio.get_cancelled_exc_class():
             with turn.finishing():
                 await self._finish("interrupted")
-                await _record_cancelled_results(turn, self.message)
+                await record_cancelled_results(turn, self.message)
             raise
         except Exception:  # a ProviderError, or an adapter's bug on odd data: keep the partial reply
             if self.started:
@@ -314,12 +145,12 @@ class _Reply:
         return message, self.stop
 
     async def _relay(self) -> None:
-        """Stream the provider's events to the client, watched by a ``_Watchdog``."""
+        """Stream the provider's events to the client, watched by a ``Watchdog``."""
         turn = self.turn
         failure: Exception | None = None
         async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
             with anyio.CancelScope() as scope:
-                watchdog = _Watchdog(turn.settings, scope)
+                watchdog = Watchdog(turn.settings, scope)
                 tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
                 try:
                     events = aiter(await stack.enter_async_context(turn.provider.stream(self._request())))
@@ -345,7 +176,7 @@ class _Reply:
         if watchdog.verdict is not None:
             raise self._aborted(watchdog.verdict)
 
-    def _aborted(self, verdict: str) -> ProviderError:
+    def _aborted(self, verdict: Verdict) -> ProviderError:
         turn = self.turn
         if verdict == "stall":
             seconds, what = turn.settings.stall_timeout_s, "nothing"
@@ -387,18 +218,19 @@ class _Reply:
             index = self.wire_index.get(event.index)
             if index is None:
                 return  # a delta for a block that never started: ignore it
-            part = message.parts[index]  # type: ignore[union-attr]
+            assert message is not None  # begun above
+            part = message.parts[index]
             if part.type == "tool_call":
                 self.raw_args.setdefault(index, []).append(event.delta)
                 await emit(
                     ev.ToolCallDelta,
-                    {"message_id": message.message_id, "index": index, "call_id": part.call_id, "delta": event.delta},  # type: ignore[union-attr]
+                    {"message_id": message.message_id, "index": index, "call_id": part.call_id, "delta": event.delta},
                 )
             else:
                 self.text_chunks.setdefault(index, []).append(event.delta)
                 self.unsaved_bytes += len(event.delta)
                 kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
-                await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})  # type: ignore[union-attr]
+                await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})
             if self.unsaved_bytes >= CHECKPOINT_BYTES or time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
                 await self._checkpoint()
         elif isinstance(event, BlockStart):
@@ -455,8 +287,14 @@ class _Reply:
         assert message is not None
         if event.index not in self.wire_index:
             await self._start_block(
-                BlockStart(index=event.index, kind=event.part.type, call_id=event.part.call_id, name=event.part.name)
-            )  # type: ignore[arg-type]
+                # Adapters end only blocks they could have started: thinking, text or a tool call.
+                BlockStart(
+                    index=event.index,
+                    kind=cast(BlockKind, event.part.type),
+                    call_id=event.part.call_id,
+                    name=event.part.name,
+                )
+            )
         index = self.wire_index[event.index]
         part = self.call_ids.finish(event.index, event.part) if event.part.type == "tool_call" else event.part
         message.parts[index] = part
@@ -558,7 +396,7 @@ class _Reply:
             self.stored = False
             raise
 
-    async def _finish(self, status: str) -> ChatMessage | None:
+    async def _finish(self, status: MessageStatus) -> ChatMessage | None:
         message = self.message
         if message is None:
             return None
@@ -572,7 +410,7 @@ class _Reply:
             part = message.parts[index]
             if part.type == "tool_call" and not part.arguments:
                 part.arguments = decode_arguments("".join(chunks)) or {}
-        message.status = status  # type: ignore[assignment]
+        message.status = status
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage
         if self.usage is not None:
@@ -585,7 +423,7 @@ class _Reply:
             else:
                 await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
                 return message
-        await _save_and_end(self.turn, message)
+        await save_and_end(self.turn, message)
         return message
 
 
@@ -599,162 +437,4 @@ def add_usage(total: Usage, more: Usage) -> Usage:
         reasoning_tokens=plus(total.reasoning_tokens, more.reasoning_tokens),
         cache_read_tokens=plus(total.cache_read_tokens, more.cache_read_tokens),
         cache_write_tokens=plus(total.cache_write_tokens, more.cache_write_tokens),
-    )
-
-
-# --- tools ------------------------------------------------------------------------------
-
-
-async def _run_tools(turn: Turn, calls: list[Part]) -> None:
-    """Run the calls of one reply (approved ones concurrently) and record one tool message."""
-    message = ChatMessage(
-        message_id=new_id("msg"),
-        session_id=turn.session_id,
-        seq=turn.next_seq(),
-        role="tool",
-        parts=[],
-        status="complete",
-        created_at=now_rfc3339(),
-    )
-    turn.history.append(message)
-    results: list[Part | None] = [None] * len(calls)
-    await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "tool"})
-    try:
-        approved: list[int] = []
-        for i, call in enumerate(calls):
-            raw = invalid_arguments(call)
-            if raw is not None:  # nothing to approve or run: the model hears why and may try again
-                await _emit_start(turn, call)
-                results[i] = await _finish_call(turn, message, call, arguments_problem(raw), True)
-                continue
-            allowed, why = await turn.approve(call)
-            if allowed:
-                approved.append(i)
-            else:
-                await _emit_start(turn, call)
-                results[i] = await _finish_call(turn, message, call, why, True)
-        async with anyio.create_task_group() as tg:
-            for i in approved:
-                tg.start_soon(_execute, turn, message, calls[i], results, i)
-    except anyio.get_cancelled_exc_class():
-        with turn.finishing():
-            message.parts = _with_cancelled(calls, results)
-            message.status = "interrupted"
-            await _save_and_end(turn, message)
-        raise
-    message.parts = [r for r in results if r is not None]
-    await _save_and_end(turn, message)
-
-
-async def _save_and_end(turn: Turn, message: ChatMessage) -> None:
-    """Save a finished message and close its bracket with ``message_end``.
-
-    When the store refuses it, the bracket still closes (the message is what will be saved
-    once the store takes it) and the error then ends the turn with one ``turn_end``.
-    """
-    try:
-        await turn.save(message)
-    except PonderError:
-        await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
-        raise
-    await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
-
-
-async def _emit_start(turn: Turn, call: Part) -> None:
-    await turn.emit(
-        ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}}
-    )
-
-
-async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[Part | None], i: int) -> None:
-    await _emit_start(turn, call)
-
-    async def output(chunk: str) -> None:
-        await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
-
-    text, is_error = await turn.run_tool(call.name or "", call.arguments or {}, output)
-    results[i] = await _finish_call(turn, message, call, text, is_error)
-
-
-async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
-    await turn.emit(
-        ev.ToolExecutionEnd,
-        {
-            "call_id": call.call_id,
-            "name": call.name,
-            "is_error": is_error,
-            "result": text,
-            "message_id": message.message_id,
-        },
-    )
-    return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)
-
-
-def _with_cancelled(calls: list[Part], results: list[Part | None]) -> list[Part]:
-    return [
-        r
-        if r is not None
-        else Part(type="tool_result", call_id=c.call_id, name=c.name, text=CANCELLED_RESULT, is_error=True)
-        for c, r in zip(calls, results, strict=True)
-    ]
-
-
-async def _record_cancelled_results(turn: Turn, reply: ChatMessage | None) -> None:
-    """A reply cut off after asking for tools gets "cancelled" results, so history stays valid."""
-    if reply is None:
-        return
-    calls = [p for p in reply.parts if p.type == "tool_call"]
-    if not calls:
-        return
-    message = ChatMessage(
-        message_id=new_id("msg"),
-        session_id=turn.session_id,
-        seq=turn.next_seq(),
-        role="tool",
-        parts=_with_cancelled(calls, [None] * len(calls)),
-        status="interrupted",
-        created_at=now_rfc3339(),
-    )
-    turn.history.append(message)
-    await turn.save(message)
-
-
-def repair_history(history: list[ChatMessage]) -> list[ChatMessage]:
-    """The history as providers must see it: every tool call answered by a result.
-
-    A crash between a reply that asked for tools and its tool message leaves calls without
-    results; each gets a synthetic "cancelled" result (in memory only; the store keeps
-    what really happened).
-    """
-    answered = {p.call_id for m in history if m.role == "tool" for p in m.parts if p.type == "tool_result"}
-    calls = [p for m in history if m.role == "assistant" for p in m.parts if p.type == "tool_call"]
-    if all(p.call_id in answered for p in calls):
-        return history
-    repaired: list[ChatMessage] = []
-    pending: list[Part] = []
-    for message in history:
-        if pending and message.role == "tool":
-            message = msgspec.structs.replace(
-                message, parts=[*message.parts, *_with_cancelled(pending, [None] * len(pending))]
-            )
-            pending = []
-        elif pending:
-            repaired.append(_synthetic_tool_message(repaired[-1], pending))
-            pending = []
-        repaired.append(message)
-        if message.role == "assistant":
-            pending = [p for p in message.parts if p.type == "tool_call" and p.call_id not in answered]
-    if pending:
-        repaired.append(_synthetic_tool_message(repaired[-1], pending))
-    return repaired
-
-
-def _synthetic_tool_message(after: ChatMessage, calls: list[Part]) -> ChatMessage:
-    return ChatMessage(
-        message_id=f"{after.message_id}-results",
-        session_id=after.session_id,
-        seq=after.seq,
-        role="tool",
-        parts=_with_cancelled(calls, [None] * len(calls)),
-        status="interrupted",
     )

@@ -1,0 +1,30 @@
+"""The agent: one turn of a session, dialect-free and vendor-free.
+
+``context`` (what a turn is made of), ``turn`` (``run_turn``: the tool loop, retries and
+backoff), ``reply`` (one streamed reply: watchdog, checkpoints, finish), ``tools`` (one
+reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_history``)
+and ``call_ids`` (tool-call ids unique in a session). This module only re-exports.
+"""
+
+from daemon.agent.context import SHUTDOWN_GRACE_S, AppendParts, Approve, Emit, RunTool, Turn, TurnSettings
+from daemon.agent.history import CANCELLED_RESULT, repair_history
+from daemon.agent.reply import add_usage
+from daemon.agent.turn import error_info, run_turn
+
+# ``daemon.sessions`` still calls it by its old private name.
+_error_info = error_info
+
+__all__ = [
+    "CANCELLED_RESULT",
+    "SHUTDOWN_GRACE_S",
+    "AppendParts",
+    "Approve",
+    "Emit",
+    "RunTool",
+    "Turn",
+    "TurnSettings",
+    "add_usage",
+    "error_info",
+    "repair_history",
+    "run_turn",
+]

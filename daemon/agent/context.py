@@ -1,0 +1,106 @@
+"""What one turn is made of: the ``Turn`` the session actor builds, its settings, and the
+callbacks through which the agent reaches the client (``Emit``), the store (``save``,
+``AppendParts``) and the tools (``Approve``, ``RunTool``).
+
+It also owns how a cancelled or failed turn finishes: ``Turn.finishing`` shields the last
+writes and events from cancellation, bounded by ``SHUTDOWN_GRACE_S`` once the daemon is
+shutting down (``Turn.hurry``).
+"""
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from daemon.conversation import ChatMessage, Part
+from daemon.providers.base import Provider, StreamLimits, ToolSpec
+from protocol.objects import Thinking, Usage
+
+# How long the last writes and events of a cancelled turn may take once the daemon is
+# shutting down; until then they wait for the client however long it takes to read.
+SHUTDOWN_GRACE_S = 2.0
+
+Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
+# (call part) -> (allowed, message shown to the model when denied)
+Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
+# (name, arguments, emit_output) -> (text, is_error)
+RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+
+
+class AppendParts(Protocol):
+    """An incremental checkpoint: ``daemon.store.AsyncStore.append_to_message``."""
+
+    async def __call__(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = ...,
+        final: ChatMessage | None = ...,
+    ) -> None: ...
+
+
+@dataclass
+class TurnSettings:
+    max_steps: int = 50
+    max_attempts: int = 4
+    stall_timeout_s: float = 90.0  # no bytes at all (keep-alives included) from the provider
+    no_progress_timeout_s: float = 600.0  # nothing but keep-alives from the provider
+    limits: StreamLimits = field(default_factory=StreamLimits)
+
+
+@dataclass
+class Turn:
+    """Everything one turn needs; built by the session actor."""
+
+    session_id: str
+    turn_id: str
+    user_message: ChatMessage
+    model_id: str
+    provider_name: str
+    model_name: str
+    provider: Provider
+    # Resolved for the model and adjusted by its provider (``Provider.adjust_thinking``) once,
+    # by the session when it builds the turn; the agent sends it as is and never recomputes it.
+    thinking: Thinking
+    history: list[ChatMessage]  # the session's messages; this turn appends to it
+    emit: Emit
+    save: Callable[[ChatMessage], Awaitable[None]]
+    append: AppendParts
+    next_seq: Callable[[], int]
+    approve: Approve
+    run_tool: RunTool
+    tools: list[ToolSpec] = field(default_factory=list)
+    # Fills in ``tools`` (MCP servers may take a while to start): awaited after
+    # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
+    prepare: Callable[["Turn"], Awaitable[None]] | None = None
+    system_prompt: str | None = None
+    settings: TurnSettings = field(default_factory=TurnSettings)
+    cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    usage: Usage = field(default_factory=Usage)
+    hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
+    _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
+
+    def hurry(self) -> None:
+        """Bound the turn's last writes and events (the daemon is shutting down)."""
+        self.hurried = True
+        deadline = anyio.current_time() + SHUTDOWN_GRACE_S
+        for scope in self._final_scopes:
+            scope.deadline = min(scope.deadline, deadline)
+
+    @contextmanager
+    def finishing(self) -> Iterator[None]:
+        """Shielded from cancellation, for the writes and events that close a cancelled or
+        failed step: they wait for a slow client instead of being dropped, unless the
+        daemon is shutting down (``hurry``)."""
+        with anyio.CancelScope(shield=True) as scope:
+            if self.hurried:
+                scope.deadline = anyio.current_time() + SHUTDOWN_GRACE_S
+            self._final_scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._final_scopes.discard(scope)

@@ -1,0 +1,83 @@
+"""The tool calls of one reply: approval, concurrent execution, and the one tool message
+that records their results (with "cancelled" results for those a cancel cut short).
+"""
+
+import anyio
+
+from daemon.agent.context import Turn
+from daemon.agent.history import save_and_end, with_cancelled
+from daemon.conversation import ChatMessage, Part
+from daemon.providers.base import arguments_problem, invalid_arguments
+from daemon.timeutil import new_id, now_rfc3339
+from protocol import events as ev
+
+
+async def run_tools(turn: Turn, calls: list[Part]) -> None:
+    """Run the calls of one reply (approved ones concurrently) and record one tool message."""
+    message = ChatMessage(
+        message_id=new_id("msg"),
+        session_id=turn.session_id,
+        seq=turn.next_seq(),
+        role="tool",
+        parts=[],
+        status="complete",
+        created_at=now_rfc3339(),
+    )
+    turn.history.append(message)
+    results: list[Part | None] = [None] * len(calls)
+    await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "tool"})
+    try:
+        approved: list[int] = []
+        for i, call in enumerate(calls):
+            raw = invalid_arguments(call)
+            if raw is not None:  # nothing to approve or run: the model hears why and may try again
+                await _emit_start(turn, call)
+                results[i] = await _finish_call(turn, message, call, arguments_problem(raw), True)
+                continue
+            allowed, why = await turn.approve(call)
+            if allowed:
+                approved.append(i)
+            else:
+                await _emit_start(turn, call)
+                results[i] = await _finish_call(turn, message, call, why, True)
+        async with anyio.create_task_group() as tg:
+            for i in approved:
+                tg.start_soon(_execute, turn, message, calls[i], results, i)
+    except anyio.get_cancelled_exc_class():
+        with turn.finishing():
+            message.parts = with_cancelled(calls, results)
+            message.status = "interrupted"
+            await save_and_end(turn, message)
+        raise
+    message.parts = [r for r in results if r is not None]
+    await save_and_end(turn, message)
+
+
+async def _emit_start(turn: Turn, call: Part) -> None:
+    await turn.emit(
+        ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}}
+    )
+
+
+async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[Part | None], i: int) -> None:
+    await _emit_start(turn, call)
+
+    async def output(chunk: str) -> None:
+        await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
+
+    text, is_error = await turn.run_tool(call.name or "", call.arguments or {}, output)
+    results[i] = await _finish_call(turn, message, call, text, is_error)
+
+
+async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
+    await turn.emit(
+        ev.ToolExecutionEnd,
+        {
+            "call_id": call.call_id,
+            "name": call.name,
+            "is_error": is_error,
+            "result": text,
+            "message_id": message.message_id,
+        },
+    )
+    return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)

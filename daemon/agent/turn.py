@@ -1,0 +1,99 @@
+"""One turn of the agent: stream the model's reply, run the tools it asks for, repeat.
+
+Data flows one way: normalized provider events → protocol events (to the client) and one
+``ChatMessage`` per reply (to the store). Every turn is bracketed by exactly one
+``turn_start`` and one ``turn_end``, whatever happens (cancel, provider failure, bug), and
+no event of a turn is given up on because the client reads slowly. A reply that fails
+before its first event is retried with backoff (``BACKOFF_BASE_S`` doubling up to
+``BACKOFF_CAP_S``, or the provider's ``retry-after``), up to ``TurnSettings.max_attempts``.
+"""
+
+import logging
+import random
+
+import anyio
+
+from daemon.agent.context import Turn
+from daemon.agent.reply import Reply
+from daemon.agent.tools import run_tools
+from daemon.conversation import ChatMessage
+from daemon.errors import PonderError, ProviderError
+from protocol import events as ev
+from protocol.errors import ErrorCode
+from protocol.objects import ErrorInfo
+
+log = logging.getLogger("ponder.agent")
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 30.0
+
+
+async def run_turn(turn: Turn) -> str:
+    """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
+    await turn.emit(
+        ev.TurnStart,
+        {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
+    )
+    stop_reason, error = "error", None
+    with turn.cancel_scope:
+        try:
+            if turn.prepare is not None:
+                await turn.prepare(turn)
+            stop_reason = await _tool_loop(turn)
+        except PonderError as exc:
+            error = error_info(exc)
+        except Exception as exc:
+            log.exception("turn %s failed", turn.turn_id)
+            error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
+    if turn.cancel_scope.cancelled_caught:
+        stop_reason, error = "cancelled", None
+    with turn.finishing():
+        await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
+    return stop_reason
+
+
+def error_info(exc: PonderError) -> ErrorInfo:
+    status = exc.status if isinstance(exc, ProviderError) else None
+    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)
+
+
+async def _tool_loop(turn: Turn) -> str:
+    for _step in range(turn.settings.max_steps):
+        reply, stop = await _respond_with_retries(turn)
+        calls = [p for p in reply.parts if p.type == "tool_call"]
+        if stop != "tool_use" or not calls:
+            # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
+            return "end_turn" if stop == "tool_use" else stop
+        await run_tools(turn, calls)
+    return "tool_limit"
+
+
+async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
+    attempt = 1
+    while True:
+        reply = Reply(turn)
+        try:
+            return await reply.stream()
+        except ProviderError as exc:
+            if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
+                raise
+            delay = _backoff(attempt, exc.retry_after)
+            attempt += 1
+            log.info("retrying %s in %.1fs (attempt %d): %s", turn.provider_name, delay, attempt, exc.message)
+            await turn.emit(
+                ev.Retry,
+                {
+                    "attempt": attempt,
+                    "max_attempts": turn.settings.max_attempts,
+                    "delay_ms": int(delay * 1000),
+                    "error": error_info(exc),
+                },
+            )
+            await anyio.sleep(delay)
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    if retry_after is not None:
+        return min(retry_after, BACKOFF_CAP_S * 4)
+    base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    return base / 2 + random.uniform(0, base / 2)
