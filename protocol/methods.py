@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, Budget, Message, Model, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -102,6 +102,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     title: str | None = None
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
+    budget: Budget | None = None  # else config.toml [budget]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -121,6 +122,21 @@ class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     session: Session
     thinking: Thinking
     messages: list[Message]
+
+
+class SessionCompactParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    instructions: str | None = None  # what the summary should focus on
+
+
+class SessionCompactResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    compaction_id: str
+    queued: bool
+
+
+class SessionBudgetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    budget: Budget | None  # null clears the session's budget
 
 
 class SessionListParams(msgspec.Struct, kw_only=True):
