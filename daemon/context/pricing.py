@@ -122,8 +122,8 @@ def price_from_models_dev(cost: Mapping[str, Any]) -> Price | None:
     for entry in cost.get("tiers") or []:
         tier = entry.get("tier") if isinstance(entry, dict) else None
         size = tier.get("size") if isinstance(tier, dict) and tier.get("type", "context") == "context" else None
-        rates = _rates(entry, fallback=base)
-        if _is_count(size) and rates is not None:
+        rates = _rates(entry, fallback=base) if isinstance(entry, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0 and rates is not None:
             tiers.append(Tier(above_tokens=size, rates=rates))
     legacy = cost.get("context_over_200k")
     if not tiers and isinstance(legacy, dict) and (rates := _rates(legacy, fallback=base)) is not None:
@@ -152,10 +152,6 @@ def _rates(cost: Mapping[str, Any], fallback: Rates | None = None) -> Rates | No
 def _rate(value: Any) -> float | None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
     return float(value) if ok else None
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 # --- config.toml -----------------------------------------------------------------------
