@@ -34,7 +34,7 @@ class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field
 class TurnStart(_Event, tag="turn_start"):
     model_id: str
     thinking: Thinking
-    user_message_id: str
+    user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
 
 

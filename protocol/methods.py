@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, Budget, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -95,6 +95,14 @@ class ThinkingSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 # --- sessions ------------------------------------------------------------------------
 
 
+class BudgetParams(msgspec.Struct, kw_only=True):
+    """A budget as a client sends it (``session/start``, ``session/budget``); an omitted limit is no limit.
+    The daemon answers with ``Budget`` (``Session.budget``)."""
+
+    max_cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # USD
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
 class SessionStartParams(msgspec.Struct, kw_only=True):
     model_id: str | None = None
     thinking_level: str | None = None
@@ -102,7 +110,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     title: str | None = None
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
-    budget: Budget | None = None  # else config.toml [budget]
+    budget: BudgetParams | None = None  # else config.toml [budget]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -136,7 +144,7 @@ class SessionCompactResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
 
 class SessionBudgetParams(msgspec.Struct, kw_only=True):
     session_id: str
-    budget: Budget | None  # null clears the session's budget
+    budget: BudgetParams | None  # null clears the session's budget
 
 
 class SessionListParams(msgspec.Struct, kw_only=True):
