@@ -1,6 +1,13 @@
 """When to compact, capped reserves on small windows, and the thinking budget near the limit."""
 
-from daemon.context.window import effective_keep_recent, effective_reserve, fit_thinking_budget, needs_compaction
+from daemon.context.window import (
+    context_fill,
+    effective_keep_recent,
+    effective_reserve,
+    fit_thinking_budget,
+    needs_compaction,
+)
+from protocol.objects import ContextFill, Usage
 
 
 def test_threshold_is_window_minus_reserve() -> None:
@@ -42,3 +49,11 @@ def test_thinking_budget_never_below_the_minimum() -> None:
     )
     assert budget == 1024
     assert reason is not None and "minimum of 1,024 tokens" in reason and "compacting the session" in reason
+
+
+def test_context_fill_is_the_request_plus_its_reply() -> None:
+    usage = Usage(input_tokens=7_000, output_tokens=500, cache_read_tokens=6_000, reasoning_tokens=200)
+    assert context_fill(usage, 8_192) == ContextFill(used=7_500, size=8_192)
+    assert context_fill(Usage(), 8_192) is None
+    assert context_fill(None, None) is None
+    assert context_fill(Usage(output_tokens=3), None) == ContextFill(used=3, size=None)

@@ -1,4 +1,4 @@
-"""The context window's arithmetic: when to compact, and how much thinking still fits.
+"""The context window's arithmetic: how full it is, when to compact, and how much thinking still fits.
 
 ``[compaction] reserve_tokens`` and ``keep_recent_tokens`` are absolute numbers, sensible for
 large windows. On a small window (an 8k local model) the defaults would mean "compact before
@@ -11,8 +11,20 @@ to the window that alone overflows it, so the budget shrinks to what fits, with 
 for ``Thinking.reason``.
 """
 
+from protocol.objects import ContextFill, Usage
+
 RESERVE_SHARE = 2  # the reserve is at most 1/2 of the window
 KEEP_RECENT_SHARE = 4  # what stays verbatim is at most 1/4 of the window
+
+
+def context_fill(usage: Usage | None, context_window: int | None) -> ContextFill | None:
+    """The context after a call: the request just made plus its reply (``input + output`` tokens), and the window.
+
+    None when the provider reported no usage for the call.
+    """
+    if usage is None or (usage.input_tokens is None and usage.output_tokens is None):
+        return None
+    return ContextFill(used=(usage.input_tokens or 0) + (usage.output_tokens or 0), size=context_window)
 
 
 def effective_reserve(context_window: int, reserve_tokens: int) -> int:
