@@ -190,3 +190,15 @@ class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     code: int
     message: str
     provider_status: int | None = None
+
+
+class MessageItem(Message, tag_field="kind", tag="message"):
+    """A Message in a history's ``items``, with ``kind: "message"``."""
+
+
+class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
+    """A Compaction in a history's ``items``, with ``kind: "compaction"``."""
+
+
+# session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
+HistoryItem = MessageItem | CompactionItem

@@ -2,8 +2,16 @@
 
 import itertools
 
+import msgspec
+
 from daemon.context.estimate import messages_tokens, request_estimate
-from daemon.context.history import SUMMARY_PREFIX, compaction_shrinks, history_for_request, without_thinking
+from daemon.context.history import (
+    SUMMARY_PREFIX,
+    compaction_shrinks,
+    history_for_request,
+    history_items,
+    without_thinking,
+)
 from protocol.objects import Compaction
 from tests.support.chat import Conversation
 
@@ -89,3 +97,19 @@ def test_a_compaction_never_increases_the_estimate() -> None:
     assert bloated_after > before and not compaction_shrinks(before, bloated_after)
     assert not compaction_shrinks(before, before)
     assert messages_tokens(chat.messages[2:]) < messages_tokens(chat.messages)
+
+
+def test_history_items_interleave_messages_and_compactions_by_seq() -> None:
+    chat = conversation()
+    wire = [m.to_wire() for m in chat.messages]
+    record = compaction()  # seq 8: after the seven messages
+    earlier = msgspec.structs.replace(record, compaction_id="k0", seq=2, first_kept_seq=1)
+    items = history_items(wire, [record, earlier])
+    assert [(type(i).__name__, i.seq) for i in items] == [
+        ("MessageItem", 1), ("MessageItem", 2), ("CompactionItem", 2), *[("MessageItem", n) for n in range(3, 8)],
+        ("CompactionItem", 8),
+    ]  # fmt: skip
+    encoded = msgspec.json.decode(msgspec.json.encode(items))
+    assert encoded[0]["kind"] == "message" and encoded[0]["message_id"] == "m1"
+    assert encoded[-1]["kind"] == "compaction" and encoded[-1]["summary"] == SUMMARY
+    assert history_items([], []) == []

@@ -19,6 +19,7 @@ from typing import Protocol
 import msgspec
 
 from daemon.conversation import ChatMessage, Part
+from protocol.objects import Compaction, CompactionItem, HistoryItem, Message, MessageItem
 
 SUMMARY_PREFIX = (
     "The conversation before this point was compacted into the following summary. "
@@ -90,3 +91,14 @@ def compaction_shrinks(tokens_before: int, tokens_after: int) -> bool:
     as failed (or skipped) and store nothing.
     """
     return tokens_after < tokens_before
+
+
+def history_items(messages: Sequence[Message], compactions: Sequence[Compaction]) -> list[HistoryItem]:
+    """``items`` of session/messages and session/resume: messages and compaction records in ``seq`` order.
+
+    A compaction's seq follows the last message that existed when it happened, so it sorts after
+    that message (and before the next one, which takes a later seq).
+    """
+    items: list[HistoryItem] = [MessageItem(**msgspec.structs.asdict(message)) for message in messages]
+    items += [CompactionItem(**msgspec.structs.asdict(compaction)) for compaction in compactions]
+    return sorted(items, key=lambda item: item.seq)
