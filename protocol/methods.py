@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -130,8 +130,6 @@ class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     session: Session
     thinking: Thinking
     messages: list[Message]
-    # Messages and compaction records in seq order (PROTOCOL "Context, cost and compaction").
-    items: list[HistoryItem] = msgspec.field(default_factory=list)
 
 
 class SessionCompactParams(msgspec.Struct, kw_only=True):
@@ -169,7 +167,6 @@ class SessionMessagesParams(msgspec.Struct, kw_only=True):
 class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     messages: list[Message]
     next_seq: int | None
-    items: list[HistoryItem] = msgspec.field(default_factory=list)  # as in SessionResumeResult
 
 
 class SessionPromptParams(msgspec.Struct, kw_only=True):

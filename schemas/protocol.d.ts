@@ -108,20 +108,6 @@ export interface CompactionEnd {
   seq: number;
 }
 
-/** A Compaction in a history's ``items``, with ``kind: "compaction"``. */
-export interface CompactionItem {
-  kind: "compaction";
-  compaction_id: string;
-  seq: number;
-  trigger: "manual" | "overflow" | "threshold";
-  summary: string;
-  first_kept_seq: number;
-  tokens_before: number;
-  tokens_after: number;
-  model_id: string | null;
-  created_at: string;
-}
-
 export interface CompactionStart {
   type: "compaction_start";
   compaction_id: string;
@@ -273,24 +259,6 @@ export interface MessageEnd {
   session_id: string;
   turn_id: string;
   seq: number;
-}
-
-/** A Message in a history's ``items``, with ``kind: "message"``. */
-export interface MessageItem {
-  kind: "message";
-  message_id: string;
-  session_id: string;
-  seq: number;
-  role: Role;
-  content: Block[];
-  thinking: string | null;
-  model_id: string | null;
-  thinking_level: ThinkingLevel | null;
-  /** Set on assistant messages; null on user and tool messages, and on an assistant message that a daemon saved mid-stream and never finished (it stopped): that one has `status: interrupted`. */
-  stop_reason: MessageStopReason | null;
-  usage: Usage | null;
-  status: MessageStatus;
-  created_at: string;
 }
 
 export interface MessageStart {
@@ -547,7 +515,6 @@ export interface SessionMessagesParams {
 export interface SessionMessagesResult {
   messages: Message[];
   next_seq: number | null;
-  items: (MessageItem | CompactionItem)[];
 }
 
 /** Result of ``session/fork`` and ``session/rename``. */
@@ -601,7 +568,6 @@ export interface SessionResumeResult {
   session: Session;
   thinking: Thinking;
   messages: Message[];
-  items: (MessageItem | CompactionItem)[];
 }
 
 /** `session/start`: its params and result. */
