@@ -46,8 +46,14 @@ def test_compaction_events_on_the_wire() -> None:
 
 
 def test_turn_start_kind_defaults_to_prompt_and_allows_a_compaction_turn() -> None:
-    thinking: dict[str, object] = {"requested": "off", "effective": "off", "supported": ["off"], "reason": None, "budget_tokens": None,
-                "request_params": {}}  # fmt: skip
+    thinking: dict[str, object] = {
+        "requested": "off",
+        "effective": "off",
+        "supported": ["off"],
+        "reason": None,
+        "budget_tokens": None,
+        "request_params": {},
+    }
     raw = {"type": "turn_start", "session_id": "s", "turn_id": "t", "seq": 0, "model_id": "mock/echo",
            "thinking": thinking, "user_message_id": None, "kind": "compaction"}  # fmt: skip
     event = msgspec.json.decode(msgspec.json.encode(raw), type=AgentEvent)
