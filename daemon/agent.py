@@ -30,7 +30,7 @@ import msgspec
 from daemon.call_ids import ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ProviderError
-from daemon.heap import release_free_memory
+from daemon.util.heap import release_free_memory
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -46,7 +46,8 @@ from daemon.providers.base import (
     decode_arguments,
     invalid_arguments,
 )
-from daemon.timeutil import new_id, now_rfc3339
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo, Thinking, Usage

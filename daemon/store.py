@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import anyio
@@ -36,6 +35,7 @@ import msgspec
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, SessionNotFound, ShuttingDown, StoreError, StoreUnavailable
 from daemon.migrations import check_not_too_new, migrate
+from daemon.util.clock import new_id, rfc3339
 from protocol.objects import Session, Usage
 
 T = TypeVar("T")
@@ -134,16 +134,6 @@ def new_lease_owner() -> str:
     """An owner string for this process: pid and start time make a dead owner detectable."""
     pid = os.getpid()
     return f"{pid}:{process_start_time(pid)}:{os.urandom(8).hex()}"
-
-
-def rfc3339(epoch_s: float) -> str:
-    # Fixed width (always microseconds, always Z) so that string order is time order,
-    # which is what the updated_at index and the session cursor rely on.
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _new_message_id() -> str:
-    return f"msg_{os.urandom(16).hex()}"
 
 
 def _null_if_empty(value: str | None) -> str | None:
@@ -349,12 +339,10 @@ class Store:
         path: str | os.PathLike[str],
         *,
         clock: Callable[[], float] = time.time,
-        new_message_id: Callable[[], str] = _new_message_id,
         problem: str | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._clock = clock
-        self._new_message_id = new_message_id
         self._lock = threading.RLock()
         self.problem = problem  # why it could not be opened (see ``unavailable``)
         self._db: sqlite3.Connection | None = None
@@ -613,7 +601,7 @@ class Store:
             self._insert_session(db, msgspec.structs.replace(new_row, parent_id=source_id))
 
             old_ids = [r[0] for r in db.execute(f"SELECT id FROM messages WHERE session_id = ?{seq_filter}", params)]
-            mapping = [(self._new_message_id(), old_id) for old_id in old_ids]
+            mapping = [(new_id("msg"), old_id) for old_id in old_ids]
             db.executemany(
                 """
                 INSERT INTO messages (id, session_id, seq, role, model_id, thinking_requested,
