@@ -30,7 +30,6 @@ import msgspec
 from daemon.call_ids import ReplyCallIds, for_provider
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ProviderError
-from daemon.util.heap import release_free_memory
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -48,6 +47,7 @@ from daemon.providers.base import (
 )
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
+from daemon.util.heap import release_free_memory
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo, Thinking, Usage

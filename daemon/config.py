@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.util import redact
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from daemon.util import redact
 
 
 class Secret:
