@@ -12,11 +12,22 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.client import RpcError
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, SessionNotFound, StoreUnavailable
-from daemon.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
+from daemon.errors import (
+    InvalidCursor,
+    InvalidLimit,
+    InvalidParams,
+    MessageNotInSession,
+    SessionNotFound,
+    StoreUnavailable,
+)
+from daemon.rpc import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
+from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
 from protocol.objects import Usage
+from tests.support.acp_harness import acp_daemon
+from tests.support.harness import in_memory_daemon
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,9 +260,9 @@ def test_list_sessions_pages_newest_first(store: Store, clock: FakeClock) -> Non
     assert store.list_sessions(cwd="/b", limit=1)[0][0].id == "new"
 
     assert store.list_sessions(cwd="/nowhere") == ([], None)
-    with pytest.raises(InvalidParams):
+    with pytest.raises(InvalidCursor):
         store.list_sessions(cursor="not a cursor!")
-    with pytest.raises(InvalidParams):
+    with pytest.raises(InvalidLimit):
         store.list_sessions(limit=0)
 
 
@@ -299,9 +310,9 @@ def test_fork_whole_and_up_to_a_message(store: Store) -> None:
     assert store.get_messages("src") == source_messages  # the source is untouched
     assert store.get_session("src").message_count == 3  # type: ignore[union-attr]
 
-    with pytest.raises(InvalidParams, match="not in session"):
+    with pytest.raises(MessageNotInSession, match="not in session"):
         store.fork_session("src", session("f3"), up_to_message_id="no-such-message")
-    with pytest.raises(InvalidParams, match="not in session"):
+    with pytest.raises(MessageNotInSession, match="not in session"):
         store.fork_session("f1", session("f4"), up_to_message_id="a1")  # a1 lives in src
     with pytest.raises(SessionNotFound):
         store.fork_session("missing", session("f5"))
@@ -805,3 +816,32 @@ async def test_the_flusher_hands_over_once_its_own_write_is_done(db_path: Path, 
         assert committed_when_first_answered == [1]  # answered before the others' flush committed
         assert batches == [1, 2]  # the other two still committed together
         assert [m.seq for m in await store.get_messages("s1")] == [1, 2, 3]
+
+
+# --- the store's own errors on the wire --------------------------------------------------
+
+BAD_CURSOR_MESSAGE = "The cursor is not one session/list returned."
+
+
+def test_store_request_errors_map_to_invalid_params() -> None:
+    wire = as_wire_error(InvalidCursor())
+    assert isinstance(wire, InvalidParams)
+    assert (wire.code, wire.message) == (-32602, BAD_CURSOR_MESSAGE)
+    assert wire.data == {"errors": [{"path": "$.cursor", "message": BAD_CURSOR_MESSAGE}]}
+
+
+@pytest.mark.anyio
+async def test_a_bad_cursor_answers_as_before_in_both_protocols(home: Path) -> None:
+    errors = [{"path": "$.cursor", "message": BAD_CURSOR_MESSAGE}]
+    async with in_memory_daemon(home) as (client, _):
+        with pytest.raises(RpcError) as ponder:
+            await client.request("session/list", {"cursor": "not a cursor!"})
+    assert (ponder.value.code, ponder.value.message, ponder.value.data) == (
+        -32602,
+        BAD_CURSOR_MESSAGE,
+        {"errors": errors},
+    )
+    async with acp_daemon(home) as (client, _):
+        with pytest.raises(RpcError) as acp:
+            await client.request("session/list", {"cursor": "not a cursor!"})
+    assert (acp.value.code, acp.value.message, acp.value.data) == (-32602, BAD_CURSOR_MESSAGE, {"errors": errors})
