@@ -17,13 +17,12 @@ re-exports.
 
 from daemon.errors import StoreClosed, StoreError, StoreUnavailable
 from daemon.store.async_store import AsyncStore
-from daemon.store.leases import Lease, new_lease_owner, process_start_time
+from daemon.store.leases import new_lease_owner, process_start_time
 from daemon.store.sessions import SessionChange, SessionRow
 from daemon.store.store import Store
 
 __all__ = [
     "AsyncStore",
-    "Lease",
     "SessionChange",
     "SessionRow",
     "Store",

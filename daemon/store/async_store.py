@@ -17,8 +17,7 @@ import anyio
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import StoreClosed, StoreUnavailable
 from daemon.store.batch import Batch
-from daemon.store.leases import Lease
-from daemon.store.sessions import SessionChange, SessionRow
+from daemon.store.sessions import SessionRow
 from daemon.store.store import Store
 
 T = TypeVar("T")
@@ -123,23 +122,11 @@ class AsyncStore:
     ) -> None:
         await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
 
-    async def next_seq(self, session_id: str) -> int:
-        return await self._call(self.store.next_seq, session_id)
-
     async def record_change(self, session_id: str, kind: str, value: str | None) -> None:
         await self._call(self.store.record_change, session_id, kind, value)
-
-    async def get_changes(self, session_id: str) -> list[SessionChange]:
-        return await self._call(self.store.get_changes, session_id)
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
 
-    async def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
-        return await self._call(self.store.renew_lease, session_id, owner, ttl_s)
-
     async def release_lease(self, session_id: str, owner: str) -> bool:
         return await self._call(self.store.release_lease, session_id, owner)
-
-    async def get_lease(self, session_id: str) -> Lease | None:
-        return await self._call(self.store.get_lease, session_id)

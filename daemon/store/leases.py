@@ -11,15 +11,7 @@ import sqlite3
 import sys
 from collections.abc import Callable
 
-import msgspec
-
 from daemon.store.db import Database
-
-
-class Lease(msgspec.Struct, kw_only=True):
-    session_id: str
-    owner: str
-    expires_at: float  # unix seconds
 
 
 def process_start_time(pid: int) -> str:
@@ -97,18 +89,6 @@ class LeaseQueries(Database):
 
         return body
 
-    def renew_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
-        """Extend ``owner``'s lease; False if it was taken over (the turn must stop)."""
-        return self._write(
-            lambda db: (
-                db.execute(
-                    "UPDATE turn_leases SET expires_at = ? WHERE session_id = ? AND owner = ?",
-                    (self._clock() + ttl_s, session_id, owner),
-                ).rowcount
-                > 0
-            )
-        )
-
     def release_lease(self, session_id: str, owner: str) -> bool:
         """Drop ``owner``'s lease; False if it did not hold it."""
         return self._write(
@@ -117,11 +97,3 @@ class LeaseQueries(Database):
                 > 0
             )
         )
-
-    def get_lease(self, session_id: str) -> Lease | None:
-        row = self._read(
-            lambda db: db.execute(
-                "SELECT owner, expires_at FROM turn_leases WHERE session_id = ?", (session_id,)
-            ).fetchone()
-        )
-        return None if row is None else Lease(session_id=session_id, owner=row[0], expires_at=row[1])

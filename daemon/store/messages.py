@@ -292,11 +292,3 @@ class MessageQueries(Database):
             message_parts = parts.get(message_id, [])
             if position < len(message_parts):  # positions are 0..n-1 as saved
                 message_parts[position].text += "".join(texts)
-
-    def next_seq(self, session_id: str) -> int:
-        """The seq for the session's next message: 1 for an empty session."""
-        return self._read(
-            lambda db: db.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
-        )
