@@ -25,7 +25,7 @@ PART_COLUMNS = (
     "message_id, position, type, text, redacted, call_id, name, arguments_json, "
     "is_error, provider, model, signature, provider_data_json"
 )
-PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
+_PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_usage = msgspec.json.Decoder(Usage).decode
@@ -171,7 +171,7 @@ class MessageQueries(Database):
             parts: dict[str, list[Part]] = {row[0]: [] for row in rows}
             for part_row in db.execute(
                 f"""
-                SELECT {PART_COLUMNS_OF_P}
+                SELECT {_PART_COLUMNS_OF_P}
                 FROM messages AS m JOIN parts AS p ON p.message_id = m.id
                 WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
                 ORDER BY m.seq, p.position
