@@ -4,7 +4,7 @@ Environment variables override ``config.toml``. A config file that does not pars
 provider with an unknown ``api``, is recorded in ``Config.problems`` (with its line where
 known) and the daemon still starts with the rest. Secrets are wrapped in ``Secret`` so
 that no repr, log line or error message can show them, and every ``Secret`` is added to
-``daemon.redact``'s known credentials, masked in tool output, events, the store and logs.
+``daemon.util.redact``'s known credentials, masked in tool output, events, the store and logs.
 
 What each built-in provider is (base URL, key variables, endpoints) is read from
 ``daemon.providers.table``, as is which environment variables hold credentials
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from daemon import redact
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.thinking import parse_level
+from daemon.util import redact
 from protocol.objects import Budget, ThinkingDisplay, ThinkingFallback
 
 

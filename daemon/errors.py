@@ -1,7 +1,10 @@
 """The one exception hierarchy of the daemon; each error knows its wire code and ``error.data``.
 
-Handlers and the agent raise these; ``daemon.rpc`` turns them into JSON-RPC errors in one
-place. Messages are one sentence a person can act on and never contain a credential.
+Handlers, the agent and the store raise these; ``daemon.rpc.as_wire_error`` turns them into
+JSON-RPC errors in one place. The store raises only its own: ``StoreError`` (and
+``StoreUnavailable``, ``StoreClosed``) when it fails, ``SessionNotFound``, and
+``InvalidStoreRequest`` (``InvalidCursor``, ``InvalidLimit``, ``MessageNotInSession``) when a
+caller asks for what cannot be. Messages are one sentence a person can act on and never contain a credential.
 """
 
 from typing import Any
@@ -174,6 +177,48 @@ class ProviderModelNotFound(ProviderError):
 
 class StoreError(InternalError):
     """The session store failed or refused a write (a bug or a broken file, never user input)."""
+
+
+class StoreClosed(ShuttingDown):
+    """The store was closed, which happens only on the way out."""
+
+
+class InvalidStoreRequest(PonderError):
+    """A store call asked for what cannot be (a cursor the store never gave, a limit below its
+    bound, a message of another session): the caller's mistake, not the store's.
+
+    ``argument`` names the store call's argument at fault; ``daemon.rpc.as_wire_error`` answers it
+    as ``InvalidParams`` at ``$.<argument>``.
+    """
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, *, argument: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class InvalidCursor(InvalidStoreRequest):
+    """A session-list cursor that is not one the store returned."""
+
+    def __init__(self) -> None:
+        super().__init__("The cursor is not one session/list returned.", argument="cursor")
+
+
+class InvalidLimit(InvalidStoreRequest):
+    """A page size out of range (``message`` says the bound)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, argument="limit")
+
+
+class MessageNotInSession(InvalidStoreRequest):
+    """A message id that is not in the session named with it."""
+
+    def __init__(self, message_id: str, session_id: str) -> None:
+        super().__init__(f"Message {message_id!r} is not in session {session_id!r}.", argument="message_id")
+        self.message_id = message_id
+        self.session_id = session_id
 
 
 class StoreUnavailable(StoreError):

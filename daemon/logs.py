@@ -1,5 +1,5 @@
 """Logging set-up: stderr and a rotating file in the home's ``logs/``; never stdout, and never a
-known credential (``daemon.redact.MaskingFormatter``).
+known credential (``daemon.util.redact.MaskingFormatter``).
 
 ``logs/`` is created 0700 and every log file 0600, the ones made by a rotation included.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from daemon.home import make_private_dir, open_private
-from daemon.redact import MaskingFormatter
+from daemon.util.redact import MaskingFormatter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MAX_BYTES = 5 * 1024 * 1024

@@ -20,6 +20,7 @@ from daemon.errors import (
     InternalError,
     InvalidParams,
     InvalidRequest,
+    InvalidStoreRequest,
     MethodNotFound,
     ParseError,
     PonderError,
@@ -122,6 +123,8 @@ def _shutdown_part(group: BaseExceptionGroup, what: str) -> BaseExceptionGroup:
 
 def as_wire_error(exc: BaseException) -> PonderError:
     """The one mapping from any exception to a wire error."""
+    if isinstance(exc, InvalidStoreRequest):
+        return InvalidParams(exc.message, path=f"$.{exc.argument}")
     if isinstance(exc, PonderError):
         return exc
     if isinstance(exc, msgspec.ValidationError):

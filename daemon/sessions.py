@@ -41,14 +41,10 @@ from daemon.errors import (
     StoreError,
     StoreUnavailable,
 )
-from daemon.keyed_lock import KeyedLock
 from daemon.providers.base import ProviderRequest, StreamLimits
 from daemon.providers.registry import ProviderRegistry
-from daemon.redact import SecretMask
-from daemon.redact import known as known_secrets
 from daemon.rpc import ClientRequestError, Connection
 from daemon.store import AsyncStore, SessionRow, new_lease_owner
-from daemon.timeutil import new_id, now_rfc3339
 from daemon.tools import (
     Tool,
     ToolError,
@@ -59,6 +55,11 @@ from daemon.tools import (
 )
 from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
+from daemon.util.keyed_lock import KeyedLock
+from daemon.util.redact import SecretMask
+from daemon.util.redact import known as known_secrets
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session, Thinking

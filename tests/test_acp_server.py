@@ -709,7 +709,7 @@ async def test_a_cwd_that_cannot_be_resolved_is_invalid_params_or_only_noted(hom
 async def test_initialize_lists_the_problems_and_sessions_answer_them(home: Path, work: Path) -> None:
     import sqlite3
 
-    from daemon.migrations import MIGRATIONS
+    from daemon.store.migrations import MIGRATIONS
 
     db = sqlite3.connect(home / "sessions.db")
     db.execute("PRAGMA user_version = 99")

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from daemon import redact
 from daemon.config import child_env, load_config
 from daemon.logs import setup_logging
 from daemon.mcp.spec import parse_acp_server, parse_config_server
 from daemon.providers.copilot import CopilotTokens
+from daemon.util import redact
 
 
 def planted(name: str) -> str:

@@ -3,7 +3,7 @@
 import anyio
 import pytest
 
-from daemon.keyed_lock import KeyedLock
+from daemon.util.keyed_lock import KeyedLock
 
 pytestmark = pytest.mark.anyio
 

@@ -31,12 +31,12 @@ import anyio
 import pytest
 
 from daemon import sessions
-from daemon import store as store_module
 from daemon.client import RpcClient, RpcError, spawn_daemon
 from daemon.conversation import ChatMessage, Part
 from daemon.logs import setup_logging
-from daemon.migrations import MIGRATIONS
 from daemon.store import SessionRow, Store, process_start_time
+from daemon.store import db as store_module
+from daemon.store.migrations import MIGRATIONS
 from tests.support.harness import in_memory_daemon, initialize, subprocess_env
 
 pytestmark = pytest.mark.anyio

@@ -14,13 +14,13 @@ import msgspec
 import pytest
 
 from daemon import sessions
-from daemon import store as store_module
 from daemon.agent import CANCELLED_RESULT
 from daemon.agent import reply as agent_reply
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
 from daemon.store import AsyncStore, SessionRow, Store, StoreError
+from daemon.store import db as store_module
 from protocol import events as ev
 from tests.support.faults import (
     MESSAGE_START,

@@ -12,11 +12,22 @@ from pathlib import Path
 import anyio
 import pytest
 
+from daemon.client import RpcError
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, SessionNotFound, StoreUnavailable
-from daemon.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
+from daemon.errors import (
+    InvalidCursor,
+    InvalidLimit,
+    InvalidParams,
+    MessageNotInSession,
+    SessionNotFound,
+    StoreUnavailable,
+)
+from daemon.rpc import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
+from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
 from protocol.objects import Usage
+from tests.support.acp_harness import acp_daemon
+from tests.support.harness import in_memory_daemon
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,18 +260,16 @@ def test_list_sessions_pages_newest_first(store: Store, clock: FakeClock) -> Non
     assert store.list_sessions(cwd="/b", limit=1)[0][0].id == "new"
 
     assert store.list_sessions(cwd="/nowhere") == ([], None)
-    with pytest.raises(InvalidParams):
+    with pytest.raises(InvalidCursor):
         store.list_sessions(cursor="not a cursor!")
-    with pytest.raises(InvalidParams):
+    with pytest.raises(InvalidLimit):
         store.list_sessions(limit=0)
 
 
-def test_message_paging_and_next_seq(store: Store) -> None:
+def test_message_paging(store: Store) -> None:
     store.create_session(session())
-    assert store.next_seq("s1") == 1
     for seq in range(1, 11):
         store.save_message(text_message(f"m{seq}", seq, text=f"#{seq}"))
-    assert store.next_seq("s1") == 11
 
     assert [m.seq for m in store.get_messages("s1")] == list(range(1, 11))
     assert [m.seq for m in store.get_messages("s1", after_seq=7)] == [8, 9, 10]
@@ -299,9 +308,9 @@ def test_fork_whole_and_up_to_a_message(store: Store) -> None:
     assert store.get_messages("src") == source_messages  # the source is untouched
     assert store.get_session("src").message_count == 3  # type: ignore[union-attr]
 
-    with pytest.raises(InvalidParams, match="not in session"):
+    with pytest.raises(MessageNotInSession, match="not in session"):
         store.fork_session("src", session("f3"), up_to_message_id="no-such-message")
-    with pytest.raises(InvalidParams, match="not in session"):
+    with pytest.raises(MessageNotInSession, match="not in session"):
         store.fork_session("f1", session("f4"), up_to_message_id="a1")  # a1 lives in src
     with pytest.raises(SessionNotFound):
         store.fork_session("missing", session("f5"))
@@ -577,12 +586,9 @@ def test_lease_blocks_a_second_live_owner(store: Store) -> None:
     assert store.acquire_lease("s1", mine, 30)
     assert store.acquire_lease("s1", mine, 30)  # re-entrant for its owner
     assert not store.acquire_lease("s1", theirs, 30)
-    assert not store.renew_lease("s1", theirs, 30)
     assert not store.release_lease("s1", theirs)
-    assert store.renew_lease("s1", mine, 60)
-    assert store.get_lease("s1").owner == mine  # type: ignore[union-attr]
+    assert not store.acquire_lease("s1", theirs, 30)  # still mine
     assert store.release_lease("s1", mine)
-    assert store.get_lease("s1") is None
     assert store.acquire_lease("s1", theirs, 30)
     with pytest.raises(SessionNotFound):
         store.acquire_lease("missing", mine, 30)
@@ -596,9 +602,9 @@ def test_expired_lease_is_taken_over(store: Store, clock: FakeClock) -> None:
     assert not store.acquire_lease("s1", second, 10)
     clock.tick(2)
     assert store.acquire_lease("s1", second, 10)
-    # The old owner learns it lost the lease when it tries to renew.
-    assert not store.renew_lease("s1", first, 10)
-    assert store.get_lease("s1").owner == second  # type: ignore[union-attr]
+    # The old owner no longer holds it, and cannot take it back while the new one does.
+    assert not store.release_lease("s1", first)
+    assert not store.acquire_lease("s1", first, 10)
 
 
 def test_lease_of_a_dead_process_is_taken_over(store: Store) -> None:
@@ -663,7 +669,6 @@ async def test_async_store_round_trip_and_concurrency(db_path: Path) -> None:
         messages = await store.get_messages("s1", after_seq=15)
         assert [m.seq for m in messages] == [16, 17, 18, 19, 20]
         assert messages[0].parts[0].text == TRICKY
-        assert await store.next_seq("s1") == 21
         rows, cursor = await store.list_sessions()
         assert ([r.message_count for r in rows], cursor) == ([20], None)
         await store.save_message(every_part_message("m1", seq=1))
@@ -671,13 +676,12 @@ async def test_async_store_round_trip_and_concurrency(db_path: Path) -> None:
         renamed = await store.update_session("s1", title="t")
         assert renamed.title == "t"
         await store.record_change("s1", "thinking", "low")
-        assert len(await store.get_changes("s1")) == 1
+        assert len(store.store.get_changes("s1")) == 1
         forked = await store.fork_session("s1", session("f"), "m5")
         assert forked.message_count == 5
         owner = new_lease_owner()
         assert await store.acquire_lease("s1", owner, 30)
-        assert await store.renew_lease("s1", owner, 30)
-        assert (await store.get_lease("s1")).owner == owner  # type: ignore[union-attr]
+        assert not await store.acquire_lease("s1", new_lease_owner(), 30)
         assert await store.release_lease("s1", owner)
         assert await store.delete_session("f")
         assert await store.get_session("f") is None
@@ -805,3 +809,32 @@ async def test_the_flusher_hands_over_once_its_own_write_is_done(db_path: Path, 
         assert committed_when_first_answered == [1]  # answered before the others' flush committed
         assert batches == [1, 2]  # the other two still committed together
         assert [m.seq for m in await store.get_messages("s1")] == [1, 2, 3]
+
+
+# --- the store's own errors on the wire --------------------------------------------------
+
+BAD_CURSOR_MESSAGE = "The cursor is not one session/list returned."
+
+
+def test_store_request_errors_map_to_invalid_params() -> None:
+    wire = as_wire_error(InvalidCursor())
+    assert isinstance(wire, InvalidParams)
+    assert (wire.code, wire.message) == (-32602, BAD_CURSOR_MESSAGE)
+    assert wire.data == {"errors": [{"path": "$.cursor", "message": BAD_CURSOR_MESSAGE}]}
+
+
+@pytest.mark.anyio
+async def test_a_bad_cursor_answers_as_before_in_both_protocols(home: Path) -> None:
+    errors = [{"path": "$.cursor", "message": BAD_CURSOR_MESSAGE}]
+    async with in_memory_daemon(home) as (client, _):
+        with pytest.raises(RpcError) as ponder:
+            await client.request("session/list", {"cursor": "not a cursor!"})
+    assert (ponder.value.code, ponder.value.message, ponder.value.data) == (
+        -32602,
+        BAD_CURSOR_MESSAGE,
+        {"errors": errors},
+    )
+    async with acp_daemon(home) as (client, _):
+        with pytest.raises(RpcError) as acp:
+            await client.request("session/list", {"cursor": "not a cursor!"})
+    assert (acp.value.code, acp.value.message, acp.value.data) == (-32602, BAD_CURSOR_MESSAGE, {"errors": errors})

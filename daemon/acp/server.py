@@ -28,6 +28,7 @@ from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
+from daemon.rpc import as_wire_error
 from daemon.server import Daemon, serve
 from daemon.store import SessionRow
 from protocol import methods as m
@@ -70,6 +71,7 @@ def _camel(name: str) -> str:
 def acp_error(exc: PonderError) -> AcpError:
     if isinstance(exc, AcpError):
         return exc
+    exc = as_wire_error(exc)  # the one mapping (a store's own error becomes InvalidParams)
     code = int(exc.code)
     return AcpError(ACP_CODES.get(code, code), exc.message, {_camel(key): value for key, value in exc.data.items()})
 

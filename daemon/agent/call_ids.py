@@ -13,7 +13,7 @@ produced; other providers get the unique ids.
 import msgspec
 
 from daemon.conversation import ChatMessage, Part
-from daemon.timeutil import new_id
+from daemon.util.clock import new_id
 
 __all__ = ["PROVIDER_CALL_ID", "ReplyCallIds", "for_provider"]
 

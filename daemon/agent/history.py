@@ -10,7 +10,8 @@ import msgspec
 from daemon.agent.context import Turn
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError
-from daemon.timeutil import new_id, now_rfc3339
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
 from protocol import events as ev
 
 CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."

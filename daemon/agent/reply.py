@@ -24,7 +24,6 @@ from daemon.agent.context import Turn, TurnSettings
 from daemon.agent.history import record_cancelled_results, repair_history, save_and_end
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
-from daemon.heap import release_free_memory
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -36,7 +35,9 @@ from daemon.providers.base import (
     UsageUpdate,
     decode_arguments,
 )
-from daemon.timeutil import new_id, now_rfc3339
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
+from daemon.util.heap import release_free_memory
 from protocol import events as ev
 from protocol.objects import Usage
 

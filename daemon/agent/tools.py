@@ -8,7 +8,8 @@ from daemon.agent.context import Turn
 from daemon.agent.history import save_and_end, with_cancelled
 from daemon.conversation import ChatMessage, Part
 from daemon.providers.base import arguments_problem, invalid_arguments
-from daemon.timeutil import new_id, now_rfc3339
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
 from protocol import events as ev
 
 

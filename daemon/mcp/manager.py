@@ -24,13 +24,13 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from daemon import redact
 from daemon.config import Config
 from daemon.mcp.client import EXIT_SETTLE_S, McpClient, McpConnectionClosed, McpError, McpTimeout, open_stdio_client
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server
 from daemon.mcp.tools import McpTool
 from daemon.tools.base import Tool
 from daemon.tools.source import SessionRef, ToolSource
+from daemon.util import redact
 from protocol import methods as m
 
 __all__ = ["McpManager", "ServerHandle"]

@@ -12,7 +12,7 @@ The child's environment is a short list of harmless variables from ours plus the
 configured ``env``, never our whole environment: ours holds provider API keys, and an
 MCP server is third-party code that has no business seeing them. The configured ``env``
 values usually are credentials (tokens for the server's service): each one is added to
-``daemon.redact``'s known credentials, so it is masked in tool output, events, the store
+``daemon.util.redact``'s known credentials, so it is masked in tool output, events, the store
 and logs. Except what plainly is no secret and would mask every mention of a directory
 or a site: absolute paths (``/...``, ``~/...``) and plain http(s) URLs (no user, no query).
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from daemon import redact
+from daemon.util import redact
 
 __all__ = ["INHERITED_ENV", "ServerSpec", "parse_acp_server", "parse_config_server", "server_env"]
 

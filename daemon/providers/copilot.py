@@ -44,6 +44,7 @@ from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
 from daemon.providers.table import PROVIDERS
+from daemon.util.redact import scrub
 from protocol.objects import Thinking
 
 DEFAULT_API_URL = PROVIDERS["copilot"].base_url
@@ -167,7 +168,7 @@ class CopilotTokens:
         self.exchanges += 1
         if response.status_code != 200:
             # Masked: the body becomes the error message, and a server may echo the token.
-            raise self._exchange_error(response, response.content.replace(github.reveal().encode(), b"***"))
+            raise self._exchange_error(response, scrub(response.content, (github.reveal(),)))
         try:
             data: Any = response.json()
         except ValueError:

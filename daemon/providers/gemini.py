@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,6 +58,7 @@ from daemon.providers.http import (
 )
 from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.usage import count, normalized_usage
+from daemon.util.clock import new_id
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -453,7 +453,7 @@ class _StreamParser:
         # Deterministic for a given response, so a replayed stream yields the same ids.
         if self.response_id:
             return f"call_{self.response_id}_{self.calls}"
-        return f"call_{uuid.uuid4().hex[:16]}_{self.calls}"
+        return f"{new_id('call')}_{self.calls}"
 
 
 def _usage(meta: dict[str, Any]) -> Usage:

@@ -24,6 +24,7 @@ from httpx_sse._decoders import SSEDecoder  # the event decoder EventSource uses
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 from daemon.providers.base import StreamLimits
+from daemon.util.redact import scrub
 
 CONNECT_TIMEOUT_S = 15.0
 # The read timeout is a backstop; the agent's stall watchdog (keep-alives count as life)
@@ -150,11 +151,7 @@ async def read_error_body(response: httpx.Response, secrets: tuple[str, ...] = (
         pass  # keep what arrived: a partial message beats none
     finally:
         await close_response(response, reader)
-    body = b"".join(chunks)
-    for secret in secrets:
-        if len(secret) >= 8:  # shorter ones would mangle ordinary text
-            body = body.replace(secret.encode(), b"***")
-    return body
+    return scrub(b"".join(chunks), secrets)
 
 
 def apply_retry_hint(error: ProviderError, headers: httpx.Headers, *, final: bool = False) -> ProviderError:

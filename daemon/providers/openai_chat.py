@@ -23,7 +23,6 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2 and §6.
 from __future__ import annotations
 
 import copy
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +53,7 @@ from daemon.providers.openai_common import (
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.table import chat_dialect_for
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
+from daemon.util.clock import new_id
 from protocol.objects import Usage
 
 Dialect = str  # a name in openai_dialects.DIALECTS
@@ -305,7 +305,7 @@ class ChatStreamParser:
 
     def _start_tool(self, call: _ToolCall) -> list[ProviderEvent]:
         events = self._close_open()
-        call.call_id = call.call_id or f"call_{uuid.uuid4().hex[:24]}"  # servers that omit ids
+        call.call_id = call.call_id or new_id("call")  # servers that omit ids
         call.block, started = self._blocks.start(call.call_id, call.name)
         events += started
         if call.pending:

@@ -43,6 +43,7 @@ from daemon.providers.http import (
 )
 from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.table import PROVIDERS
+from daemon.util.redact import scrub
 
 ExtraHeaders = Callable[[], Awaitable[dict[str, str]]]
 
@@ -289,13 +290,6 @@ def parse_duration(text: str) -> float | None:
         return None
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(float(number) * scale[unit] for number, unit in parts)
-
-
-def scrub(raw: bytes, secrets: list[str]) -> bytes:
-    """``raw`` with every credential we sent replaced, so no error message can carry one."""
-    for secret in secrets:
-        raw = raw.replace(secret.encode(), b"***")
-    return raw
 
 
 def _secrets(headers: dict[str, str]) -> list[str]:

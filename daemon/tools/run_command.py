@@ -33,10 +33,10 @@ import msgspec
 from anyio.abc import Process
 
 from daemon.config import child_env
-from daemon.redact import SecretMask
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import resolve_in_cwd
 from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group
+from daemon.util.redact import SecretMask
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "RunCommand", "RunCommandArgs"]
 

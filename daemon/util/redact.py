@@ -1,6 +1,6 @@
 """Masking credentials in text that leaves the daemon: tool output (into events, the store
-and the model), log lines and MCP servers' stderr, also when a streamed chunk boundary
-splits one.
+and the model), log lines, MCP servers' stderr and providers' error bodies, also when a
+streamed chunk boundary splits one.
 
 Owns the process-wide set of credentials the daemon knows of (``remember``, ``known``):
 every ``daemon.config.Secret`` (provider keys and their aliases, the GitHub sign-in, the
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
+from typing import overload
 
-__all__ = ["MIN_SECRET_CHARS", "MaskingFormatter", "SecretMask", "known", "remember", "scrub"]
+__all__ = ["MIN_SECRET_CHARS", "MaskingFormatter", "SecretMask", "known", "maskable", "remember", "scrub"]
 
 MIN_SECRET_CHARS = 8
 
@@ -38,12 +40,37 @@ def known() -> tuple[str, ...]:
     return _snapshot
 
 
-def scrub(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """``text`` with each of ``secrets`` (default: every known one) replaced by ``***``."""
-    for secret in known() if secrets is None else secrets:
+@overload
+def scrub(text: str, secrets: Iterable[str] | None = None) -> str: ...
+@overload
+def scrub(text: bytes, secrets: Iterable[str] | None = None) -> bytes: ...
+def scrub(text: str | bytes, secrets: Iterable[str] | None = None) -> str | bytes:
+    """``text`` (or a raw body) with each of ``secrets`` (default: every known one) replaced by ``***``.
+
+    The one scrubber: log lines, tool output, MCP servers' words and providers' error bodies all
+    pass through it. Values shorter than ``MIN_SECRET_CHARS`` are left alone, and longer ones go
+    first, so a secret containing another is masked whole.
+    """
+    chosen = known() if secrets is None else maskable(secrets)
+    if isinstance(text, bytes):
+        for secret in chosen:
+            encoded = secret.encode()
+            if encoded in text:
+                text = text.replace(encoded, b"***")
+        return text
+    return _replace(text, chosen)
+
+
+def _replace(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, "***")
     return text
+
+
+def maskable(secrets: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``secrets`` worth masking (``MIN_SECRET_CHARS`` or longer), longest first, once each."""
+    return tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True))
 
 
 class MaskingFormatter(logging.Formatter):
@@ -57,16 +84,16 @@ class SecretMask:
     """Replaces credentials with ``***`` in streamed text, also when a chunk boundary splits one.
 
     Only a tail that could be the start of a credential is held back, so ordinary output
-    streams as it comes. Values shorter than ``MIN_SECRET_CHARS`` are left alone, as
-    ``daemon.providers.http.read_error_body`` does.
+    streams as it comes. Values shorter than ``MIN_SECRET_CHARS`` are left alone, as ``scrub``
+    does.
     """
 
     def __init__(self, secrets: list[str] | tuple[str, ...]) -> None:
-        self.secrets = tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True))
+        self.secrets = maskable(secrets)
         self.pending = ""
 
     def scrub(self, text: str) -> str:
-        return scrub(text, self.secrets)
+        return _replace(text, self.secrets)
 
     def feed(self, chunk: str) -> str:
         if not self.secrets:

@@ -1,0 +1,132 @@
+"""``AsyncStore``: the store for the event loop (asyncio or trio).
+
+Every call runs on a worker thread, one at a time (anyio threads, no aiosqlite); calls that
+arrive together share a transaction through ``Batch``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import StoreClosed, StoreUnavailable
+from daemon.store.batch import Batch
+from daemon.store.sessions import SessionRow
+from daemon.store.store import Store
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """``Store`` for the event loop: each call runs on a worker thread, one call at a time.
+
+    Works on asyncio and trio (anyio threads, no aiosqlite). A call that has reached its
+    thread finishes even if the caller is cancelled, so a write is never half-observed;
+    cancellation while waiting for the previous call still takes effect.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store  # the sync store; blocking, so not for use on the event loop
+        self._limiter = anyio.CapacityLimiter(1)
+        self._closing = False
+        # Writes batch with writes; reads with reads, so a read never waits on another
+        # process's write lock.
+        self._writes = Batch(lambda bodies: self.store.run_together(bodies, write=True), self._limiter)
+        self._reads = Batch(lambda bodies: self.store.run_together(bodies, write=False), self._limiter)
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
+        store = await anyio.to_thread.run_sync(functools.partial(Store, path, **options))
+        return cls(store)
+
+    @classmethod
+    async def open_or_unavailable(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
+        """The opened store, or one that answers every call with why it could not be opened."""
+        try:
+            return await cls.open(path, **options)
+        except StoreUnavailable as error:
+            return cls(Store.unavailable(path, error.message))
+
+    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        if self._closing:
+            raise StoreClosed()
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def _together(self, batch: Batch, body: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closing:
+            raise StoreClosed()
+        return await batch.call(body)
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Close after the call in flight; safe to call twice and from cancelled scopes.
+
+        If the store stays busy longer than ``timeout_s`` the connection is left for the
+        process exit to drop: WAL keeps the file consistent either way.
+        """
+        if self._closing:
+            return
+        self._closing = True
+        with anyio.move_on_after(timeout_s, shield=True):
+            await anyio.to_thread.run_sync(self.store.close, limiter=self._limiter)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(self, row: SessionRow) -> SessionRow:
+        return await self._call(self.store.create_session, row)
+
+    async def get_session(self, session_id: str) -> SessionRow | None:
+        return await self._together(self._reads, functools.partial(Store._fetch_session, session_id=session_id))
+
+    async def list_sessions(
+        self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[SessionRow], str | None]:
+        return await self._call(self.store.list_sessions, cwd, limit, cursor)
+
+    async def update_session(self, session_id: str, **fields: Any) -> SessionRow:
+        return await self._call(self.store.update_session, session_id, **fields)
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self._call(self.store.delete_session, session_id)
+
+    async def fork_session(
+        self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None
+    ) -> SessionRow:
+        return await self._call(self.store.fork_session, source_id, new_row, up_to_message_id)
+
+    async def save_message(self, message: ChatMessage) -> ChatMessage:
+        return await self._together(self._writes, self.store._save_message_body(message))
+
+    async def get_messages(
+        self, session_id: str, after_seq: int | None = None, limit: int | None = None
+    ) -> list[ChatMessage]:
+        return await self._call(self.store.get_messages, session_id, after_seq, limit)
+
+    async def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
+
+    async def record_change(self, session_id: str, kind: str, value: str | None) -> None:
+        await self._call(self.store.record_change, session_id, kind, value)
+
+    async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
+        return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
+
+    async def release_lease(self, session_id: str, owner: str) -> bool:
+        return await self._call(self.store.release_lease, session_id, owner)

@@ -1,0 +1,294 @@
+"""Messages and their parts: saving a message whole (a checkpoint, then its final save),
+reading a session's history a page at a time, and incremental checkpoints of a reply still
+streaming (``part_appends``: text appended without rewriting what is stored, folded in when
+read and by the next whole save). Owns the mapping between rows and ``ChatMessage`` / ``Part``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import InvalidLimit, StoreError
+from daemon.store.db import Database, json_encode
+from protocol.objects import Usage
+
+_MESSAGE_COLUMNS = (
+    "id, session_id, seq, role, model_id, thinking_requested, thinking_effective, "
+    "stop_reason, usage_json, status, created_at"
+)
+PART_COLUMNS = (
+    "message_id, position, type, text, redacted, call_id, name, arguments_json, "
+    "is_error, provider, model, signature, provider_data_json"
+)
+_PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
+
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_usage = msgspec.json.Decoder(Usage).decode
+
+
+def _null_if_empty(value: str | None) -> str | None:
+    # Round-trip data is NULL when absent; an empty signature is an absent one.
+    return value if value else None
+
+
+def _part_from_row(row: tuple[Any, ...]) -> Part:
+    return Part(
+        type=row[2],
+        text=row[3],
+        redacted=bool(row[4]),
+        call_id=row[5],
+        name=row[6],
+        arguments=None if row[7] is None else _decode_object(row[7]),
+        is_error=bool(row[8]),
+        provider=row[9],
+        model=row[10],
+        signature=row[11],
+        provider_data=None if row[12] is None else _decode_object(row[12]),
+    )
+
+
+def _normalized_part(part: Part) -> Part:
+    if part.provider == "" or part.model == "" or part.signature == "":
+        return msgspec.structs.replace(
+            part,
+            provider=_null_if_empty(part.provider),
+            model=_null_if_empty(part.model),
+            signature=_null_if_empty(part.signature),
+        )
+    return part
+
+
+def _part_params(message_id: str, parts: Iterable[Part]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            message_id,
+            position,
+            part.type,
+            part.text,
+            int(part.redacted),
+            part.call_id,
+            part.name,
+            None if part.arguments is None else json_encode(part.arguments).decode(),
+            int(part.is_error),
+            part.provider,
+            part.model,
+            part.signature,
+            None if part.provider_data is None else json_encode(part.provider_data).decode(),
+        )
+        for position, part in enumerate(parts)
+    ]
+
+
+class MessageQueries(Database):
+    def save_message(self, message: ChatMessage) -> ChatMessage:
+        """Insert or replace the message with this id (parts included); bump updated_at.
+
+        Used for checkpoints and for the final save of the same message. An empty
+        ``created_at`` keeps the stored one (or is set to now); empty round-trip strings
+        become None. Returns the message as stored.
+        """
+
+        return self._write(self._save_message_body(message))
+
+    def _save_message_body(self, message: ChatMessage) -> Callable[[sqlite3.Connection], ChatMessage]:
+        parts = [_normalized_part(part) for part in message.parts]
+
+        def body(db: sqlite3.Connection) -> ChatMessage:
+            self._require_session(db, message.session_id)
+            existing = db.execute(
+                "SELECT session_id, created_at FROM messages WHERE id = ?", (message.message_id,)
+            ).fetchone()
+            if existing is not None and existing[0] != message.session_id:
+                raise StoreError(
+                    f"Message {message.message_id!r} belongs to session {existing[0]!r}, not {message.session_id!r}."
+                )
+            now = self._now()
+            created_at = message.created_at or (existing[1] if existing else now)
+            try:
+                db.execute(
+                    f"""
+                    INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (id) DO UPDATE SET
+                        seq = excluded.seq, role = excluded.role, model_id = excluded.model_id,
+                        thinking_requested = excluded.thinking_requested,
+                        thinking_effective = excluded.thinking_effective,
+                        stop_reason = excluded.stop_reason, usage_json = excluded.usage_json,
+                        status = excluded.status, created_at = excluded.created_at
+                    """,
+                    (
+                        message.message_id,
+                        message.session_id,
+                        message.seq,
+                        message.role,
+                        message.model_id,
+                        message.thinking_requested,
+                        message.thinking_effective,
+                        message.stop_reason,
+                        None if message.usage is None else json_encode(message.usage).decode(),
+                        message.status,
+                        created_at,
+                    ),
+                )
+            except sqlite3.IntegrityError as error:
+                raise StoreError(
+                    f"Seq {message.seq} is already used by another message in session {message.session_id!r}."
+                ) from error
+            db.execute("DELETE FROM parts WHERE message_id = ?", (message.message_id,))
+            db.executemany(
+                f"INSERT INTO parts ({PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _part_params(message.message_id, parts),
+            )
+            db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, message.session_id))
+            return msgspec.structs.replace(message, parts=parts, created_at=created_at)
+
+        return body
+
+    def get_messages(
+        self, session_id: str, after_seq: int | None = None, limit: int | None = None
+    ) -> list[ChatMessage]:
+        """Messages in seq order, those with seq > ``after_seq``, at most ``limit``.
+
+        An unknown session has no messages; check ``get_session`` to tell the two apart.
+        """
+        if limit is not None and limit < 0:
+            raise InvalidLimit("limit must not be negative.")
+        # SQLite reads LIMIT -1 as "no limit"; seqs start at 1, so -1 is below all of them.
+        low = -1 if after_seq is None else after_seq
+
+        def body(db: sqlite3.Connection) -> list[ChatMessage]:
+            rows = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, low, -1 if limit is None else limit),
+            ).fetchall()
+            if not rows:
+                return []
+            # One query for all parts of the page rather than one per message.
+            parts: dict[str, list[Part]] = {row[0]: [] for row in rows}
+            for part_row in db.execute(
+                f"""
+                SELECT {_PART_COLUMNS_OF_P}
+                FROM messages AS m JOIN parts AS p ON p.message_id = m.id
+                WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
+                ORDER BY m.seq, p.position
+                """,
+                (session_id, low, rows[-1][2]),
+            ):
+                parts[part_row[0]].append(_part_from_row(part_row))
+            self._add_appended_text(db, parts, session_id, low, rows[-1][2])
+            return [
+                ChatMessage(
+                    message_id=row[0],
+                    session_id=row[1],
+                    seq=row[2],
+                    role=row[3],
+                    parts=parts[row[0]],
+                    model_id=row[4],
+                    thinking_requested=row[5],
+                    thinking_effective=row[6],
+                    stop_reason=row[7],
+                    usage=None if row[8] is None else _decode_usage(row[8]),
+                    status=row[9],
+                    created_at=row[10],
+                )
+                for row in rows
+            ]
+
+        return self._read(body)
+
+    # --- incremental checkpoints -------------------------------------------------------
+
+    def append_to_message(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        """Checkpoint a stored message that is still streaming, at the cost of what changed.
+
+        ``parts`` (position → part) are written whole, replacing what the store held at
+        those positions, except that for positions in ``keep_text`` every field but the
+        text is written and the stored text stays. ``texts`` (position → text) are then
+        appended to the text of the parts stored there, without reading or rewriting it.
+        ``final`` sets the message's status, stop reason and usage (its last checkpoint).
+        Reads fold the appended text in; a later ``save_message`` folds it in the store.
+        """
+
+        def body(db: sqlite3.Connection) -> None:
+            found = db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if found is None:
+                raise StoreError(f"Message {message_id!r} must be saved before text is appended to it.")
+            for position, part in parts.items():
+                row = _part_params(message_id, [_normalized_part(part)])[0]
+                if position in keep_text:
+                    updated = db.execute(
+                        """
+                        UPDATE parts SET type = ?, redacted = ?, call_id = ?, name = ?, arguments_json = ?,
+                            is_error = ?, provider = ?, model = ?, signature = ?, provider_data_json = ?
+                        WHERE message_id = ? AND position = ?
+                        """,
+                        (row[2], *row[4:], message_id, position),
+                    )
+                    if updated.rowcount == 0:
+                        raise StoreError(f"Message {message_id!r} has no stored part at position {position}.")
+                    continue
+                db.execute("DELETE FROM part_appends WHERE message_id = ? AND position = ?", (message_id, position))
+                db.execute(
+                    f"""
+                    INSERT INTO parts ({PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (message_id, position) DO UPDATE SET
+                        type = excluded.type, text = excluded.text, redacted = excluded.redacted,
+                        call_id = excluded.call_id, name = excluded.name, arguments_json = excluded.arguments_json,
+                        is_error = excluded.is_error, provider = excluded.provider, model = excluded.model,
+                        signature = excluded.signature, provider_data_json = excluded.provider_data_json
+                    """,
+                    (row[0], position, *row[2:]),
+                )
+            try:
+                db.executemany(
+                    "INSERT INTO part_appends (message_id, position, text) VALUES (?, ?, ?)",
+                    [(message_id, position, text) for position, text in texts.items()],
+                )
+            except sqlite3.IntegrityError as error:
+                raise StoreError(f"Message {message_id!r} has no part to append text to: {error}") from error
+            if final is not None:
+                db.execute(
+                    "UPDATE messages SET status = ?, stop_reason = ?, usage_json = ? WHERE id = ?",
+                    (
+                        final.status,
+                        final.stop_reason,
+                        None if final.usage is None else json_encode(final.usage).decode(),
+                        message_id,
+                    ),
+                )
+            db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (self._now(), found[0]))
+
+        self._write(body)
+
+    @staticmethod
+    def _add_appended_text(
+        db: sqlite3.Connection, parts: dict[str, list[Part]], session_id: str, low: int, high: int
+    ) -> None:
+        """Fold the text of incremental checkpoints (a reply cut off mid-stream) into ``parts``."""
+        appended: dict[tuple[str, int], list[str]] = {}
+        for message_id, position, text in db.execute(
+            """
+            SELECT a.message_id, a.position, a.text
+            FROM messages AS m JOIN part_appends AS a ON a.message_id = m.id
+            WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
+            ORDER BY a.id
+            """,
+            (session_id, low, high),
+        ):
+            appended.setdefault((message_id, position), []).append(text)
+        for (message_id, position), texts in appended.items():
+            message_parts = parts.get(message_id, [])
+            if position < len(message_parts):  # positions are 0..n-1 as saved
+                message_parts[position].text += "".join(texts)

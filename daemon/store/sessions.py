@@ -1,0 +1,267 @@
+"""Sessions: their rows (``SessionRow``), creating, listing (newest first, a page at a time
+behind an opaque cursor), updating, deleting and forking them (the fork gets a copy of the
+history), and the record of model and thinking changes (``SessionChange``).
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, SessionNotFound, StoreError
+from daemon.store.db import Database, json_encode
+from daemon.store.messages import PART_COLUMNS
+from daemon.util.clock import new_id
+from protocol.objects import Session
+
+_SESSION_COLUMNS = (
+    "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
+    "parent_id, created_at, updated_at, message_count"
+)
+_UPDATABLE_SESSION_FIELDS = frozenset(
+    {"title", "model_id", "thinking_level", "approval_policy", "system_prompt", "updated_at"}
+)
+_decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
+
+
+class SessionRow(msgspec.Struct, kw_only=True):
+    id: str
+    cwd: str
+    model_id: str
+    thinking_level: str
+    approval_policy: str = "ask"
+    title: str | None = None
+    system_prompt: str | None = None
+    parent_id: str | None = None
+    created_at: str = ""  # filled with the store's clock when empty
+    updated_at: str = ""
+    message_count: int = 0  # maintained by the store; ignored on create
+
+    def to_wire(self, status: str = "idle") -> Session:
+        return Session(
+            session_id=self.id,
+            title=self.title,
+            cwd=self.cwd,
+            model_id=self.model_id,
+            thinking_level=self.thinking_level,  # type: ignore[arg-type]
+            approval_policy=self.approval_policy,  # type: ignore[arg-type]
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            message_count=self.message_count,
+            parent_id=self.parent_id,
+            status=status,  # type: ignore[arg-type]
+        )
+
+
+class SessionChange(msgspec.Struct, kw_only=True):
+    kind: str  # "model" or "thinking"
+    value: str | None
+    at: str
+
+
+def _encode_cursor(updated_at: str, session_id: str) -> str:
+    return base64.urlsafe_b64encode(json_encode((updated_at, session_id))).decode().rstrip("=")
+
+
+def _parse_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return _decode_cursor(raw)
+    except (ValueError, msgspec.DecodeError):
+        raise InvalidCursor() from None
+
+
+def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
+    return SessionRow(
+        id=row[0],
+        title=row[1],
+        cwd=row[2],
+        model_id=row[3],
+        thinking_level=row[4],
+        approval_policy=row[5],
+        system_prompt=row[6],
+        parent_id=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        message_count=row[10],
+    )
+
+
+class SessionQueries(Database):
+    @staticmethod
+    def _fetch_session(db: sqlite3.Connection, session_id: str) -> SessionRow | None:
+        row = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return None if row is None else _session_from_row(row)
+
+    def _insert_session(self, db: sqlite3.Connection, row: SessionRow) -> SessionRow:
+        now = self._now()
+        created_at = row.created_at or now
+        try:
+            inserted = db.execute(
+                f"""
+                INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
+                                      system_prompt, parent_id, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                RETURNING {_SESSION_COLUMNS}
+                """,
+                (
+                    row.id,
+                    row.title,
+                    row.cwd,
+                    row.model_id,
+                    row.thinking_level,
+                    row.approval_policy,
+                    row.system_prompt,
+                    row.parent_id,
+                    created_at,
+                    row.updated_at or created_at,
+                ),
+            ).fetchone()
+        except sqlite3.IntegrityError as error:
+            raise StoreError(f"Session id {row.id!r} is already taken: {error}") from error
+        return _session_from_row(inserted)
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def create_session(self, row: SessionRow) -> SessionRow:
+        """Insert ``row`` (timestamps default to now); return it as stored."""
+        return self._write(lambda db: self._insert_session(db, row))
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        return self._read(lambda db: self._fetch_session(db, session_id))
+
+    def list_sessions(
+        self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[SessionRow], str | None]:
+        """Newest ``updated_at`` first; ``next_cursor`` is None on the last page.
+
+        The cursor is the (updated_at, id) of the last row returned, so pages stay
+        stable while sessions are added; a session updated meanwhile may move to the
+        front (and then is not repeated on later pages).
+        """
+        if limit < 1:
+            raise InvalidLimit("limit must be at least 1.")
+        where: list[str] = []
+        params: list[Any] = []
+        if cwd is not None:
+            where.append("cwd = ?")
+            params.append(cwd)
+        if cursor is not None:
+            where.append("(updated_at, id) < (?, ?)")
+            params.extend(_parse_cursor(cursor))
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_at DESC, id DESC LIMIT ?"
+        params.append(limit + 1)
+
+        rows = self._read(lambda db: db.execute(sql, params).fetchall())
+        sessions = [_session_from_row(row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = sessions[-1]
+            next_cursor = _encode_cursor(last.updated_at, last.id)
+        return sessions, next_cursor
+
+    def update_session(self, session_id: str, **fields: Any) -> SessionRow:
+        """Change some of title, model_id, thinking_level, approval_policy, system_prompt.
+
+        ``updated_at`` is set to now unless given.
+        """
+        unknown = set(fields) - _UPDATABLE_SESSION_FIELDS
+        if unknown:
+            raise TypeError(f"update_session() cannot change {sorted(unknown)}")
+        fields.setdefault("updated_at", self._now())
+        assignments = ", ".join(f"{name} = ?" for name in fields)  # names come from the allow-list
+
+        def body(db: sqlite3.Connection) -> SessionRow:
+            row = db.execute(
+                f"UPDATE sessions SET {assignments} WHERE id = ? RETURNING {_SESSION_COLUMNS}",
+                (*fields.values(), session_id),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            return _session_from_row(row)
+
+        return self._write(body)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session with its messages, parts, changes and lease; False if absent."""
+        return self._write(lambda db: db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0)
+
+    def fork_session(self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None) -> SessionRow:
+        """Create ``new_row`` (its parent_id set to ``source_id``) with a copy of the history.
+
+        Messages up to and including ``up_to_message_id`` (default: all) are copied with
+        their parts, keeping their seq, under fresh message ids.
+        """
+
+        def body(db: sqlite3.Connection) -> SessionRow:
+            self._require_session(db, source_id)
+            seq_filter, params = "", [source_id]
+            if up_to_message_id is not None:
+                found = db.execute(
+                    "SELECT seq FROM messages WHERE id = ? AND session_id = ?", (up_to_message_id, source_id)
+                ).fetchone()
+                if found is None:
+                    raise MessageNotInSession(up_to_message_id, source_id)
+                seq_filter = " AND seq <= ?"
+                params.append(found[0])
+            self._insert_session(db, msgspec.structs.replace(new_row, parent_id=source_id))
+
+            old_ids = [r[0] for r in db.execute(f"SELECT id FROM messages WHERE session_id = ?{seq_filter}", params)]
+            mapping = [(new_id("msg"), old_id) for old_id in old_ids]
+            db.executemany(
+                """
+                INSERT INTO messages (id, session_id, seq, role, model_id, thinking_requested,
+                                      thinking_effective, stop_reason, usage_json, status, created_at)
+                SELECT ?1, ?3, seq, role, model_id, thinking_requested,
+                       thinking_effective, stop_reason, usage_json, status, created_at
+                FROM messages WHERE id = ?2
+                """,
+                [(new_id, old_id, new_row.id) for new_id, old_id in mapping],
+            )
+            db.executemany(
+                f"""
+                INSERT INTO parts ({PART_COLUMNS})
+                SELECT ?1, position, type, text, redacted, call_id, name, arguments_json,
+                       is_error, provider, model, signature, provider_data_json
+                FROM parts WHERE message_id = ?2
+                """,
+                mapping,
+            )
+            db.executemany(
+                "INSERT INTO part_appends (message_id, position, text) "
+                "SELECT ?1, position, text FROM part_appends WHERE message_id = ?2 ORDER BY id",
+                mapping,
+            )
+            forked = self._fetch_session(db, new_row.id)
+            assert forked is not None
+            return forked
+
+        return self._write(body)
+
+    # --- changes ------------------------------------------------------------------------
+
+    def record_change(self, session_id: str, kind: str, value: str | None) -> None:
+        """Remember a model or thinking change (``kind`` "model" / "thinking") with its time."""
+
+        def body(db: sqlite3.Connection) -> None:
+            self._require_session(db, session_id)
+            db.execute(
+                "INSERT INTO session_changes (session_id, kind, value, at) VALUES (?, ?, ?, ?)",
+                (session_id, kind, value, self._now()),
+            )
+
+        self._write(body)
+
+    def get_changes(self, session_id: str) -> list[SessionChange]:
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT kind, value, at FROM session_changes WHERE session_id = ? ORDER BY id", (session_id,)
+            ).fetchall()
+        )
+        return [SessionChange(kind=kind, value=value, at=at) for kind, value, at in rows]
