@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon import sessions
+from daemon.sessions import manager as sessions
 from daemon import store as store_module
 from daemon.client import RpcClient, RpcError, spawn_daemon
 from daemon.conversation import ChatMessage, Part
