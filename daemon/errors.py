@@ -42,6 +42,13 @@ class InvalidParams(PonderError):
         super().__init__(message, **data)
 
 
+class InvalidCursor(PonderError):
+    """A ``session/list`` cursor the store did not hand out (raised by the store; handlers say
+    which parameter it came from)."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+
 class InternalError(PonderError):
     code = ErrorCode.INTERNAL_ERROR
 

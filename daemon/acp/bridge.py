@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -44,7 +44,10 @@ from protocol.objects import ErrorInfo, Session, Usage
 
 log = logging.getLogger("ponder.acp")
 
-ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS = "allow_once", "allow_always", "reject_once", "reject_always"
+ALLOW_ONCE: Final = "allow_once"
+ALLOW_ALWAYS: Final = "allow_always"
+REJECT_ONCE: Final = "reject_once"
+REJECT_ALWAYS: Final = "reject_always"
 
 
 @dataclass
@@ -219,6 +222,10 @@ class AcpBridge:
             live.current.cancel_scope.cancel()
 
     # --- events -------------------------------------------------------------------------
+
+    def emit_nowait(self, event: Any) -> bool:
+        """Never at once: each event is translated first, which may await (the session's row, a snapshot)."""
+        return False
 
     async def emit(self, event: Any) -> None:
         try:

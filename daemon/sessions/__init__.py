@@ -1,9 +1,11 @@
-"""Session lifecycle: the registry of live sessions, their actors, turn assembly and event numbering.
-
-``manager`` is the entry point (``SessionManager``); the other modules each own one part of
-a session's life. This package only re-exports.
+"""Session lifecycle: the registry of live sessions (``manager``), their actors (``actor``),
+turn assembly (``assembly``, ``tool_runner``), event numbering (``emitter``), store writes and
+leases (``persistence``), and the seams to the client (``bridge``). This module only re-exports.
 """
 
-from daemon.sessions.manager import ClientBridge, LiveSession, PendingTurn, RpcBridge, SessionManager, ToolSource
+from daemon.sessions.bridge import ClientBridge, ToolSource
+from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.manager import SessionManager
+from daemon.sessions.tool_runner import ToolRunner
 
-__all__ = ["ClientBridge", "LiveSession", "PendingTurn", "RpcBridge", "SessionManager", "ToolSource"]
+__all__ = ["ClientBridge", "LiveSession", "PendingTurn", "SessionManager", "ToolRunner", "ToolSource"]
