@@ -38,10 +38,16 @@ class Daemon:
         self.store = store
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
-        self.sessions = SessionManager(config, store, self.catalog, self.providers, bridge)
         self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
-        self.sessions.tool_sources.append(self.mcp)
-        self.sessions.discover_models = self._discover_for
+        self.sessions = SessionManager(
+            config,
+            store,
+            self.catalog,
+            self.providers,
+            bridge,
+            tool_sources=[self.mcp],
+            discover_models=self._discover_for,
+        )
         self.shutdown_requested = anyio.Event()
         # What initialize reports: the config's problems, then the store's (if it could not be opened).
         self.problems = [*config.problems, *([store.store.problem] if store.store.problem else [])]

@@ -43,6 +43,8 @@ log = logging.getLogger("ponder.sessions")
 
 
 class SessionManager:
+    """Every session of this daemon: the live ones in memory, the others in the store."""
+
     def __init__(
         self,
         config: Config,
@@ -50,15 +52,18 @@ class SessionManager:
         catalog: Catalog,
         providers: ProviderRegistry,
         bridge: ClientBridge,
+        *,
+        tool_sources: list[ToolSource] | None = None,
+        discover_models: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
         self.providers = providers
         self.bridge = bridge
-        self.tool_sources: list[ToolSource] = []  # e.g. MCP servers; asked for tools at each turn
+        self.tool_sources = tool_sources or []  # e.g. MCP servers; asked for tools at each turn
         # Models found at run time (a provider's discovery): looked up before a model id is resolved.
-        self.discover_models: Callable[[str], Awaitable[None]] | None = None
+        self.discover_models = discover_models
         self._live: dict[str, LiveSession] = {}
         self._loading: dict[str, anyio.Event] = {}
         self._changes = KeyedLock()  # per session: settings changes apply one at a time, in arrival order
