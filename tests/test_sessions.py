@@ -271,3 +271,34 @@ async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(hom
     assert error.value.code == -32602
     assert error.value.message == "The cursor is not one session/list returned."
     assert error.value.data["errors"] == [{"path": "$.params.cursor", "message": error.value.message}]
+
+
+async def test_waiting_for_a_turn_to_end_wakes_when_it_ends_not_on_a_timer():
+    # shutdown and delete wait on this (an event), not on a 10 ms poll of live.current.
+    from daemon.sessions import LiveSession
+    from daemon.store import SessionRow
+
+    send, receive = anyio.create_memory_object_stream(1)
+    row = SessionRow(id="ses_x", cwd="/", model_id="mock/echo", thinking_level="off", approval_policy="auto")
+    live = LiveSession(row=row, history=[], inbox_send=send, inbox_receive=receive)
+    await live.wait_turn_ended()  # nothing running: returns at once
+    live.current = object()  # type: ignore[assignment]
+    woke = anyio.Event()
+
+    async def waiter():
+        await live.wait_turn_ended()
+        woke.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.05)
+            assert not woke.is_set()
+            live.turn_done()  # one turn ends and the next starts before the waiter runs
+            live.current = object()  # type: ignore[assignment]
+            await anyio.sleep(0.05)
+            assert not woke.is_set(), "a new turn started: still waiting"
+            live.turn_done()
+            await woke.wait()
+    send.close()
+    receive.close()
