@@ -10,8 +10,8 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from daemon.config import Config
 from daemon.rpc import Connection
 from daemon.server.core import Daemon, open_daemon
-from daemon.server.handlers import PonderHandlers
 from daemon.server.lifecycle import serve_connection
+from daemon.server.routes import register_methods
 from daemon.server.rpc_bridge import RpcBridge
 
 
@@ -27,7 +27,7 @@ async def serve(
     connection = Connection(outgoing)
     bridge = RpcBridge(connection)
     async with open_daemon(config, connection, bridge) as daemon:
-        PonderHandlers(daemon, bridge).register()
+        register_methods(daemon, bridge)
         if on_ready is not None:
             on_ready(daemon)
         await serve_connection(daemon, incoming, handle_signals=handle_signals)
