@@ -108,6 +108,7 @@ class AcpBridge:
         self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
+        self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -178,7 +179,13 @@ class AcpBridge:
         handled while the prompt is still being admitted then applies to it too."""
         waiter = PromptWaiter(session_id)
         self._prompts.add(waiter)
+        self._prompt_begun.set()
+        self._prompt_begun = anyio.Event()
         return waiter
+
+    def next_prompt(self) -> anyio.Event:
+        """An event set when the next ``session/prompt`` arrives (take it before looking at the waiters)."""
+        return self._prompt_begun
 
     async def admitted(self, waiter: PromptWaiter, turn_id: str) -> None:
         """The prompt's turn is queued. Call it with nothing awaited since admission, so the

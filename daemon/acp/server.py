@@ -398,9 +398,10 @@ async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
     also prompts admitted later; runs until the connection is gone."""
     await event.wait()
     while True:
+        arrived = server.bridge.next_prompt()  # taken first: a prompt arriving meanwhile sets it
         for session_id in server.bridge.sessions_waiting():
             await server.cancel(session_id)
-        await anyio.sleep(0.02)
+        await arrived.wait()
 
 
 async def serve_acp(
