@@ -721,3 +721,20 @@ async def test_initialize_lists_the_problems_and_sessions_answer_them(home: Path
         with pytest.raises(RpcError) as refused:
             await client.request("session/new", {"cwd": str(work), "mcpServers": []})
         assert problem in refused.value.message
+
+
+async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.errors import InvalidCursor
+    from daemon.store import AsyncStore
+
+    async def refuse(self: AsyncStore, cwd: str | None = None, limit: int = 50, cursor: str | None = None) -> Any:
+        raise InvalidCursor("The cursor is not one session/list returned.")
+
+    monkeypatch.setattr(AsyncStore, "list_sessions", refuse)
+    async with acp_daemon(home) as (client, _daemon):
+        with pytest.raises(RpcError) as error:
+            await client.request("session/list", {"cursor": "garbage"})
+    assert error.value.code == -32602
+    assert error.value.data["errors"] == [{"path": "$.params.cursor", "message": error.value.message}]

@@ -30,10 +30,10 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon import sessions
 from daemon.client import RpcClient, RpcError, spawn_daemon
 from daemon.conversation import ChatMessage, Part
 from daemon.logs import setup_logging
+from daemon.sessions import persistence
 from daemon.store import SessionRow, Store, process_start_time
 from daemon.store import db as store_module
 from daemon.store.migrations import MIGRATIONS
@@ -169,7 +169,7 @@ async def wait_until_stored(client: RpcClient, session_id: str, count: int) -> l
 async def test_disk_full_at_turn_end_ends_the_turn_once_and_saves_the_reply_later(
     small_disk: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     home = small_disk / "home"
     async with in_memory_daemon(home, configure=slow_mock) as (client, _):
         session_id = await start(client)
@@ -207,7 +207,7 @@ async def test_disk_full_at_turn_end_ends_the_turn_once_and_saves_the_reply_late
 
 async def test_lock_held_by_another_process_at_turn_end(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 300)
-    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     async with in_memory_daemon(home, configure=slow_mock) as (client, _):
         session_id = await start(client)
         other_id = await start(client)
@@ -234,7 +234,7 @@ async def test_a_lease_release_the_store_refuses_does_not_kill_the_daemon(
 ) -> None:
     """The lease release at turn end is the last write of a turn; a trigger makes exactly it fail
     (timing cannot single it out: nothing yields between the last save and the release)."""
-    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     async with in_memory_daemon(home) as (client, _):
         session_id = await start(client)
         db = raw(home / "sessions.db")
@@ -280,7 +280,7 @@ async def test_a_reply_still_unsaved_at_exit_is_logged_as_lost(
 async def test_read_only_file_mid_run_is_a_clear_error(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SQLite's own read-only refusal (SQLITE_READONLY), from a connection opened with ``mode=ro``:
     root cannot make an open file read-only under a running process, SQLite can."""
-    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     async with in_memory_daemon(home, configure=slow_mock) as (client, daemon):
         session_id = await start(client)
         writable = daemon.store.store._db

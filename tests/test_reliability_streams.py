@@ -13,12 +13,12 @@ import anyio
 import msgspec
 import pytest
 
-from daemon import sessions
 from daemon.agent import CANCELLED_RESULT
 from daemon.agent import reply as agent_reply
 from daemon.config import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
+from daemon.sessions import persistence
 from daemon.store import AsyncStore, SessionRow, Store, StoreError
 from daemon.store import db as store_module
 from protocol import events as ev
@@ -256,7 +256,7 @@ async def test_a_checkpointed_reply_kept_in_memory_is_saved_whole_later_without_
     appended rows instead of adding its text to them."""
     monkeypatch.setattr(agent_reply, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
-    monkeypatch.setattr(sessions, "STORE_RETRY_S", 0.1)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     pieces = [f"piece {i}; " for i in range(12)]
     body = text_reply(*pieces)
     head = len(sse(MESSAGE_START, text_start()))
@@ -654,7 +654,7 @@ async def test_a_big_blocks_end_event_is_encoded_once_the_provider_stream_has_cl
     from contextlib import asynccontextmanager
 
     from daemon.providers.anthropic import AnthropicProvider
-    from daemon.sessions import RpcBridge
+    from daemon.server.rpc_bridge import RpcBridge
 
     monkeypatch.setattr(agent_reply, "LATE_END_CHARS", 100)  # "big": 100 characters or more
     stream_open = [False]

@@ -229,3 +229,76 @@ async def test_session_errors_are_clear(home):
             await client.request("session/prompt", {"session_id": session_id, "text": "hi"})
         assert error.value.code == -32003
         assert error.value.data["provider"] == "anthropic" and "ANTHROPIC_API_KEY" in error.value.data["hint"]
+
+
+async def test_adjust_thinking_runs_once_per_provider_request(home, tmp_path, replay_server, monkeypatch):
+    # A two-request tool loop on Anthropic: the adapter adjusts thinking for each request it
+    # sends; the session no longer probes it a second time when it builds the turn.
+    from daemon.providers.anthropic import AnthropicProvider
+
+    calls = []
+    original = AnthropicProvider.adjust_thinking
+
+    def counted(self, request):
+        calls.append(len(request.messages))
+        return original(self, request)
+
+    monkeypatch.setattr(AnthropicProvider, "adjust_thinking", counted)
+    env = {"ANTHROPIC_API_KEY": "sk-ant-fake-e2e-key", "ANTHROPIC_BASE_URL": replay_server.url}
+    replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use")
+    replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use-turn2")
+    async with in_memory_daemon(home, env=env) as (client, _):
+        session_id, _ = await start(
+            client, model_id="anthropic/claude-opus-4-6", cwd=str(tmp_path), approval_policy="auto"
+        )
+        _, events = await prompt_and_collect(client, session_id, "Should I bring an umbrella in Lyon today?")
+    assert events[-1]["stop_reason"] == "end_turn"
+    assert len(replay_server.requests) == 2
+    assert calls == [1, 3], "once per request: the prompt alone, then with the tool call and its result"
+
+
+async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(home, monkeypatch):
+    from daemon.errors import InvalidCursor
+    from daemon.store import AsyncStore
+
+    async def refuse(self, cwd=None, limit=50, cursor=None):
+        raise InvalidCursor("The cursor is not one session/list returned.")
+
+    monkeypatch.setattr(AsyncStore, "list_sessions", refuse)
+    async with in_memory_daemon(home) as (client, _):
+        with pytest.raises(RpcError) as error:
+            await client.request("session/list", {"cursor": "garbage"})
+    assert error.value.code == -32602
+    assert error.value.message == "The cursor is not one session/list returned."
+    assert error.value.data["errors"] == [{"path": "$.params.cursor", "message": error.value.message}]
+
+
+async def test_waiting_for_a_turn_to_end_wakes_when_it_ends_not_on_a_timer():
+    # shutdown and delete wait on this (an event), not on a 10 ms poll of live.current.
+    from daemon.sessions import LiveSession
+    from daemon.store import SessionRow
+
+    send, receive = anyio.create_memory_object_stream(1)
+    row = SessionRow(id="ses_x", cwd="/", model_id="mock/echo", thinking_level="off", approval_policy="auto")
+    live = LiveSession(row=row, history=[], inbox_send=send, inbox_receive=receive)
+    await live.wait_turn_ended()  # nothing running: returns at once
+    live.current = object()  # type: ignore[assignment]
+    woke = anyio.Event()
+
+    async def waiter():
+        await live.wait_turn_ended()
+        woke.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.05)
+            assert not woke.is_set()
+            live.turn_done()  # one turn ends and the next starts before the waiter runs
+            live.current = object()  # type: ignore[assignment]
+            await anyio.sleep(0.05)
+            assert not woke.is_set(), "a new turn started: still waiting"
+            live.turn_done()
+            await woke.wait()
+    send.close()
+    receive.close()

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -44,7 +44,10 @@ from protocol.objects import ErrorInfo, Session, Usage
 
 log = logging.getLogger("ponder.acp")
 
-ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS = "allow_once", "allow_always", "reject_once", "reject_always"
+ALLOW_ONCE: Final = "allow_once"
+ALLOW_ALWAYS: Final = "allow_always"
+REJECT_ONCE: Final = "reject_once"
+REJECT_ALWAYS: Final = "reject_always"
 
 
 @dataclass
@@ -105,6 +108,7 @@ class AcpBridge:
         self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
+        self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -175,7 +179,13 @@ class AcpBridge:
         handled while the prompt is still being admitted then applies to it too."""
         waiter = PromptWaiter(session_id)
         self._prompts.add(waiter)
+        self._prompt_begun.set()
+        self._prompt_begun = anyio.Event()
         return waiter
+
+    def next_prompt(self) -> anyio.Event:
+        """An event set when the next ``session/prompt`` arrives (take it before looking at the waiters)."""
+        return self._prompt_begun
 
     async def admitted(self, waiter: PromptWaiter, turn_id: str) -> None:
         """The prompt's turn is queued. Call it with nothing awaited since admission, so the
@@ -219,6 +229,10 @@ class AcpBridge:
             live.current.cancel_scope.cancel()
 
     # --- events -------------------------------------------------------------------------
+
+    def emit_nowait(self, event: Any) -> bool:
+        """Never at once: each event is translated first, which may await (the session's row, a snapshot)."""
+        return False
 
     async def emit(self, event: Any) -> None:
         try:

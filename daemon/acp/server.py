@@ -1,10 +1,11 @@
 """``ponder acp``: the daemon core served in the Agent Client Protocol (v1) dialect.
 
-The same ``Daemon`` (catalogue, providers, store, ``SessionManager``) runs behind ACP's
-methods; only the edges differ: ``AcpBridge`` turns events into ``session/update``,
-``session/prompt`` stays open until its turn ended and answers with the stop reason,
-and errors use ACP's codes where ACP has one (``-32000`` auth required for a provider
-without credentials, ``-32002`` resource not found for an unknown session).
+The same daemon parts as ``ponder serve`` (``daemon.server.core``: catalogue, providers,
+store, ``SessionManager``, MCP) run behind ACP's methods, built the same way by
+``open_daemon``; only the edges differ: ``AcpBridge`` turns events into ``session/update``,
+``session/prompt`` stays open until its turn ended and answers with the stop reason, and
+errors use ACP's codes where ACP has one (``-32000`` auth required for a provider without
+credentials, ``-32002`` resource not found for an unknown session).
 
 ponder's own extras are ``_ponder/...`` methods, advertised in
 ``agentCapabilities._meta.ponder.methods``; any other ``_`` method is ``-32601``.
@@ -28,8 +29,9 @@ from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config import Config
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.rpc import as_wire_error
-from daemon.server import Daemon, serve
+from daemon.rpc import Connection, as_wire_error
+from daemon.server.core import Daemon, open_daemon
+from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
@@ -120,14 +122,13 @@ def prompt_answer(waiter: PromptWaiter) -> t.PromptResponse:
 
 
 class AcpServer:
-    """ACP's methods over one ``Daemon``."""
+    """ACP's methods over the daemon's parts."""
 
     def __init__(self, daemon: Daemon, bridge: AcpBridge) -> None:
         self.daemon = daemon
         self.config = daemon.config
         self.sessions = daemon.sessions
         self.bridge = bridge
-        bridge.attach(daemon.sessions)
 
     def register(self) -> None:
         methods: dict[str, tuple[type, Callable[[Any], Awaitable[Any]]]] = {
@@ -143,7 +144,7 @@ class AcpServer:
             "session/prompt": (t.PromptRequest, self.session_prompt),
             "session/cancel": (t.SessionIdRequest, self.session_cancel),
             "_ponder/models/list": (t.ModelsListRequest, self.models_list),
-            "_ponder/auth/status": (m.Empty, self.daemon.auth_status),
+            "_ponder/auth/status": (m.Empty, self.auth_status),
             "_ponder/session/rename": (t.RenameRequest, self.session_rename),
             "_ponder/session/fork": (t.ForkRequest, self.session_fork),
         }
@@ -276,10 +277,7 @@ class AcpServer:
                 cwd = str(Path(cwd).resolve())  # sessions record their directory resolved
             except (OSError, ValueError, RuntimeError) as exc:
                 raise InvalidParams(f"cwd cannot be used: {exc}.", path="$.params.cwd") from None
-        try:
-            rows, cursor = await self.daemon.store.list_sessions(cwd, LIST_PAGE, params.cursor)
-        except ValueError as exc:
-            raise InvalidParams(f"Invalid cursor: {exc}", path="$.params.cursor") from None
+        rows, cursor = await self.daemon.list_sessions(cwd, LIST_PAGE, params.cursor)
         return t.ListSessionsResponse(
             sessions=[t.SessionInfo(session_id=r.id, cwd=r.cwd, title=r.title, updated_at=r.updated_at) for r in rows],
             next_cursor=cursor,
@@ -356,7 +354,10 @@ class AcpServer:
     # --- ponder's extensions ----------------------------------------------------------------
 
     async def models_list(self, params: t.ModelsListRequest) -> m.ModelsListResult:
-        return await self.daemon.models_list(m.ModelsListParams(provider=params.provider))
+        return await self.daemon.models_list(params.provider)
+
+    async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
+        return await self.daemon.auth_status()
 
     async def session_rename(self, params: t.RenameRequest) -> t.Empty:
         await self.sessions.row(params.session_id)
@@ -393,58 +394,44 @@ class _NoticeEnd:
             raise
 
 
-def install_acp(daemon: Daemon) -> AcpServer:
-    """Turn a freshly built ponder ``Daemon`` into an ACP agent before it serves.
-
-    The connection takes ACP's ``$/cancel_request {requestId}``, the method table is
-    replaced by ACP's, and the sessions reach the client through ``AcpBridge``.
-    """
-    connection = daemon.connection
-    connection.cancel_method, connection.cancel_id_field = "$/cancel_request", "requestId"
-    connection.unregister_all()
-    bridge = AcpBridge(connection)
-    daemon.bridge = daemon.sessions.bridge = bridge
-    server = AcpServer(daemon, bridge)
-    server.register()
-    return server
-
-
 async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
     """Once ``event`` is set, answer every waiting prompt "cancelled" (by ending its turn),
     also prompts admitted later; runs until the connection is gone."""
     await event.wait()
     while True:
+        arrived = server.bridge.next_prompt()  # taken first: a prompt arriving meanwhile sets it
         for session_id in server.bridge.sessions_waiting():
             await server.cancel(session_id)
-        await anyio.sleep(0.02)
+        await arrived.wait()
 
 
 async def serve_acp(
     config: Config,
     incoming: ObjectReceiveStream[Any],
-    outgoing: ObjectSendStream[bytes],
+    outgoing: ObjectSendStream[Any],  # bytes; the writer also takes rpc's marks
     *,
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,
 ) -> None:
-    """Serve one ACP connection until end of input or a signal, with ``daemon.server.serve``'s
-    lifecycle (start-up, MCP servers, graceful shutdown).
+    """Serve one ACP connection until end of input or a signal, with the same parts and
+    lifecycle as ``ponder serve`` (``daemon.server.core``, ``daemon.server.lifecycle``).
 
     Unlike ponder's own protocol, an ACP prompt stays open for its whole turn, so at end
     of input or on a shutdown signal the running turns are cancelled at once: every
     waiting prompt is answered ``cancelled``, other requests in flight as usual.
     """
-    input_ended = anyio.Event()
-    async with anyio.create_task_group() as tg:
-
-        def install(daemon: Daemon) -> None:
-            server = install_acp(daemon)
+    connection = Connection(outgoing, cancel_method="$/cancel_request", cancel_id_field="requestId")
+    bridge = AcpBridge(connection)
+    async with open_daemon(config, connection, bridge) as daemon:
+        bridge.attach(daemon.sessions)
+        server = AcpServer(daemon, bridge)
+        server.register()
+        input_ended = anyio.Event()
+        async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_prompts_after, input_ended, server)
             tg.start_soon(_cancel_prompts_after, daemon.shutdown_requested, server)
             if on_ready is not None:
                 on_ready(daemon)
-
-        await serve(
-            config, _NoticeEnd(incoming, input_ended), outgoing, handle_signals=handle_signals, on_ready=install
-        )  # type: ignore[arg-type]
-        tg.cancel_scope.cancel()
+            watched = _NoticeEnd(incoming, input_ended)
+            await serve_connection(daemon, watched, handle_signals=handle_signals)  # type: ignore[arg-type]
+            tg.cancel_scope.cancel()

@@ -12,7 +12,6 @@ from daemon.agent.reply import add_usage
 from daemon.agent.turn import error_info, run_turn
 
 # ``daemon.sessions`` still calls it by its old private name.
-_error_info = error_info
 
 __all__ = [
     "CANCELLED_RESULT",

@@ -1,0 +1,33 @@
+"""``ponder serve``: the daemon in its own protocol over one connection (stdio in production,
+memory streams in tests). Heavy parts (the catalogue's data, provider adapters, the tools) load
+lazily, so that ``initialize`` is answered fast."""
+
+from collections.abc import Callable
+from typing import Any
+
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from daemon.config import Config
+from daemon.rpc import Connection
+from daemon.server.core import Daemon, open_daemon
+from daemon.server.lifecycle import serve_connection
+from daemon.server.routes import register_methods
+from daemon.server.rpc_bridge import RpcBridge
+
+
+async def serve(
+    config: Config,
+    incoming: ObjectReceiveStream[Any],
+    outgoing: ObjectSendStream[Any],  # bytes; the writer also takes rpc's marks
+    *,
+    handle_signals: bool = False,
+    on_ready: Callable[[Daemon], None] | None = None,
+) -> None:
+    """Serve one connection until end of input, ``shutdown`` or a signal; then shut down."""
+    connection = Connection(outgoing)
+    bridge = RpcBridge(connection)
+    async with open_daemon(config, connection, bridge) as daemon:
+        register_methods(daemon, bridge)
+        if on_ready is not None:
+            on_ready(daemon)
+        await serve_connection(daemon, incoming, handle_signals=handle_signals)

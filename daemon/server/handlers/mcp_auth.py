@@ -1,0 +1,29 @@
+"""``mcp/list``, ``auth/status`` and ``auth/login``."""
+
+from daemon.providers.device_login import DeviceLogins
+from daemon.server.core import Daemon
+from protocol import methods as m
+
+
+class McpAuthHandlers:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._device_logins: DeviceLogins | None = None  # made on the first auth/login
+
+    async def mcp_list(self, params: m.McpListParams) -> m.McpListResult:
+        if params.session_id is not None:
+            await self.daemon.sessions.row(params.session_id)  # session_not_found for unknown ids
+        return m.McpListResult(servers=await self.daemon.mcp.list_servers(params.session_id))
+
+    async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
+        return await self.daemon.auth_status()
+
+    async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
+        # Created on first use; its background polls run in the sessions' task group, which
+        # lives as long as the daemon serves. The code is answered at once (see daemon.providers.device_login).
+        if self._device_logins is None:
+            daemon = self.daemon
+            self._device_logins = DeviceLogins(
+                daemon.config, daemon.connection.notify, daemon.sessions.background_task_group
+            )
+        return await self._device_logins.start(params.provider)

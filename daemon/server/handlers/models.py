@@ -1,0 +1,23 @@
+"""``models/list``, ``model/set`` and ``thinking/set``."""
+
+from daemon.server.core import Daemon
+from protocol import methods as m
+
+
+class ModelHandlers:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.sessions = daemon.sessions
+
+    async def models_list(self, params: m.ModelsListParams) -> m.ModelsListResult:
+        return await self.daemon.models_list(params.provider)
+
+    async def model_set(self, params: m.ModelSetParams) -> m.ModelSetResult:
+        row, spec = await self.sessions.set_model(params.session_id, params.model_id, params.thinking_level)
+        return m.ModelSetResult(
+            session_id=row.id, model=self.daemon.catalog.to_wire(spec), thinking=self.sessions.thinking_for(row)
+        )
+
+    async def thinking_set(self, params: m.ThinkingSetParams) -> m.ThinkingSetResult:
+        row = await self.sessions.set_thinking(params.session_id, params.level)
+        return m.ThinkingSetResult(session_id=row.id, thinking=self.sessions.thinking_for(row))

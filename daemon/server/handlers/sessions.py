@@ -1,0 +1,71 @@
+"""The ``session/*`` methods."""
+
+from daemon.errors import InvalidParams
+from daemon.server.core import Daemon
+from protocol import methods as m
+
+
+class SessionHandlers:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.sessions = daemon.sessions
+
+    async def session_start(self, params: m.SessionStartParams) -> m.SessionResult:
+        live = await self.sessions.start(
+            model_id=params.model_id,
+            thinking_level=params.thinking_level,
+            cwd=params.cwd,
+            title=params.title,
+            system_prompt=params.system_prompt,
+            approval_policy=params.approval_policy,
+        )
+        return m.SessionResult(
+            session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
+        )
+
+    async def session_get(self, params: m.SessionIdParams) -> m.SessionResult:
+        row = await self.sessions.row(params.session_id)
+        return m.SessionResult(session=self.sessions.wire_session(row), thinking=self.sessions.thinking_for(row))
+
+    async def session_resume(self, params: m.SessionIdParams) -> m.SessionResumeResult:
+        live = await self.sessions.get(params.session_id)
+        return m.SessionResumeResult(
+            session=self.sessions.wire_session(live.row),
+            thinking=self.sessions.thinking_for(live.row),
+            messages=[message.to_wire() for message in live.stored_messages],
+        )
+
+    async def session_list(self, params: m.SessionListParams) -> m.SessionListResult:
+        if not 1 <= params.limit <= 1000:
+            raise InvalidParams("limit must be between 1 and 1000.", path="$.params.limit")
+        rows, cursor = await self.daemon.list_sessions(params.cwd, params.limit, params.cursor)
+        return m.SessionListResult(sessions=[self.sessions.wire_session(row) for row in rows], next_cursor=cursor)
+
+    async def session_messages(self, params: m.SessionMessagesParams) -> m.SessionMessagesResult:
+        await self.sessions.row(params.session_id)
+        if params.limit is not None and params.limit < 1:
+            raise InvalidParams("limit must be at least 1.", path="$.params.limit")
+        messages = await self.daemon.store.get_messages(params.session_id, params.after_seq, params.limit)
+        next_seq = messages[-1].seq if messages and params.limit is not None and len(messages) == params.limit else None
+        return m.SessionMessagesResult(messages=[message.to_wire() for message in messages], next_seq=next_seq)
+
+    async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
+        turn_id, queued = await self.sessions.prompt(params.session_id, params.text)
+        return m.SessionPromptResult(turn_id=turn_id, queued=queued)
+
+    async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
+        cancelled, dropped = await self.sessions.cancel(params.session_id)
+        return m.SessionCancelResult(cancelled=cancelled, dropped_queued=dropped)
+
+    async def session_fork(self, params: m.SessionForkParams) -> m.SessionOnlyResult:
+        row = await self.sessions.fork(params.session_id, params.message_id)
+        return m.SessionOnlyResult(session=self.sessions.wire_session(row))
+
+    async def session_rename(self, params: m.SessionRenameParams) -> m.SessionOnlyResult:
+        await self.sessions.row(params.session_id)
+        row = await self.sessions.update(params.session_id, title=params.title)
+        return m.SessionOnlyResult(session=self.sessions.wire_session(row))
+
+    async def session_delete(self, params: m.SessionIdParams) -> m.SessionDeleteResult:
+        await self.sessions.delete(params.session_id)
+        return m.SessionDeleteResult(deleted=True)

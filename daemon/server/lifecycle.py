@@ -1,0 +1,51 @@
+"""A daemon's lifetime once built: serve the connection until end of input, ``shutdown`` or a
+signal (SIGTERM, SIGINT), then shut down gracefully: running turns are cancelled and persist
+their last messages, then the MCP servers close. Both dialects run through ``serve_connection``."""
+
+import gc
+import logging
+import signal
+from typing import Any
+
+import anyio
+from anyio.abc import ObjectReceiveStream
+
+from daemon.server.core import Daemon
+
+log = logging.getLogger("ponder.server")
+
+
+async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *, handle_signals: bool = False) -> None:
+    """Serve ``daemon.connection`` over ``incoming`` (its handlers registered) until done; then shut down."""
+    connection = daemon.connection
+    # Everything loaded so far lives as long as the daemon: keep the collector from
+    # walking it again on every full collection (resume of a long session allocates a lot).
+    gc.freeze()
+    async with anyio.create_task_group() as tg:
+        await tg.start(daemon.sessions.run)
+        await tg.start(daemon.mcp.run)
+        with anyio.CancelScope() as serving:
+
+            async def stop_serving_on_request() -> None:
+                await daemon.shutdown_requested.wait()
+                connection.shutting_down = True
+                await connection.wait_answered(0.5)  # the shutdown reply goes out first
+                serving.cancel()
+
+            tg.start_soon(stop_serving_on_request)
+            if handle_signals:
+                tg.start_soon(_watch_signals, daemon.shutdown_requested)
+            await connection.serve(incoming)
+        connection.shutting_down = True
+        log.info("shutting down")
+        await daemon.sessions.shutdown()
+        await daemon.mcp.aclose()  # after the turns: no call is left waiting on a server
+        tg.cancel_scope.cancel()
+
+
+async def _watch_signals(shutdown_requested: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s", signal.Signals(signum).name)
+            shutdown_requested.set()
+            return

@@ -1,0 +1,41 @@
+"""The ponder protocol's method table: each method the daemon answers and its handler; the
+params types come from ``protocol.methods.METHODS``."""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from daemon.server.core import Daemon
+from daemon.server.handlers import LifecycleHandlers, McpAuthHandlers, ModelHandlers, SessionHandlers
+from daemon.server.rpc_bridge import RpcBridge
+from protocol import methods as m
+
+
+def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
+    """Register every method of the ponder protocol on ``daemon.connection``."""
+    lifecycle = LifecycleHandlers(daemon, bridge)
+    models = ModelHandlers(daemon)
+    sessions = SessionHandlers(daemon)
+    mcp_auth = McpAuthHandlers(daemon)
+    handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+        "initialize": lifecycle.initialize,
+        "shutdown": lifecycle.shutdown,
+        "ping": lifecycle.ping,
+        "models/list": models.models_list,
+        "model/set": models.model_set,
+        "thinking/set": models.thinking_set,
+        "session/start": sessions.session_start,
+        "session/resume": sessions.session_resume,
+        "session/list": sessions.session_list,
+        "session/get": sessions.session_get,
+        "session/messages": sessions.session_messages,
+        "session/prompt": sessions.session_prompt,
+        "session/cancel": sessions.session_cancel,
+        "session/fork": sessions.session_fork,
+        "session/rename": sessions.session_rename,
+        "session/delete": sessions.session_delete,
+        "mcp/list": mcp_auth.mcp_list,
+        "auth/status": mcp_auth.auth_status,
+        "auth/login": mcp_auth.auth_login,
+    }
+    for method, handler in handlers.items():
+        daemon.connection.register(method, m.METHODS[method][0], handler)

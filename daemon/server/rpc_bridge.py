@@ -1,0 +1,27 @@
+"""The ``ClientBridge`` of the ponder protocol: events as ``agent/event`` notifications, setting
+changes as ``session/updated``, approvals as ``permission/request`` over the JSON-RPC connection."""
+
+from typing import Any
+
+from daemon.rpc import Connection
+from protocol.methods import PermissionRequestParams, PermissionRequestResult
+from protocol.objects import Session
+
+
+class RpcBridge:
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.can_ask = False  # set by initialize
+
+    async def emit(self, event: Any) -> None:
+        await self.connection.notify("agent/event", event)
+
+    def emit_nowait(self, event: Any) -> bool:
+        return self.connection.notify_nowait("agent/event", event)
+
+    async def session_updated(self, session: Session) -> None:
+        await self.connection.notify("session/updated", {"session": session})
+
+    async def ask_permission(self, params: PermissionRequestParams) -> str:
+        answer = await self.connection.request("permission/request", params, PermissionRequestResult)
+        return str(answer.decision)

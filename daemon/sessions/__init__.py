@@ -1,0 +1,12 @@
+"""Session lifecycle: the registry of live sessions (``manager``), their actors (``actor``),
+turn assembly (``assembly``, ``tool_runner``), event numbering (``emitter``), store writes and
+leases (``persistence``), and the seams to the client (``bridge``). This module only re-exports.
+"""
+
+from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.manager import SessionManager
+from daemon.sessions.tool_runner import ToolRunner
+from daemon.tools.source import ToolSource
+
+__all__ = ["ClientBridge", "LiveSession", "PendingTurn", "SessionManager", "ToolRunner", "ToolSource"]

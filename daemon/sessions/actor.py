@@ -1,0 +1,151 @@
+"""The per-session actor: one task per live session takes admitted prompts from the session's
+bounded inbox and runs their turns, one at a time, in order; it unloads the session once idle.
+Prompts dropped from the inbox (a cancel, shutdown) still get their ``turn_start``/``turn_end``
+bracket, so a client waiting on a turn id is never left hanging."""
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from daemon import agent
+from daemon.conversation import ChatMessage
+from daemon.errors import PonderError
+from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
+from protocol import events as ev
+
+if TYPE_CHECKING:
+    from daemon.sessions.manager import SessionManager
+
+log = logging.getLogger("ponder.sessions")
+
+
+async def run_actor(
+    manager: "SessionManager", live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    with live.inbox_receive:
+        await _serve_inbox(manager, live)
+
+
+async def _serve_inbox(manager: "SessionManager", live: LiveSession) -> None:
+    while True:
+        with anyio.move_on_after(manager.config.idle_unload_s) as idle:
+            try:
+                pending = await live.inbox_receive.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+        if idle.cancelled_caught:
+            if live.status == "idle" and not manager.shutting_down and not live.unsaved:
+                manager.unload(live)
+                return
+            continue
+        await _run_turn(manager, live, pending)
+        with anyio.move_on_after(2, shield=True):
+            async with live.admit_lock:
+                if not live.queued:
+                    await manager.writes.release_lease(live)
+
+
+async def _run_turn(manager: "SessionManager", live: LiveSession, pending: PendingTurn) -> None:
+    message = pending.user_message
+    emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
+    save = manager.writes.saver(live)
+    try:
+        if live.take_waiting(message):
+            # Stored again with its new seq, so the stored history reads as the conversation happened.
+            await save(message)
+        turn = manager.assembly.build(live, pending, emit, save)
+    except PonderError as exc:
+        await emit(
+            ev.TurnStart,
+            {
+                "model_id": live.row.model_id,
+                "thinking": no_thinking(live.row.thinking_level),
+                "user_message_id": message.message_id,
+            },
+        )
+        await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent.error_info(exc)})
+        return
+    live.current = turn
+    try:
+        await agent.run_turn(turn)
+    finally:
+        live.turn_done()
+    await _join_dropped(manager, live)
+    if not live.unloaded:
+        live.row.message_count = live.stored_count
+        with anyio.move_on_after(2, shield=True):
+            await manager.bridge.session_updated(manager.wire_session(live.row))
+
+
+def _releasing_emitter(manager: "SessionManager", live: LiveSession, emit: agent.Emit) -> agent.Emit:
+    """``emit`` that gives the lease back before a ``turn_end`` when nothing is queued, so a
+    client told the turn is over can go on in another ponder process at once."""
+
+    async def release_then_emit(kind: type, fields: dict[str, Any]) -> None:
+        if kind is ev.TurnEnd and live.lease_held and not live.queued:
+            with anyio.move_on_after(2, shield=True):
+                await manager.writes.release_lease(live)
+        await emit(kind, fields)
+
+    return release_then_emit
+
+
+def drop_queue(manager: "SessionManager", live: LiveSession) -> int:
+    """Drop the session's queued prompts (each still bracketed); how many there were."""
+    dropped = 0
+    while True:
+        try:
+            pending = live.inbox_receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            return dropped
+        dropped += 1
+        # The prompt stays in the history (it was said), after the running turn if there
+        # is one; its turn still gets its bracket so a client waiting on the turn id is
+        # never left hanging.
+        moved = False
+        if live.current is not None:
+            live.dropped.append(pending.user_message)
+        else:
+            moved = live.take_waiting(pending.user_message)
+        background = manager.task_group
+        if background is not None:
+            background.start_soon(_bracket_dropped, manager, live, pending, moved)
+
+
+async def _join_dropped(manager: "SessionManager", live: LiveSession) -> None:
+    """The prompts dropped while the turn that just ended ran: into the history, after it."""
+    moved = [message for message in live.dropped if live.take_waiting(message)]
+    live.dropped.clear()
+    for message in moved:
+        await _save_dropped(manager, live, message)
+
+
+async def _save_dropped(manager: "SessionManager", live: LiveSession, message: ChatMessage) -> None:
+    """Store a dropped prompt again with the seq it took at the end of the history."""
+    if live.unloaded:  # a deleted session's prompts go with it
+        return
+    try:
+        await manager.store.save_message(message)
+    except PonderError as exc:  # shutting down, or the session just deleted
+        log.info("a dropped prompt keeps its first seq: %s", exc.message)
+
+
+async def _bracket_dropped(manager: "SessionManager", live: LiveSession, pending: PendingTurn, moved: bool) -> None:
+    if moved:
+        await _save_dropped(manager, live, pending.user_message)
+    try:
+        thinking_now = manager.thinking_for(live.row)
+    except PonderError:
+        thinking_now = no_thinking(live.row.thinking_level)
+    emit = manager.events.emitter(live, pending.turn_id)
+    await emit(
+        ev.TurnStart,
+        {
+            "model_id": live.row.model_id,
+            "thinking": thinking_now,
+            "user_message_id": pending.user_message.message_id,
+        },
+    )
+    await emit(ev.TurnEnd, {"stop_reason": "cancelled", "usage": None, "error": None})

@@ -1,0 +1,27 @@
+"""The seam a session reaches its client through (``ClientBridge``); extra tool providers
+come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bridge: ``daemon.server.rpc_bridge``
+for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
+
+from typing import Any, Protocol
+
+from protocol.methods import PermissionRequestParams
+from protocol.objects import Session
+
+
+class ClientBridge(Protocol):
+    """How sessions reach the client."""
+
+    can_ask: bool  # whether the client answers permission requests
+
+    async def emit(self, event: Any) -> None:
+        """Deliver one ``agent/event`` (a ``protocol.events`` Struct with its seq)."""
+
+    def emit_nowait(self, event: Any) -> bool:
+        """Deliver ``event`` without yielding if that can be done now; False if not (then
+        nothing was sent and the caller awaits ``emit``)."""
+
+    async def session_updated(self, session: Session) -> None:
+        """A session's settings or title changed (``session/updated``)."""
+
+    async def ask_permission(self, params: PermissionRequestParams) -> str:
+        """The person's decision; raises ``ClientRequestError`` when they cannot be asked."""

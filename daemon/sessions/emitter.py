@@ -1,0 +1,52 @@
+"""Event numbering: every ``agent/event`` of a session gets the next ``seq`` (per session, no
+gaps, wire order equal to seq order), delivered through the ``ClientBridge``."""
+
+from typing import Any
+
+from daemon import agent
+from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.live import LiveSession
+
+
+class EventNumbers:
+    """The per-session event counters, and the ``emit`` a turn (or a dropped turn's bracket) uses."""
+
+    def __init__(self, bridge: ClientBridge) -> None:
+        self.bridge = bridge
+        self._seq: dict[str, int] = {}
+
+    def emitter(self, live: LiveSession, turn_id: str) -> agent.Emit:
+        session_id = live.row.id
+        deliver = self.bridge.emit
+        deliver_nowait = self.bridge.emit_nowait
+        lock = live.emit_lock
+        event_seq = self._seq
+
+        async def emit(kind: type, fields: dict[str, Any]) -> None:
+            # The lock keeps seq order equal to wire order when tools emit concurrently.
+            # Fast path (the common case): nobody else is emitting and the outgoing queue
+            # has room, so the event is numbered and queued without yielding to the loop.
+            # An event that was not delivered (cancelled while the client was not reading,
+            # or unencodable) gives its seq back, so the client never sees a gap.
+            if not lock.locked():
+                lock.acquire_nowait()
+                try:
+                    seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
+                    event = kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields)
+                    if not deliver_nowait(event):
+                        await deliver(event)  # queue full: wait, still holding the lock
+                except BaseException:
+                    event_seq[session_id] = seq - 1
+                    raise
+                finally:
+                    lock.release()
+                return
+            async with lock:
+                seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
+                try:
+                    await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+                except BaseException:
+                    event_seq[session_id] = seq - 1
+                    raise
+
+        return emit

@@ -1,0 +1,401 @@
+"""The session registry: loading sessions (and starting their actors), admitting prompts
+under the turn lease, cancelling turns, and editing, forking and deleting sessions.
+
+Each live session has one actor task (``actor``) with a bounded inbox of admitted prompts;
+the actor alone runs that session's turns, one at a time, in order. Handlers admit prompts
+(the user message is committed before the prompt is answered, but joins the history the
+provider sees only when its own turn starts), cancel turns and edit session settings; any
+method that names a session loads it from the store when needed, and idle actors are
+unloaded after a while. A lease in the store (``persistence``) keeps two daemons sharing a
+home from running turns in the same session at once, and an idle live session is checked
+against the store before it is answered from memory (another daemon may have changed it).
+"""
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from daemon import thinking
+from daemon.catalog import Catalog, ModelSpec
+from daemon.config import Config
+from daemon.conversation import ChatMessage, Part
+from daemon.errors import InvalidParams, SessionBusy, SessionNotFound, ShuttingDown, StoreError
+from daemon.providers.registry import ProviderRegistry
+from daemon.sessions.actor import drop_queue, run_actor
+from daemon.sessions.assembly import TurnAssembly
+from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.emitter import EventNumbers
+from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.persistence import SessionWrites
+from daemon.store import AsyncStore, SessionRow
+from daemon.tools import Tool
+from daemon.tools.source import ToolSource
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
+from daemon.util.keyed_lock import KeyedLock
+from protocol.objects import Session, Thinking
+
+log = logging.getLogger("ponder.sessions")
+
+
+class SessionManager:
+    """Every session of this daemon: the live ones in memory, the others in the store."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: AsyncStore,
+        catalog: Catalog,
+        providers: ProviderRegistry,
+        bridge: ClientBridge,
+        *,
+        tool_sources: list[ToolSource] | None = None,
+        discover_models: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.catalog = catalog
+        self.providers = providers
+        self.bridge = bridge
+        self.tool_sources = tool_sources or []  # e.g. MCP servers; asked for tools at each turn
+        # Models found at run time (a provider's discovery): looked up before a model id is resolved.
+        self.discover_models = discover_models
+        self._live: dict[str, LiveSession] = {}
+        self._loading: dict[str, anyio.Event] = {}
+        self._changes = KeyedLock()  # per session: settings changes apply one at a time, in arrival order
+        self.task_group: TaskGroup | None = None  # the actors' (set by ``run``)
+        self.shutting_down = False
+        self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources)
+        self.events = EventNumbers(bridge)
+        self.writes = SessionWrites(store, self.background_task_group)
+
+    @property
+    def tools(self) -> dict[str, Tool[Any]]:
+        """The built-in tools (made at first use, so that start-up does not import them)."""
+        return self.assembly.tools
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the actors' task group until cancelled (call ``shutdown`` first)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self.task_group = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            for live in self._live.values():
+                live.inbox_send.close()
+                live.inbox_receive.close()
+
+    def background_task_group(self) -> TaskGroup | None:
+        """Where daemon-lifetime background work (a device-login poll) runs; None once shutting down."""
+        return None if self.shutting_down else self.task_group
+
+    async def shutdown(self, timeout_s: float = 1.5) -> None:
+        """Cancel every running turn and wait (bounded) for them to persist and end."""
+        self.shutting_down = True
+        for live in list(self._live.values()):
+            drop_queue(self, live)
+            if live.current is not None:
+                live.current.hurry()
+                live.current.cancel_scope.cancel()
+        with anyio.move_on_after(timeout_s, shield=True):
+            for live in list(self._live.values()):
+                await live.wait_turn_ended()
+            for live in list(self._live.values()):
+                if live.unsaved:
+                    try:
+                        await self.writes.flush_unsaved(live)
+                    except StoreError:
+                        pass  # said below
+                await self.writes.release_lease(live)
+        for live in self._live.values():
+            if live.unsaved:
+                log.error(
+                    "session %s: %d message(s) the store refused could not be saved before exit and are lost.",
+                    live.row.id,
+                    len(live.unsaved),
+                )
+
+    # --- loading --------------------------------------------------------------------------
+
+    async def get(self, session_id: str) -> LiveSession:
+        """The live session, loaded from the store (and its actor started) when needed."""
+        live = self._live.get(session_id)
+        if live is not None:
+            await self._sync(live)
+            return live
+        loading = self._loading.get(session_id)
+        if loading is not None:
+            await loading.wait()
+            return await self.get(session_id)
+        self._loading[session_id] = done = anyio.Event()
+        try:
+            row = await self.store.get_session(session_id)
+            if row is None:
+                raise SessionNotFound(session_id)
+            history = await self.store.get_messages(session_id)
+            return await self._activate(row, history)
+        finally:
+            del self._loading[session_id]
+            done.set()
+
+    async def _sync(self, live: LiveSession) -> None:
+        """Catch up with what another daemon sharing this home did to an idle live session.
+
+        One indexed read: a deleted session is unloaded (``SessionNotFound``), other messages
+        are reloaded, a renamed or re-modelled one takes the stored row. Skipped while this
+        daemon holds the lease or has unsaved messages: then memory is the truth.
+        """
+        if live.changing_here:
+            return
+        async with live.admit_lock:
+            if live.changing_here or live.unloaded:
+                return
+            await self._refresh(live)
+
+    async def discover(self, model_id: str | None) -> None:
+        if model_id and self.discover_models is not None:
+            await self.discover_models(model_id)
+
+    async def _activate(self, row: SessionRow, history: list[ChatMessage]) -> LiveSession:
+        if self.shutting_down or self.task_group is None:
+            raise ShuttingDown()
+        await self.discover(row.model_id)
+        send, receive = anyio.create_memory_object_stream[PendingTurn](self.config.max_queued_prompts)
+        live = LiveSession(row=row, history=history, inbox_send=send, inbox_receive=receive)
+        self._live[row.id] = live
+        await self.task_group.start(run_actor, self, live)
+        return live
+
+    async def row(self, session_id: str) -> SessionRow:
+        """A session's row, from the live session when loaded, without loading history."""
+        live = self._live.get(session_id)
+        if live is not None:
+            await self._sync(live)
+            return live.row
+        row = await self.store.get_session(session_id)
+        if row is None:
+            raise SessionNotFound(session_id)
+        return row
+
+    def wire_session(self, row: SessionRow) -> Session:
+        live = self._live.get(row.id)
+        # Memory is the truth while this daemon may be changing the session; otherwise the
+        # row given (fresh from the store for session/list) is, as another daemon may have.
+        if live is not None and (live.row is row or live.changing_here):
+            row = live.row
+            row.message_count = live.stored_count
+        return row.to_wire(live.status if live is not None else "idle")
+
+    def thinking_for(self, row: SessionRow) -> Thinking:
+        spec = self.catalog.get(row.model_id)
+        return thinking.resolve_thinking(spec, row.thinking_level)
+
+    # --- creating and editing -------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        model_id: str | None,
+        thinking_level: str | None,
+        cwd: str | None,
+        title: str | None,
+        system_prompt: str | None,
+        approval_policy: str | None,
+    ) -> LiveSession:
+        await self.discover(model_id)
+        spec = self.catalog.get(model_id or self.catalog.default_model_id())
+        level = self._initial_level(spec, thinking_level)
+        row = SessionRow(
+            id=new_id("ses"),
+            cwd=str(_check_cwd(cwd)),
+            model_id=spec.id,
+            thinking_level=level,
+            approval_policy=approval_policy or self.config.default_approval_policy,
+            title=title,
+            system_prompt=system_prompt,
+        )
+        row = await self.store.create_session(row)
+        return await self._activate(row, [])
+
+    def _initial_level(self, spec: ModelSpec, requested: str | None) -> str:
+        raw = requested if requested is not None else self.config.default_thinking_level
+        level = thinking.parse_level(raw, path="$.params.thinking_level") if raw else "default"
+        if level == "default":
+            level = self.catalog.default_level(spec)
+        return level
+
+    def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold while reading and changing a session's settings. Changes to one session apply
+        one at a time in the order they were asked for (enter it before awaiting anything, as
+        ``update``, ``set_model`` and ``set_thinking`` do, and that is arrival order); the
+        holder may call those methods inside."""
+        return self._changes.hold(session_id)
+
+    async def update(self, session_id: str, **fields: Any) -> SessionRow:
+        async with self.changes(session_id):
+            row = await self.store.update_session(session_id, **fields)
+            live = self._live.get(session_id)
+            if live is not None:
+                live.row = row
+            for kind in ("model_id", "thinking_level"):
+                if kind in fields:
+                    change = kind.removesuffix("_id").removesuffix("_level")
+                    await self.store.record_change(session_id, change, fields[kind])
+            await self.bridge.session_updated(self.wire_session(row))
+            return row
+
+    async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            await self.discover(model_id)
+            spec = self.catalog.get(model_id)
+            fields: dict[str, Any] = {"model_id": spec.id}
+            if level is not None:
+                parsed = thinking.parse_level(level, path="$.params.thinking_level")
+                fields["thinking_level"] = self.catalog.default_level(spec) if parsed == "default" else parsed
+            row = await self.update(row.id, **fields)
+            return row, spec
+
+    async def set_thinking(self, session_id: str, level: str) -> SessionRow:
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            parsed = thinking.parse_level(level, path="$.params.level")
+            if parsed == "default":
+                parsed = self.catalog.default_level(self.catalog.get(row.model_id))
+            return await self.update(row.id, thinking_level=parsed)
+
+    async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
+        source = await self.row(session_id)
+        new_row = SessionRow(
+            id=new_id("ses"),
+            cwd=source.cwd,
+            model_id=source.model_id,
+            thinking_level=source.thinking_level,
+            approval_policy=source.approval_policy,
+            title=source.title,
+            system_prompt=source.system_prompt,
+            parent_id=source.id,
+        )
+        if message_id is not None:
+            messages = await self.store.get_messages(session_id)
+            if not any(m.message_id == message_id for m in messages):
+                raise InvalidParams(
+                    f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
+                )
+        return await self.store.fork_session(source.id, new_row, message_id)
+
+    async def delete(self, session_id: str) -> None:
+        await self.row(session_id)
+        live = self._live.pop(session_id, None)
+        if live is not None:
+            live.unloaded = True
+            drop_queue(self, live)
+            turn = live.current
+            if turn is not None:
+                turn.hurry()
+                turn.cancel_scope.cancel()
+                with anyio.move_on_after(3):
+                    await live.wait_turn_ended()
+            live.inbox_send.close()
+        await self.store.delete_session(session_id)
+
+    # --- prompts and turns ----------------------------------------------------------------
+
+    async def prompt(self, session_id: str, text: str) -> tuple[str, bool]:
+        live = await self.get(session_id)
+        if self.shutting_down:
+            raise ShuttingDown()
+        spec = self.catalog.get(live.row.model_id)
+        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is stored
+        async with live.admit_lock:
+            if live.queued >= self.config.max_queued_prompts:
+                raise SessionBusy(session_id)
+            if not live.lease_held:
+                if not await self.writes.acquire_lease(live):
+                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
+                await self._refresh(live)
+            if live.unsaved:
+                await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            queued = live.status == "running"
+            message = ChatMessage(
+                message_id=new_id("msg"),
+                session_id=session_id,
+                seq=live.next_seq(),
+                role="user",
+                parts=[Part(type="text", text=text)],
+                status="complete",
+                created_at=now_rfc3339(),
+            )
+            live.waiting.append(message)  # before the save: a running turn's next seq must skip it
+            try:
+                await self.store.save_message(message)
+            except BaseException:
+                live.waiting.remove(message)  # refused: the client is told, nothing is kept
+                if live.current is None and not live.queued:
+                    with anyio.move_on_after(2, shield=True):
+                        await self.writes.release_lease(live)
+                raise
+            turn_id = new_id("turn")
+            live.inbox_send.send_nowait(PendingTurn(turn_id, message))
+            return turn_id, queued
+
+    async def _refresh(self, live: LiveSession) -> None:
+        """Catch up with what another daemon sharing this home did while we held no lease:
+        take the stored row, and the stored history when messages were added; a deleted
+        session is unloaded (``SessionNotFound``)."""
+        row = await self.store.get_session(live.row.id)
+        if row is None:
+            self.unload(live)
+            raise SessionNotFound(live.row.id)
+        if row.message_count != live.stored_count:
+            waiting = {m.message_id for m in live.waiting}
+            live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
+        live.row = row
+
+    async def cancel(self, session_id: str) -> tuple[bool, int]:
+        live = self._live.get(session_id)
+        if live is None:
+            await self.row(session_id)  # unknown ids still get session_not_found
+            return False, 0
+        dropped = drop_queue(self, live)
+        turn = live.current
+        if turn is None:
+            return False, dropped
+        turn.cancel_scope.cancel()
+        return True, dropped
+
+    def unload(self, live: LiveSession) -> None:
+        if self._live.get(live.row.id) is live:
+            del self._live[live.row.id]
+        live.unloaded = True
+        live.inbox_send.close()
+
+    def is_live(self, session_id: str) -> bool:
+        return session_id in self._live
+
+
+def _check_cwd(cwd: str | None) -> Path:
+    try:
+        path = Path(cwd).expanduser() if cwd else Path(os.getcwd())
+    except RuntimeError:  # ``~name`` for a user without a home directory
+        raise InvalidParams(f"cwd {cwd!r} names a user with no home directory.", path="$.params.cwd") from None
+    if not path.is_absolute():
+        raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
+    shown = repr(str(path)) if len(str(path)) <= 200 else repr(str(path)[:200]) + "..."  # a 5,000-character path
+    try:
+        # is_dir() turns only some errors into False: a name too long, for one, still raises.
+        if path.is_dir():
+            return path.resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", path="$.params.cwd") from None
+    raise InvalidParams(f"cwd {shown} is not an existing directory.", path="$.params.cwd")
