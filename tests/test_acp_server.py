@@ -730,7 +730,7 @@ async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(
     from daemon.store import AsyncStore
 
     async def refuse(self: AsyncStore, cwd: str | None = None, limit: int = 50, cursor: str | None = None) -> Any:
-        raise InvalidCursor("The cursor is not one session/list returned.")
+        raise InvalidCursor()
 
     monkeypatch.setattr(AsyncStore, "list_sessions", refuse)
     async with acp_daemon(home) as (client, _daemon):

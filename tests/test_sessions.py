@@ -258,13 +258,6 @@ async def test_adjust_thinking_runs_once_per_provider_request(home, tmp_path, re
 
 
 async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(home, monkeypatch):
-    from daemon.errors import InvalidCursor
-    from daemon.store import AsyncStore
-
-    async def refuse(self, cwd=None, limit=50, cursor=None):
-        raise InvalidCursor("The cursor is not one session/list returned.")
-
-    monkeypatch.setattr(AsyncStore, "list_sessions", refuse)
     async with in_memory_daemon(home) as (client, _):
         with pytest.raises(RpcError) as error:
             await client.request("session/list", {"cursor": "garbage"})

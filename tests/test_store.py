@@ -825,7 +825,7 @@ def test_store_request_errors_map_to_invalid_params() -> None:
 
 @pytest.mark.anyio
 async def test_a_bad_cursor_answers_as_before_in_both_protocols(home: Path) -> None:
-    errors = [{"path": "$.cursor", "message": BAD_CURSOR_MESSAGE}]
+    errors = [{"path": "$.params.cursor", "message": BAD_CURSOR_MESSAGE}]
     async with in_memory_daemon(home) as (client, _):
         with pytest.raises(RpcError) as ponder:
             await client.request("session/list", {"cursor": "not a cursor!"})
