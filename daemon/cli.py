@@ -4,11 +4,17 @@ Only ``serve`` is the daemon; the others are small clients that spawn it and spe
 real protocol (``daemon.client``), so scripts see exactly what editors see.
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from daemon import __version__
+
+if TYPE_CHECKING:  # the config module loads only when a command needs it
+    from daemon.config import Config
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 
@@ -98,7 +104,7 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_stdio(config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:  # type: ignore[no-untyped-def]
+async def _serve_stdio(config: Config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:
     from daemon.server import serve
     from daemon.transport import open_stdio
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.errors import (
     InternalError,
@@ -143,7 +144,7 @@ class Connection:
 
     def __init__(
         self,
-        outgoing: ObjectSendStream[Outgoing],
+        outgoing: MemoryObjectSendStream[Outgoing],
         *,
         cancel_method: str = "$/cancelRequest",
         cancel_id_field: str = "id",
@@ -157,14 +158,14 @@ class Connection:
         # protocol, ``$/cancel_request {requestId}`` in ACP.
         self.cancel_method = cancel_method
         self.cancel_id_field = cancel_id_field
-        self._methods: dict[str, tuple[type, Handler]] = {}
+        self._methods: dict[str, tuple[type[Any], Handler]] = {}
         self._in_flight: dict[Any, anyio.CancelScope] = {}
         self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
         self._ids = itertools.count(1)
         self._unanswered = 0  # requests received whose reply has not been queued yet
         self.shutting_down = False
 
-    def register(self, method: str, params_type: type, handler: Handler) -> None:
+    def register(self, method: str, params_type: type[Any], handler: Handler) -> None:
         self._methods[method] = (params_type, handler)
 
     def unregister_all(self) -> None:
@@ -438,7 +439,7 @@ class Connection:
         if not isinstance(raw_params, dict):
             raise InvalidParams("Invalid params: params must be an object.", path="$.params")
         try:
-            params = msgspec.convert(raw_params, params_type)
+            params: Any = msgspec.convert(raw_params, params_type)
         except msgspec.ValidationError as exc:
             raise validation_error(exc) from None
         return await handler(params)

@@ -20,7 +20,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,7 +214,7 @@ class AnthropicProvider:
         # Anthropic's own retry signal; and a monthly spend cap answers 429 but will not lift by waiting.
         return apply_retry_hint(error, response.headers, final=_error_code(raw) == "enforced_spend_limit_reached")
 
-    async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+    async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncGenerator[ProviderEvent, None]:
         parser = StreamParser(provider=self.name, request=request)
         sse = aiter_sse(response, self.name, request.limits)
         try:
@@ -267,11 +267,11 @@ def build_messages(request: ProviderRequest) -> list[dict[str, Any]]:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
-    for message in out:
+    for entry in out:
         # A lone text block is written as a plain string, as the API docs do.
-        blocks = message["content"]
-        if message["role"] == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
-            message["content"] = blocks[0]["text"]
+        blocks = entry["content"]
+        if entry["role"] == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
+            entry["content"] = blocks[0]["text"]
     return out
 
 

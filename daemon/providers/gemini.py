@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -127,7 +127,7 @@ class GeminiProvider:
 
     async def _events(
         self, source: AsyncIterator[httpx_sse.ServerSentEvent | None], request: ProviderRequest
-    ) -> AsyncIterator[ProviderEvent]:
+    ) -> AsyncGenerator[ProviderEvent, None]:
         parser = _StreamParser(request)
         try:
             async for sse in source:
@@ -302,7 +302,7 @@ def _gemini_call_id(part: Part, request: ProviderRequest) -> str | None:
 
 
 def _user_parts(
-    message: ChatMessage, call_names: dict[str | None, str | None], call_ids: dict[str | None, str | None]
+    message: ChatMessage, call_names: Mapping[str | None, str | None], call_ids: Mapping[str | None, str | None]
 ) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for part in message.parts:
@@ -429,7 +429,8 @@ class _StreamParser:
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
         name = str(call.get("name") or "")
-        args, data = whole_arguments(call.get("args") if isinstance(call.get("args"), dict) else {})
+        raw_args = call.get("args")
+        args, data = whole_arguments(raw_args if isinstance(raw_args, dict) else {})
         gemini_id = call.get("id") or None
         call_id = gemini_id or self._call_id()
         self.calls += 1

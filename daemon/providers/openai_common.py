@@ -18,7 +18,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2.4, §3.4, §7.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Protocol
 
@@ -167,7 +167,7 @@ class OpenAIStyleProvider:
 
     async def _events(
         self, response: httpx.Response, parser: StreamParser, limits: StreamLimits
-    ) -> AsyncIterator[ProviderEvent]:
+    ) -> AsyncGenerator[ProviderEvent, None]:
         sse = aiter_sse(response, self.name, limits)
         try:
             async for event in sse:

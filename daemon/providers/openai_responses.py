@@ -444,8 +444,8 @@ _HANDLERS = {
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    input_details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
-    output_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
+    input_details = found if isinstance(found := raw.get("input_tokens_details"), dict) else {}
+    output_details = found if isinstance(found := raw.get("output_tokens_details"), dict) else {}
     # input_tokens includes cached and cache-written tokens, output_tokens includes reasoning.
     return normalized_usage(
         input_tokens=raw.get("input_tokens"),

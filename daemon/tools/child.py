@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def main() -> None:
     _limit_cpu(request["time_limit_s"])
     from daemon.tools import list_files, search  # after the limits: importing costs time too
 
-    scans = {"list_files": list_files.scan, "search": search.scan}
+    scans: dict[str, Callable[..., ToolResult]] = {"list_files": list_files.scan, "search": search.scan}
     try:
         result = scans[request["tool"]](Path(request["root"]), Path(request["start"]), **request["args"])
     except ToolError as exc:
