@@ -1,4 +1,5 @@
-"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``, ``models``.
+"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
+``models``.
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.client``), so scripts see exactly what editors see.

@@ -239,7 +239,8 @@ def test_ponder_mcp_shows_servers_tools_and_errors(tmp_path):
     script = SERVERS / "misbehaving.py"
     (home / "config.toml").write_text(
         f'[mcp_servers.flaky]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}, "serve"]\n\n'
-        f'[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}, "exit-at-start"]\n'
+        f"[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(str(script))}, "exit-at-start"]\n'
     )
     run = subprocess.run(
         [sys.executable, "-m", "daemon", "--home", str(home), "mcp"],
