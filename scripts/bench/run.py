@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 if __package__ in (None, ""):  # run as a file: make ``scripts.bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -281,7 +281,7 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def print_table(rows: list[tuple[str, str, str, str, str]], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+def print_table(rows: list[tuple[str, str, str, str, str]], out: TextIO = sys.stdout) -> None:
     headers = ("measure", "ponder", "reference / context", "target", "verdict")
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     widths = [min(w, 80) for w in widths]
