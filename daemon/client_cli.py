@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -42,13 +42,18 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         raise
 
 
-def _find(exc: BaseException, kind: type[BaseException]) -> Any:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first ``kind`` in ``exc`` or, depth first, in the groups it is made of."""
     if isinstance(exc, kind):
         return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = _find(inner, kind)
-        if found is not None:
-            return found
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
     return None
 
 

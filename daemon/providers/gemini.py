@@ -469,6 +469,7 @@ def _usage(meta: dict[str, Any]) -> Usage:
 
 def _sum(prompt: Any, tool_use_prompt: Any) -> int | None:
     """The prompt count plus the results of Gemini's built-in tools, read as input too."""
-    if count(prompt) is None:
+    prompt_n = count(prompt)
+    if prompt_n is None:
         return None
-    return prompt + (count(tool_use_prompt) or 0)
+    return prompt_n + (count(tool_use_prompt) or 0)

@@ -387,8 +387,8 @@ def _is_gpt_oss(model: str, model_info: dict[str, Any], details: dict[str, Any])
 
 def _context_length(model_info: dict[str, Any]) -> int | None:
     for key, value in model_info.items():
-        if key.endswith(".context_length") and _int(value) is not None:
-            return value
+        if key.endswith(".context_length") and (length := _int(value)) is not None:
+            return length
     return None
 
 

@@ -364,8 +364,8 @@ def replay_arguments(arguments: dict[str, Any] | None, provider_data: dict[str, 
     data = provider_data or {}
     if same_model:
         for key in ("arguments_raw", "invalid_arguments"):
-            if isinstance(data.get(key), str):
-                return data[key]
+            if isinstance(value := data.get(key), str):
+                return value
     return msgspec.json.encode(arguments or {}).decode()
 
 
