@@ -1,14 +1,22 @@
-"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``, ``models``.
+"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
+``models``.
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.client``), so scripts see exactly what editors see.
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, get_args
 
 from daemon import __version__
+from protocol.objects import ApprovalPolicy
+
+if TYPE_CHECKING:  # the config module loads only when a command needs it
+    from daemon.config import Config
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 
@@ -41,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--session", help="continue this session")
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
-    ask.add_argument("--approval", choices=["ask", "auto", "read_only"], help="approval policy for a new session")
+    ask.add_argument("--approval", choices=get_args(ApprovalPolicy), help="approval policy for a new session")
     ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
@@ -98,7 +106,7 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_stdio(config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:  # type: ignore[no-untyped-def]
+async def _serve_stdio(config: Config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:
     from daemon.server import serve
     from daemon.transport import open_stdio
 

@@ -48,6 +48,7 @@ class RpcClient:
         self.sent_methods: dict[Any, str] = {}  # request id -> method, to interpret replies
         # Called with every decoded message from the daemon (tests validate the wire here).
         self.on_message: Callable[[Any, dict[Any, str]], None] | None = None
+        self.process: anyio.abc.Process | None = None  # the daemon's process, when spawn_daemon started one
 
     async def request(self, method: str, params: Any = None, *, request_id: Any = None) -> Any:
         request_id = next(self._ids) if request_id is None else request_id
@@ -155,20 +156,20 @@ async def spawn_daemon(
             stderr=stderr,
         )
     assert process.stdin is not None and process.stdout is not None
-    stdin = process.stdin
+    stdin, stdout = process.stdin, process.stdout
 
     async def send_line(line: bytes) -> None:
         await stdin.send(line + b"\n")
 
     client = RpcClient(send_line)
     client.on_request = on_request
-    client.process = process  # type: ignore[attr-defined]
+    client.process = process
     try:
         async with anyio.create_task_group() as tg:
             client.task_group = tg
 
             async def read() -> None:
-                buffered = BufferedByteReceiveStream(process.stdout)  # type: ignore[arg-type]
+                buffered = BufferedByteReceiveStream(stdout)
                 try:
                     while True:
                         line = await buffered.receive_until(b"\n", 1 << 30)
@@ -196,7 +197,7 @@ async def spawn_daemon(
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await process.stdout.aclose()  # after the reader: nothing waits on it any more
+            await stdout.aclose()  # after the reader: nothing waits on it any more
 
 
 class _StartedProcess(anyio.abc.Process):
@@ -223,7 +224,7 @@ class _StartedProcess(anyio.abc.Process):
     def kill(self) -> None:
         self._popen.kill()
 
-    def send_signal(self, signal: signal.Signals) -> None:  # type: ignore[override]
+    def send_signal(self, signal: signal.Signals) -> None:
         self._popen.send_signal(signal)
 
     @property

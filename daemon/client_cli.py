@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -42,13 +42,18 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         raise
 
 
-def _find(exc: BaseException, kind: type[BaseException]) -> Any:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first ``kind`` in ``exc`` or, depth first, in the groups it is made of."""
     if isinstance(exc, kind):
         return exc
-    for inner in getattr(exc, "exceptions", ()):
-        found = _find(inner, kind)
-        if found is not None:
-            return found
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
     return None
 
 
@@ -213,7 +218,8 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
         resumed = await client.request("session/resume", {"session_id": args.session_id})
         session = resumed["session"]
         print(
-            f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  thinking={session['thinking_level']}"
+            f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  "
+            f"thinking={session['thinking_level']}"
         )
         for message in resumed["messages"]:
             for block in message["content"]:
@@ -255,7 +261,8 @@ async def _models(client: RpcClient, args: argparse.Namespace) -> int:
         levels = ",".join(model["thinking_levels"]) or "-"
         mark = " " if model["available"] else "×"
         print(
-            f"{mark} {model['id']:<42} {model['api']:<17} thinking: {levels} (default {model['default_thinking_level']})"
+            f"{mark} {model['id']:<42} {model['api']:<17} "
+            f"thinking: {levels} (default {model['default_thinking_level']})"
         )
     return 0
 
@@ -268,7 +275,8 @@ async def _mcp(client: RpcClient, args: argparse.Namespace) -> int:
         print(json.dumps(listed, ensure_ascii=False, indent=2))
     elif not servers:
         print(
-            "No MCP servers are configured; add [mcp_servers.NAME] (command, args, env) to config.toml in ponder's home."
+            "No MCP servers are configured; "
+            "add [mcp_servers.NAME] (command, args, env) to config.toml in ponder's home."
         )
     for server in [] if args.json else servers:
         count = (

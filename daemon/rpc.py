@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 import msgspec
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.errors import (
     InternalError,
@@ -146,7 +147,7 @@ class Connection:
 
     def __init__(
         self,
-        outgoing: ObjectSendStream[Outgoing],
+        outgoing: MemoryObjectSendStream[Outgoing],
         *,
         cancel_method: str = "$/cancelRequest",
         cancel_id_field: str = "id",
@@ -160,14 +161,16 @@ class Connection:
         # protocol, ``$/cancel_request {requestId}`` in ACP.
         self.cancel_method = cancel_method
         self.cancel_id_field = cancel_id_field
-        self._methods: dict[str, tuple[type, Handler]] = {}
+        self._methods: dict[str, tuple[type[Any], Handler]] = {}
         self._in_flight: dict[Any, anyio.CancelScope] = {}
         self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
         self._ids = itertools.count(1)
         self._unanswered = 0  # requests received whose reply has not been queued yet
+        self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
+        self._answered.set()
         self.shutting_down = False
 
-    def register(self, method: str, params_type: type, handler: Handler) -> None:
+    def register(self, method: str, params_type: type[Any], handler: Handler) -> None:
         self._methods[method] = (params_type, handler)
 
     def unregister_all(self) -> None:
@@ -289,8 +292,18 @@ class Connection:
             return
         tg.start_soon(self._handle_and_send, message)
 
-    async def _handle_and_send(self, message: Any) -> None:
+    def _received(self) -> None:
+        if not self._unanswered:
+            self._answered = anyio.Event()
         self._unanswered += 1
+
+    def _reply_queued(self) -> None:
+        self._unanswered -= 1
+        if not self._unanswered:
+            self._answered.set()
+
+    async def _handle_and_send(self, message: Any) -> None:
+        self._received()
         cut_short: list[bytes] = []
         try:
             reply = await self._handle(message, cut_short)
@@ -299,7 +312,7 @@ class Connection:
         finally:
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
-            self._unanswered -= 1
+            self._reply_queued()
 
     async def _send_reply(self, reply: bytes) -> None:
         """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
@@ -313,15 +326,14 @@ class Connection:
     async def wait_answered(self, timeout_s: float) -> None:
         """Wait (bounded) until every request received so far has had its reply queued."""
         with anyio.move_on_after(timeout_s):
-            while self._unanswered:
-                await anyio.sleep(0.005)
+            await self._answered.wait()
 
     async def _handle_batch(self, messages: list[Any]) -> None:
-        self._unanswered += 1
+        self._received()
         try:
             await self._answer_batch(messages)
         finally:
-            self._unanswered -= 1
+            self._reply_queued()
 
     async def _answer_batch(self, messages: list[Any]) -> None:
         """Handle a batch's members concurrently and answer them all in one array, also when
@@ -441,7 +453,7 @@ class Connection:
         if not isinstance(raw_params, dict):
             raise InvalidParams("Invalid params: params must be an object.", path="$.params")
         try:
-            params = msgspec.convert(raw_params, params_type)
+            params: Any = msgspec.convert(raw_params, params_type)
         except msgspec.ValidationError as exc:
             raise validation_error(exc) from None
         return await handler(params)

@@ -28,7 +28,7 @@ from typing import Final
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 log = logging.getLogger("ponder.transport")
 
@@ -111,7 +111,7 @@ class LineSplitter:
             out.append(line)
 
 
-def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
+def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
     """Read stdin on a daemon thread, handing complete lines to the event loop.
 
     A read blocked on stdin cannot be interrupted; a daemon thread (unlike a pooled worker
@@ -147,7 +147,7 @@ def _start_reader(fd: int, send: ObjectSendStream[bytes | _Overlong], max_line_b
     threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
 
 
-async def _pump_output(fd: int, receive: ObjectReceiveStream[Outgoing]) -> None:
+async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
     direct = _use_nonblocking(fd)
     writable = True  # until a write finds the client gone; the rest is drained unwritten
     try:
@@ -262,7 +262,7 @@ async def open_stdio(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     stdin_fd: int | None = None,
     stdout_fd: int | None = None,
-) -> AsyncIterator[tuple[ObjectReceiveStream[bytes | _Overlong], ObjectSendStream[Outgoing]]]:
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[bytes | _Overlong], MemoryObjectSendStream[Outgoing]]]:
     """Run the stdin reader and the stdout writer; yield (incoming lines, outgoing messages).
 
     Outgoing items are complete JSON documents without the trailing newline (and the

@@ -378,7 +378,10 @@ async def test_edits_are_reported_as_diffs_of_the_file(home: Path, work: Path) -
 
     async with acp_daemon(home, on_request=allow) as (client, _daemon):
         session_id = await new_session(client, work, "mock/tools")
-        script = 'tool: edit_file {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"}\ntool: read_file {"path": "notes.txt", "offset": 2}'
+        script = (
+            'tool: edit_file {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"}\n'
+            'tool: read_file {"path": "notes.txt", "offset": 2}'
+        )
         await prompt(client, session_id, text(script))
         received = updates(drain(client))
     final = [u for u in received if u.get("status") == "completed"]

@@ -30,7 +30,7 @@ async def test_tool_loop_and_restart_keep_the_signed_thinking(home, tmp_path, re
         )
         events = await client.collect_turn(turn["turn_id"])
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
-    thinking = [e for e in events if e["type"] == "thinking_end"][0]["text"]
+    thinking = next(e for e in events if e["type"] == "thinking_end")["text"]
     assert thinking.startswith("The user asks whether to bring an umbrella")
     [call] = [e for e in events if e["type"] == "tool_call_end"]
     assert call["name"] == "get_weather" and call["arguments"] == {"city": "Lyon", "unit": "celsius"}

@@ -17,7 +17,7 @@ def gemini_check(body, meta):
 
 
 def responses_check(body, meta):
-    reasoning = [i for i in meta["expected"]["next_request_input"] if i.get("type") == "reasoning"][0]
+    reasoning = next(i for i in meta["expected"]["next_request_input"] if i.get("type") == "reasoning")
     sent = [i for i in body["input"] if i.get("type") == "reasoning"]
     return any(i["id"] == reasoning["id"] and i["encrypted_content"] == reasoning["encrypted_content"] for i in sent)
 

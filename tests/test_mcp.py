@@ -320,8 +320,13 @@ async def test_servers_that_cannot_start_are_reported_and_the_turn_goes_on(home,
         fast(daemon, backoff_s=30)
         servers = servers_by_name(await client.request("mcp/list"))
         assert {name: s["status"] for name, s in servers.items()} == {
-            "dead": "failed", "mute": "failed", "missing": "failed", "broken": "failed", "off": "stopped", "flaky": "ready",
-        }  # fmt: skip
+            "dead": "failed",
+            "mute": "failed",
+            "missing": "failed",
+            "broken": "failed",
+            "off": "stopped",
+            "flaky": "ready",
+        }
         assert (
             "exited with status 3" in servers["dead"]["error"] and "WIDGET_TOKEN is not set" in servers["dead"]["error"]
         )

@@ -12,8 +12,9 @@ import pytest
 from daemon.mcp.client import StderrTail
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server, server_env
 from daemon.mcp.tools import McpTool, provider_schema, qualified_name, render_result
-from daemon.tools import ToolError, parse_arguments
+from daemon.tools import ToolError, builtin_tools, parse_arguments
 from daemon.tools.approval import denial_message
+from daemon.tools.base import MCP_TOOL_PREFIX
 from tests.support.harness import subprocess_env
 
 SERVERS = Path(__file__).parent / "support" / "mcp_servers"
@@ -125,6 +126,13 @@ def test_read_only_denial_of_an_mcp_tool_says_how_to_allow_it():
     message = denial_message("read_only", "mcp__docs__search")
     assert "approval policy is 'read_only'" in message and "trusted = true" in message
     assert "trusted" not in denial_message("read_only", "write_file")
+
+
+def test_mcp_tools_are_named_in_the_prefix_the_tool_namespace_reserves_for_them():
+    # The approval gate recognises MCP tools by the prefix daemon.tools.base reserves; the names
+    # daemon.mcp.tools makes must carry it, and no built-in tool may.
+    assert qualified_name("docs", "search").startswith(MCP_TOOL_PREFIX)
+    assert not any(name.startswith(MCP_TOOL_PREFIX) for name in builtin_tools())
 
 
 def test_tool_accepts_any_object_and_summarises_it():
@@ -239,7 +247,8 @@ def test_ponder_mcp_shows_servers_tools_and_errors(tmp_path):
     script = SERVERS / "misbehaving.py"
     (home / "config.toml").write_text(
         f'[mcp_servers.flaky]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}, "serve"]\n\n'
-        f'[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}, "exit-at-start"]\n'
+        f"[mcp_servers.dead]\ncommand = {json.dumps(sys.executable)}\n"
+        f'args = [{json.dumps(str(script))}, "exit-at-start"]\n'
     )
     run = subprocess.run(
         [sys.executable, "-m", "daemon", "--home", str(home), "mcp"],

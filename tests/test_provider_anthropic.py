@@ -683,7 +683,7 @@ SIGNED_46 = Part(type="thinking", text="t", signature="Esig46", provider="anthro
         (loop(SAID, CALL), True),  # the tool call was made with thinking off
         (loop(SIGNED_46, SAID, CALL), False),
         (loop(REDACTED, CALL), False),
-        (loop(SIGNED_46, CALL) + [user("new question")], False),  # a fresh user turn
+        ([*loop(SIGNED_46, CALL), user("new question")], False),  # a fresh user turn
         ([user("weather?")], False),
     ],
     ids=["model-switch", "interrupted", "no-thinking", "signed", "redacted", "new-turn", "first-turn"],

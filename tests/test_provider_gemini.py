@@ -7,6 +7,7 @@ offsets and every few bytes (one at every byte), and compared with its ``meta.ex
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import socket
 import time
@@ -261,14 +262,14 @@ async def test_fixture_replay(replay_server: ReplayServer, name: str, split: str
         (c["name"], c["arguments"], c["thought_signature"]) for c in expected["tool_calls"]
     ]
     assert [sig for _, _, sig in result["signed"]] == [s["signature"] for s in expected["thought_signatures"]]
-    for (kind, text, _), sig in zip(result["signed"], expected["thought_signatures"]):
+    for (kind, text, _), sig in zip(result["signed"], expected["thought_signatures"], strict=True):
         assert kind == {"functionCall": "tool_call", "text(empty)": "text"}.get(sig["part_kind"], sig["part_kind"])
         if kind == "text":
             assert (text == "") == (sig["part_kind"] == "text(empty)")
     # Clients see one block per contiguous run, never an empty one.
     assert all(p.text for p in result["parts"] if p.type == "text")
     kinds = [p.type for p in result["parts"]]
-    assert all(a != b for a, b in zip(kinds, kinds[1:]) if a != "tool_call")
+    assert all(a != b for a, b in itertools.pairwise(kinds) if a != "tool_call")
     assert all((p.provider, p.model) == (PROVIDER, model) for p in result["parts"])
     assert result["usage"] == shared_meaning(expected["usage"])
     assert result["stop"] is not None and result["stop"].raw == expected["stop_reason"]

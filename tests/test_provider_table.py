@@ -224,7 +224,7 @@ def test_reading_the_table_imports_no_adapter():
         "from daemon.config import load_config\n"
         "from daemon.catalog import Catalog\n"
         "Catalog(load_config(pathlib.Path(tempfile.mkdtemp()), env={}))\n"
-        f"loaded = [m for m in {adapters + ['httpx']!r} if m in sys.modules]\n"
+        f"loaded = [m for m in {[*adapters, 'httpx']!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

@@ -33,7 +33,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ROUNDS = 10
 LEVELS = ["off", "low", "medium", "high", "max"]
-TOOL_SCRIPT = 'tool: run_command {{"command": "sleep 0.3; echo done {n}"}}\ntool: write_file {{"path": "f{n}.txt", "content": "{n}"}}'
+TOOL_SCRIPT = (
+    'tool: run_command {{"command": "sleep 0.3; echo done {n}"}}\n'
+    'tool: write_file {{"path": "f{n}.txt", "content": "{n}"}}'
+)
 
 
 @dataclass
@@ -151,7 +154,8 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
             parts.setdefault(row[0], []).append(row[1:])
         by_session: dict[str, list[dict[str, Any]]] = {}
         for mid, sid, seq, role, model_id, stop, usage, status in db.execute(
-            "SELECT id, session_id, seq, role, model_id, stop_reason, usage_json, status FROM messages ORDER BY session_id, seq"
+            "SELECT id, session_id, seq, role, model_id, stop_reason, usage_json, status "
+            "FROM messages ORDER BY session_id, seq"
         ):
             message = {
                 "id": mid,
@@ -174,7 +178,7 @@ def check_store(home: Path, seed: int) -> dict[str, list[dict[str, Any]]]:
                 continue
             if message["role"] == "assistant":
                 assert message["usage"] is not None and message["stop"] in ("end_turn", "tool_use"), where
-                for kind, text, call_id, name, arguments, signature in message["parts"]:
+                for kind, text, _call_id, name, arguments, signature in message["parts"]:
                     if kind == "thinking":
                         assert signature == "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32], (
                             f"half-written thinking: {where}"
@@ -258,7 +262,7 @@ async def test_sigkill_at_random_points_never_loses_acknowledged_work(home, tmp_
     mid_tools = [
         m
         for ms in by_session.values()
-        for m, after in zip(ms, [*ms[1:], None])
+        for m, after in zip(ms, [*ms[1:], None], strict=True)
         if m["stop"] == "tool_use" and (after is None or after["role"] != "tool")
     ]
     assert mid_stream or mid_tools, f"no kill landed mid-stream or mid-tool-run (seed {seed})"

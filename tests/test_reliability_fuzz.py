@@ -452,8 +452,26 @@ REAL_LINES = [
     ]
 ]
 HOSTILE_BYTES = st.sampled_from(
-    [b"\xe9", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\x00", b'"', b"\\", b"{", b"["]
-    + [b"]", b",", b"\n", b"\r", b"\xe2\x80\xa8", b"1e400", b"99999999999999999999"]
+    [
+        b"\xe9",
+        b"\xff",
+        b"\xc3",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xc0\x80",
+        b"\x00",
+        b'"',
+        b"\\",
+        b"{",
+        b"[",
+        b"]",
+        b",",
+        b"\n",
+        b"\r",
+        b"\xe2\x80\xa8",
+        b"1e400",
+        b"99999999999999999999",
+    ]
 ) | st.binary(min_size=1, max_size=3)
 
 

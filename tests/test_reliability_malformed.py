@@ -235,7 +235,10 @@ async def test_responses_api_streams_skip_unknown_events_and_stop_at_malformed_o
     blocks = body.decode().split("\n\n")
     first_text = next(i for i, b in enumerate(blocks) if '"type":"response.output_text.delta"' in b)
     unknown = 'event: response.brand_new_thing\ndata: {"type": "response.brand_new_thing", "sequence_number": 99}'
-    malformed = 'event: response.output_item.added\ndata: {"type": "response.output_item.added", "output_index": 7, "item": "oops"}'
+    malformed = (
+        "event: response.output_item.added\n"
+        'data: {"type": "response.output_item.added", "output_index": 7, "item": "oops"}'
+    )
     with_unknown = "\n\n".join([*blocks[: first_text + 1], unknown, *blocks[first_text + 1 :]]).encode()
     cut_off = "\n\n".join([*blocks[: first_text + 1], malformed, *blocks[first_text + 1 :]]).encode()
     for response_body in (with_unknown, cut_off):

@@ -52,7 +52,7 @@ def permissive_umask():
 
 
 async def run_daemon(home: Path, stdout: list[bytes], stderr_path: Path, env: dict[str, str], body) -> None:
-    with open(stderr_path, "ab") as stderr:
+    with open(stderr_path, "ab") as stderr:  # noqa: ASYNC230 (a local file, opened once for the child's stderr)
         async with spawn_daemon(
             home=home, log_level="debug", env=subprocess_env(home, env), stderr=stderr.fileno()
         ) as client:
@@ -85,7 +85,10 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
     echoed = (
         f'{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}'.encode()
     )
-    echoed_ds = f'{{"error":{{"message":"Incorrect API key provided: {DEEPSEEK_KEY}","type":"invalid_request_error"}}}}'.encode()
+    echoed_ds = json.dumps(
+        {"error": {"message": f"Incorrect API key provided: {DEEPSEEK_KEY}", "type": "invalid_request_error"}},
+        separators=(",", ":"),
+    ).encode()
     ends = {}
 
     async def session_runs(client) -> None:

@@ -414,7 +414,10 @@ async def test_deeply_nested_tool_arguments_are_a_tool_error(home, tmp_path, rep
 
 async def test_a_lone_surrogate_from_a_provider_is_a_provider_error(home, tmp_path, replay_server):
     def chunk(text_json: str) -> bytes:
-        return f'data: {{"candidates": [{{"content": {{"parts": [{{"text": "{text_json}"}}], "role": "model"}}, "index": 0}}]}}\n\n'.encode()
+        return (
+            f'data: {{"candidates": [{{"content": {{"parts": [{{"text": "{text_json}"}}], '
+            '"role": "model"}, "index": 0}]}\n\n'
+        ).encode()
 
     body = chunk("so far ") + chunk("broken \\ud800 text")
     replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body))
@@ -555,7 +558,10 @@ async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_
 
 async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error(home, tmp_path, replay_server):
     deep = "[" * 5000 + "]" * 5000
-    frame = f'data: {{"candidates": [{{"content": {{"parts": [{{"functionCall": {{"name": "read_file", "args": {{"path": {deep}}}}}}}], "role": "model"}}, "index": 0}}]}}\n\n'
+    frame = (
+        'data: {"candidates": [{"content": {"parts": [{"functionCall": {"name": "read_file", '
+        f'"args": {{"path": {deep}}}}}}}], "role": "model"}}, "index": 0}}]}}\n\n'
+    )
     replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=frame.encode()))
     env = {"GEMINI_API_KEY": "AIza-fake", "GEMINI_BASE_URL": replay_server.url}
     async with in_memory_daemon(home, env=env, configure=limits) as (client, _):
@@ -716,7 +722,8 @@ async def test_deeply_nested_arguments_that_arrive_whole_are_a_tool_error(home, 
     for _ in range(150):
         deep = {"a": deep}
     call = {"functionCall": {"name": "read_file", "args": {"path": deep}}}
-    body = f"data: {json.dumps({'candidates': [{'content': {'parts': [call], 'role': 'model'}, 'finishReason': 'STOP', 'index': 0}]})}\n\n"
+    chunk = {"candidates": [{"content": {"parts": [call], "role": "model"}, "finishReason": "STOP", "index": 0}]}
+    body = f"data: {json.dumps(chunk)}\n\n"
     replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=body.encode()))
     reply = {
         "candidates": [{"content": {"parts": [{"text": "simpler then"}], "role": "model"}, "finishReason": "STOP"}]

@@ -169,8 +169,8 @@ async def test_slow_request_does_not_block_others_and_can_be_cancelled(home):
 async def test_shutdown_answers_then_exits(home):
     async with in_memory_daemon(home) as (client, _):
         assert await client.request("shutdown") == {}
-        with pytest.raises(Exception):
-            with anyio.fail_after(5):
+        with pytest.raises(TimeoutError):  # no answer: the daemon has stopped serving
+            with anyio.fail_after(1):
                 await client.request("ping")
 
 
@@ -221,3 +221,38 @@ async def _big_then_small(connection: Connection, receive) -> None:
         mark.set()  # what the writer does once it has written the big message
     assert msgspec.json.decode(receive.receive_nowait())["params"] == {"n": 2}
     assert connection.notify_nowait("agent/event", {"n": 3}) is True
+
+
+async def test_wait_answered_wakes_when_the_last_reply_is_queued_not_on_a_timer():
+    send, receive = anyio.create_memory_object_stream[Outgoing](10)
+    incoming_send, incoming = anyio.create_memory_object_stream[bytes](10)
+    connection = Connection(send)
+    release = anyio.Event()
+
+    async def slow(params: dict) -> dict:
+        await release.wait()
+        return {}
+
+    connection.register("slow", dict, slow)
+    waits: list[str] = []
+
+    async def wait(label: str, timeout_s: float) -> None:
+        await connection.wait_answered(timeout_s)
+        waits.append(label)
+
+    with send, receive, incoming_send:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.serve, incoming)
+            await wait("idle", 5)  # nothing in flight: at once
+            await incoming_send.send(b'{"jsonrpc":"2.0","id":1,"method":"slow"}')
+            await anyio.wait_all_tasks_blocked()
+            await wait("timed out", 0.01)  # the request is still in flight: gives up at the deadline
+            tg.start_soon(wait, "answered", 5)
+            await anyio.wait_all_tasks_blocked()
+            assert waits == ["idle", "timed out"]
+            release.set()
+            # Woken by the reply itself: a poll would still be asleep while every task is blocked.
+            await anyio.wait_all_tasks_blocked()
+            assert waits == ["idle", "timed out", "answered"]
+            assert msgspec.json.decode(receive.receive_nowait()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+            tg.cancel_scope.cancel()

@@ -651,7 +651,7 @@ def test_unavailable_store_answers_every_call_with_its_problem(db_path: Path) ->
     unavailable = Store.unavailable(db_path, "sessions.db is damaged: it is not an SQLite database.")
     assert not db_path.exists()  # nothing is created either
     for call in (lambda: unavailable.get_session("s1"), lambda: unavailable.create_session(session())):
-        with pytest.raises(StoreUnavailable, match="^sessions.db is damaged: it is not an SQLite database.$"):
+        with pytest.raises(StoreUnavailable, match=r"^sessions\.db is damaged: it is not an SQLite database\.$"):
             call()
     unavailable.close()
 

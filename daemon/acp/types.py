@@ -332,8 +332,8 @@ class ConfigOptionUpdate(_Out, tag_field="sessionUpdate", tag="config_option_upd
 
 
 class SessionInfoUpdate(_Out, tag_field="sessionUpdate", tag="session_info_update"):
-    title: str | None | UnsetType = UNSET
-    updated_at: str | None | UnsetType = UNSET
+    title: str | UnsetType | None = UNSET
+    updated_at: str | UnsetType | None = UNSET
 
 
 class UsageUpdate(_Out, tag_field="sessionUpdate", tag="usage_update"):

@@ -176,8 +176,8 @@ class McpClient:
                 f"(supported: {', '.join(SUPPORTED_PROTOCOL_VERSIONS)})."
             )
         self.protocol_version = version
-        self.capabilities = result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {}  # type: ignore[assignment]
-        self.server_info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else {}  # type: ignore[assignment]
+        self.capabilities = found if isinstance(found := result.get("capabilities"), dict) else {}
+        self.server_info = found if isinstance(found := result.get("serverInfo"), dict) else {}
         await self.notify("notifications/initialized")
 
     @property
@@ -324,8 +324,7 @@ class McpClient:
         # what tells a person why the server went away.
         with anyio.move_on_after(EXIT_SETTLE_S):
             await self._stderr_done.wait()
-            while self.process.returncode is None:
-                await anyio.sleep(0.02)
+            await self.process.wait()
         self._close(_describe_exit(self.process.returncode))
 
     async def _read_stderr(self) -> None:
@@ -367,7 +366,8 @@ class McpClient:
     def _dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if method is None:
-            pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            request_id = message.get("id")
+            pending = self._pending.get(request_id) if isinstance(request_id, int) else None
             if pending is not None and not pending.done.is_set():
                 pending.message = message
                 pending.done.set()
@@ -375,16 +375,16 @@ class McpClient:
         if "id" in message:
             self._tg.start_soon(self._answer, message)
             return
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = found if isinstance(found := message.get("params"), dict) else {}
         if method == "notifications/progress":
-            callback = self._progress.get(str(params.get("progressToken")))  # type: ignore[union-attr]
+            callback = self._progress.get(str(params.get("progressToken")))
             if callback is not None:
-                callback(params)  # type: ignore[arg-type]
+                callback(params)
         elif method == "notifications/tools/list_changed":
             if self.on_tools_changed is not None:
                 self.on_tools_changed()
         elif method == "notifications/message":
-            log.debug("[%s log] %s: %s", self.name, params.get("level"), params.get("data"))  # type: ignore[union-attr]
+            log.debug("[%s log] %s: %s", self.name, params.get("level"), params.get("data"))
 
     async def _answer(self, message: dict[str, Any]) -> None:
         """Answer a server → client request: ``ping``; anything else we declared no capability for."""
@@ -393,9 +393,11 @@ class McpClient:
             reply["result"] = {}
         else:
             reply["error"] = {"code": -32601, "message": f"Method not found: {message.get('method')}"}
+        stdin = self.process.stdin
+        assert stdin is not None  # opened with pipes
         try:
             async with self._write_lock:
-                await self.process.stdin.send(_encoder.encode(reply) + b"\n")  # type: ignore[union-attr]
+                await stdin.send(_encoder.encode(reply) + b"\n")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
 

@@ -20,7 +20,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,7 +215,7 @@ class AnthropicProvider(Provider):
         # Anthropic's own retry signal; and a monthly spend cap answers 429 but will not lift by waiting.
         return apply_retry_hint(error, response.headers, final=_error_code(raw) == "enforced_spend_limit_reached")
 
-    async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+    async def _events(self, response: httpx.Response, request: ProviderRequest) -> AsyncGenerator[ProviderEvent, None]:
         parser = StreamParser(provider=self.name, request=request)
         sse = aiter_sse(response, self.name, request.limits)
         try:
@@ -268,11 +268,11 @@ def build_messages(request: ProviderRequest) -> list[dict[str, Any]]:
             out[-1]["content"].extend(content)
         else:
             out.append({"role": role, "content": content})
-    for message in out:
+    for entry in out:
         # A lone text block is written as a plain string, as the API docs do.
-        blocks = message["content"]
-        if message["role"] == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
-            message["content"] = blocks[0]["text"]
+        blocks = entry["content"]
+        if entry["role"] == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
+            entry["content"] = blocks[0]["text"]
     return out
 
 
@@ -333,8 +333,8 @@ def _error_code(raw: bytes) -> str | None:
     except msgspec.DecodeError:
         return None
     details = data.get("error", {}).get("details") if isinstance(data, dict) else None
-    if isinstance(details, dict) and isinstance(details.get("error_code"), str):
-        return details["error_code"]
+    if isinstance(details, dict) and isinstance(code := details.get("error_code"), str):
+        return code
     return None
 
 
@@ -375,12 +375,12 @@ class StreamParser:
         if not isinstance(payload, dict):
             return []
         kind = payload.get("type") or name
-        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             log.debug("ignoring an unknown %s stream event %r", self.provider, kind)  # new event types
             return []
         try:
-            return handler(payload)
+            return handler(self, payload)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             # A field missing or of the wrong type (``"index": null``, ``"delta": "x"``).
             raise ProviderError(
@@ -545,6 +545,19 @@ class StreamParser:
             input_excludes_cache=True,  # Anthropic's input_tokens leaves out cache reads and writes
         )
         return [UsageUpdate(usage=usage)]
+
+
+# Anthropic's stream event types, by the ``type`` field; an unknown type is logged and skipped.
+_HANDLERS: dict[str, Callable[[StreamParser, dict[str, Any]], list[ProviderEvent]]] = {
+    "ping": StreamParser._on_ping,
+    "message_start": StreamParser._on_message_start,
+    "content_block_start": StreamParser._on_content_block_start,
+    "content_block_delta": StreamParser._on_content_block_delta,
+    "content_block_stop": StreamParser._on_content_block_stop,
+    "message_delta": StreamParser._on_message_delta,
+    "message_stop": StreamParser._on_message_stop,
+    "error": StreamParser._on_error,
+}
 
 
 __all__ = ["AnthropicProvider", "StreamParser", "build_messages"]

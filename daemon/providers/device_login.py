@@ -195,7 +195,8 @@ async def request_device_code(settings: ProviderConfig) -> DeviceCode:
     except httpx.RequestError as exc:
         raise ProviderNotConfigured(
             provider,
-            f"could not reach GitHub to start the sign-in ({type(exc).__name__}); check the network and run auth/login again",
+            f"could not reach GitHub to start the sign-in ({type(exc).__name__}); "
+            "check the network and run auth/login again",
         ) from None
     data = _json_object(response)
     fields = ("device_code", "user_code", "verification_uri")
@@ -328,7 +329,10 @@ class DeviceLogins:
             except LoginFailed as exc:
                 error = str(exc)
             except OSError as exc:
-                error = f"Could not store the sign-in in {self.config.home} ({exc.strerror or type(exc).__name__}); fix the folder and run auth/login again."
+                error = (
+                    f"Could not store the sign-in in {self.config.home} ({exc.strerror or type(exc).__name__}); "
+                    "fix the folder and run auth/login again."
+                )
             except Exception:  # a bug: log it (no secrets reach exceptions here), report plainly
                 log.exception("%s sign-in failed", provider)
                 error = "The sign-in failed inside the daemon (details are in its log); run auth/login again."

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -131,7 +131,7 @@ class GeminiProvider(Provider):
 
     async def _events(
         self, source: AsyncIterator[httpx_sse.ServerSentEvent | None], request: ProviderRequest
-    ) -> AsyncIterator[ProviderEvent]:
+    ) -> AsyncGenerator[ProviderEvent, None]:
         parser = _StreamParser(request)
         try:
             async for sse in source:
@@ -306,7 +306,7 @@ def _gemini_call_id(part: Part, request: ProviderRequest) -> str | None:
 
 
 def _user_parts(
-    message: ChatMessage, call_names: dict[str | None, str | None], call_ids: dict[str | None, str | None]
+    message: ChatMessage, call_names: Mapping[str | None, str | None], call_ids: Mapping[str | None, str | None]
 ) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for part in message.parts:
@@ -433,7 +433,8 @@ class _StreamParser:
 
     def _call(self, call: dict[str, Any], signature: str | None) -> list[ProviderEvent]:
         name = str(call.get("name") or "")
-        args, data = whole_arguments(call.get("args") if isinstance(call.get("args"), dict) else {})
+        raw_args = call.get("args")
+        args, data = whole_arguments(raw_args if isinstance(raw_args, dict) else {})
         gemini_id = call.get("id") or None
         call_id = gemini_id or self._call_id()
         self.calls += 1
@@ -472,6 +473,7 @@ def _usage(meta: dict[str, Any]) -> Usage:
 
 def _sum(prompt: Any, tool_use_prompt: Any) -> int | None:
     """The prompt count plus the results of Gemini's built-in tools, read as input too."""
-    if count(prompt) is None:
+    prompt_n = count(prompt)
+    if prompt_n is None:
         return None
-    return prompt + (count(tool_use_prompt) or 0)
+    return prompt_n + (count(tool_use_prompt) or 0)

@@ -13,7 +13,7 @@ import json
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -213,7 +213,7 @@ def connection_error(provider: str, exc: Exception, *, midstream: bool = False) 
     return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
 
 
-async def iter_lines(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncIterator[str]:
+async def iter_lines(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncGenerator[str, None]:
     """NDJSON lines of a streamed body, split on LF (CR stripped) and decoded as UTF-8.
 
     A line longer than ``limits.max_event_bytes`` ends the response with a ``ProviderError``.
@@ -325,7 +325,7 @@ class _Inflater:
         return self._zlib.flush()
 
 
-async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncIterator[bytes]:
+async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncGenerator[bytes, None]:
     """The body's bytes, decompressed here in bounded steps, at most ``limits.max_response_bytes``.
 
     Encodings other than gzip and deflate pass through as they came (like httpx does).
@@ -396,7 +396,7 @@ async def close_response(response: httpx.Response, reader: AsyncIterator[Any] | 
 
 async def aiter_sse(
     response: httpx.Response, provider: str, limits: StreamLimits
-) -> AsyncIterator[ServerSentEvent | None]:
+) -> AsyncGenerator[ServerSentEvent | None, None]:
     """The server-sent events of a response, plus ``None`` for every comment line.
 
     httpx-sse swallows comments (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``),

@@ -17,7 +17,7 @@ carry a signature so the round-trip path is exercised too.
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -28,6 +28,7 @@ from daemon.conversation import ChatMessage, Part
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
+    BlockKind,
     BlockStart,
     Provider,
     ProviderEvent,
@@ -68,7 +69,7 @@ class MockProvider(Provider):
     async def aclose(self) -> None:
         pass
 
-    async def _events(self, request: ProviderRequest) -> AsyncIterator[ProviderEvent]:
+    async def _events(self, request: ProviderRequest) -> AsyncGenerator[ProviderEvent, None]:
         prompt, turn = _current_turn(request.messages)
         index = 0
         output_words = 0
@@ -116,7 +117,7 @@ class MockProvider(Provider):
         yield UsageUpdate(usage=_usage(request.messages, output_words))
         yield Stop(reason="end_turn")
 
-    async def _block(self, index: int, kind: Any, text: str) -> AsyncIterator[ProviderEvent]:
+    async def _block(self, index: int, kind: BlockKind, text: str) -> AsyncGenerator[ProviderEvent, None]:
         yield BlockStart(index=index, kind=kind)
         for n, piece in enumerate(_words(text)):
             if self.delay_s:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
+    BlockKind,
     Provider,
     ProviderEvent,
     ProviderRequest,
@@ -122,7 +123,7 @@ class OllamaProvider(Provider):
 
     async def _events(
         self, lines: AsyncIterator[str], request: ProviderRequest, status: int
-    ) -> AsyncIterator[ProviderEvent]:
+    ) -> AsyncGenerator[ProviderEvent, None]:
         parser = _StreamParser(request)
         try:
             async for line in lines:
@@ -242,8 +243,9 @@ class _StreamParser:
 
     def feed(self, chunk: dict[str, Any]) -> list[ProviderEvent]:
         events: list[ProviderEvent] = []
-        message = chunk.get("message") if isinstance(chunk.get("message"), dict) else {}
-        for kind, key in (("thinking", "thinking"), ("text", "content")):
+        message = found if isinstance(found := chunk.get("message"), dict) else {}
+        fields: tuple[tuple[BlockKind, str], ...] = (("thinking", "thinking"), ("text", "content"))
+        for kind, key in fields:
             text = message.get(key)
             if isinstance(text, str) and text:
                 events += self.blocks.append(kind, text)
@@ -265,7 +267,7 @@ class _StreamParser:
         return events
 
     def _call(self, call: dict[str, Any], created_at: Any) -> list[ProviderEvent]:
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = found if isinstance(found := call.get("function"), dict) else {}
         name = str(function.get("name") or "")
         arguments = function.get("arguments")
         if isinstance(arguments, str):  # some templates leave the arguments as a JSON string
@@ -365,7 +367,7 @@ async def _describe(client: httpx.AsyncClient, base: str, tag: dict[str, Any]) -
     capabilities = show.get("capabilities") or []
     if capabilities and "completion" not in capabilities:
         return None
-    model_info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+    model_info = found if isinstance(found := show.get("model_info"), dict) else {}
     details = show.get("details") or tag.get("details") or {}
     supports_thinking = "thinking" in capabilities
     levels = list(GPT_OSS_THINK_LEVELS) if supports_thinking and _is_gpt_oss(model, model_info, details) else None
@@ -386,8 +388,8 @@ def _is_gpt_oss(model: str, model_info: dict[str, Any], details: dict[str, Any])
 
 def _context_length(model_info: dict[str, Any]) -> int | None:
     for key, value in model_info.items():
-        if key.endswith(".context_length") and _int(value) is not None:
-            return value
+        if key.endswith(".context_length") and (length := _int(value)) is not None:
+            return length
     return None
 
 

@@ -366,7 +366,7 @@ def _usage(raw: Any) -> Usage | None:
         return None
     if not any(isinstance(raw.get(k), int) and raw[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
         return None
-    prompt_details = raw.get("prompt_tokens_details") if isinstance(raw.get("prompt_tokens_details"), dict) else {}
+    prompt_details = found if isinstance(found := raw.get("prompt_tokens_details"), dict) else {}
     output_details = raw.get("completion_tokens_details")
     output_details = output_details if isinstance(output_details, dict) else {}
     reasoning = output_details.get("reasoning_tokens")

@@ -18,7 +18,7 @@ Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2.4, §3.4, §7.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Protocol
 
@@ -174,7 +174,7 @@ class OpenAIStyleProvider(Provider):
 
     async def _events(
         self, response: httpx.Response, parser: StreamParser, limits: StreamLimits
-    ) -> AsyncIterator[ProviderEvent]:
+    ) -> AsyncGenerator[ProviderEvent, None]:
         sse = aiter_sse(response, self.name, limits)
         try:
             async for event in sse:
@@ -364,8 +364,8 @@ def replay_arguments(arguments: dict[str, Any] | None, provider_data: dict[str, 
     data = provider_data or {}
     if same_model:
         for key in ("arguments_raw", "invalid_arguments"):
-            if isinstance(data.get(key), str):
-                return data[key]
+            if isinstance(value := data.get(key), str):
+                return value
     return msgspec.json.encode(arguments or {}).decode()
 
 

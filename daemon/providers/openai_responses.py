@@ -211,6 +211,10 @@ class _Item:
     ended: bool = False
 
 
+# The output items that become blocks, by their type; others are not modelled.
+_ITEM_KINDS: dict[str, BlockKind] = {"reasoning": "thinking", "message": "text", "function_call": "tool_call"}
+
+
 @dataclass
 class ResponsesStreamParser:
     """Responses API events in, normalized events out. Pure: no I/O, raises ProviderError."""
@@ -353,9 +357,7 @@ class ResponsesStreamParser:
             return next((i for i in self._items.values() if item_id and i.item_id == item_id), None)
         item = self._items.get(index)
         if item is None:
-            kind: BlockKind | None = {"reasoning": "thinking", "message": "text", "function_call": "tool_call"}.get(
-                str(item_type)
-            )  # type: ignore[assignment]
+            kind = _ITEM_KINDS.get(str(item_type))
             if kind is None:
                 return None
             item = self._items[index] = _Item(kind=kind, item_id=payload.get("item_id"))
@@ -444,8 +446,8 @@ _HANDLERS = {
 def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    input_details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
-    output_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
+    input_details = found if isinstance(found := raw.get("input_tokens_details"), dict) else {}
+    output_details = found if isinstance(found := raw.get("output_tokens_details"), dict) else {}
     # input_tokens includes cached and cache-written tokens, output_tokens includes reasoning.
     return normalized_usage(
         input_tokens=raw.get("input_tokens"),

@@ -56,8 +56,7 @@ def reasoning_outside_output(total: Any, input_tokens: Any, output_tokens: Any, 
     """Whether a server's output count left reasoning out, judged by its own total: true when
     ``total == input + output + reasoning`` (with some reasoning), as Copilot reports its
     Gemini models; OpenAI, DeepSeek and the others report ``total == input + output``."""
-    values = [count(v) for v in (total, input_tokens, output_tokens, reasoning_tokens)]
-    if any(v is None for v in values):
+    total_n, in_n, out_n, reasoning_n = (count(v) for v in (total, input_tokens, output_tokens, reasoning_tokens))
+    if total_n is None or in_n is None or out_n is None or reasoning_n is None:
         return False
-    total_n, in_n, out_n, reasoning_n = values  # type: ignore[misc]
-    return bool(reasoning_n) and total_n == in_n + out_n + reasoning_n  # type: ignore[operator]
+    return bool(reasoning_n) and total_n == in_n + out_n + reasoning_n

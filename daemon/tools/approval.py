@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from daemon.mcp.tools import MCP_TOOL_PREFIX
+from daemon.tools.base import MCP_TOOL_PREFIX
+from protocol.objects import ApprovalPolicy
 
 __all__ = ["Decision", "DenialReason", "decide", "denial_message"]
 
@@ -24,7 +25,7 @@ DenialReason = Literal["read_only", "cannot_ask", "user_denied"]
 
 
 def decide(
-    policy: str, tool_mutating: bool, tool_name: str, session_allowed: set[str], client_can_ask: bool
+    policy: ApprovalPolicy, tool_mutating: bool, tool_name: str, session_allowed: set[str], client_can_ask: bool
 ) -> Decision:
     if not tool_mutating:
         return "run"
@@ -38,7 +39,7 @@ def decide(
     return "deny"
 
 
-def denial_message(policy: str, tool_name: str, reason: str | None = None) -> str:
+def denial_message(policy: ApprovalPolicy, tool_name: str, reason: str | None = None) -> str:
     """The tool error for a denied call: why, and how a person could allow it.
 
     ``reason`` is a ``DenialReason``; None derives it from ``policy`` (what ``decide``

@@ -18,7 +18,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-__all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
+__all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
+
+# The tool namespace reserves this prefix for MCP servers' tools (``mcp__{server}__{tool}``,
+# made by ``daemon.mcp.tools``); no built-in tool's name starts so.
+MCP_TOOL_PREFIX = "mcp__"
 
 
 class ToolError(Exception):

@@ -8,6 +8,7 @@ walk runs in a child process under a time limit (see ``child``): globs are regex
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -64,7 +65,7 @@ class ListFiles(Tool[ListFilesArgs]):
         )
 
 
-def glob_matcher(pattern: str | None):
+def glob_matcher(pattern: str | None) -> Callable[[str], bool]:
     """A predicate over paths relative to the walked directory, for a user's glob.
 
     A glob without ``/`` matches a file name at any depth (``*.py``), as in ripgrep's

@@ -82,7 +82,9 @@ async def terminate_group(process: Process, grace_s: float) -> None:
     signal_group(pgid, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
         await process.wait()
-        while group_alive(pgid):
+        # Polled, not awaited: the group's other members are not our children, and the kernel
+        # has no event for "this process group is empty"; /proc is the only way to know.
+        while group_alive(pgid):  # noqa: ASYNC110
             await anyio.sleep(_POLL_S)
         return
     signal_group(pgid, signal.SIGKILL)
@@ -90,7 +92,7 @@ async def terminate_group(process: Process, grace_s: float) -> None:
     # SIGKILL lands when each process is next scheduled, not at once; wait for it (but
     # not forever: a process stuck in uninterruptible I/O dies when the I/O ends).
     with anyio.move_on_after(_AFTER_KILL_S):
-        while group_alive(pgid):
+        while group_alive(pgid):  # noqa: ASYNC110 (polled for the same reason as above)
             await anyio.sleep(_POLL_S / 5)
 
 

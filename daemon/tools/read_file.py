@@ -104,15 +104,15 @@ def _numbered_lines(file: BinaryIO, shown: str, first: int, limit: int | None, *
     more = bool(file.read(1)) or cut_line
     text = "\n".join(out)
     if more:
-        total = _count_lines(file) if countable else None
-        of = f" of {total}" if total is not None else ""
+        line_count = _count_lines(file) if countable else None
+        of = f" of {line_count}" if line_count is not None else ""
         if cut_line:
             text += f"\n[line {last} is longer than {MAX_OUTPUT_BYTES // 1024} KiB and was cut"
         elif limit is not None and last == first - 1 + limit:
             text += f"\n[showing lines {first}-{last}{of}"
         else:
             text += f"\n[output truncated at {MAX_OUTPUT_BYTES // 1024} KiB: showing lines {first}-{last}{of}"
-        text += f"; continue with offset={last + 1}]" if total is None or last < total else "]"
+        text += f"; continue with offset={last + 1}]" if line_count is None or last < line_count else "]"
     return ToolResult(text)
 
 

@@ -71,17 +71,17 @@ def walk_files(root: Path, start: Path, stats: WalkStats | None = None) -> Itera
                 subdirs: list[str] = []
                 yield from _files_of(current, root, subdirs, stats)
                 current.pending = iter(subdirs)
-            name = next(current.pending, None)
-            if name is None:
+            subdir = next(current.pending, None)
+            if subdir is None:
                 os.close(stack.pop().fd)
                 continue
             try:
-                fd = os.open(name, DIR_FLAGS, dir_fd=current.fd)
+                fd = os.open(subdir, DIR_FLAGS, dir_fd=current.fd)
             except OSError:
                 # Unreadable, vanished, or swapped for a symlink since the scan: not followed.
                 stats.unreadable_dirs += 1
                 continue
-            stack.append(_Dir(fd, f"{current.base}/{name}" if current.base else name, current.ignore))
+            stack.append(_Dir(fd, f"{current.base}/{subdir}" if current.base else subdir, current.ignore))
     finally:
         for left in stack:
             os.close(left.fd)

@@ -95,7 +95,8 @@ def compiled_install(notes: list[str]) -> Path | None:
         )
     except subprocess.CalledProcessError as exc:
         notes.append(
-            f"could not install with compiled bytecode ({exc.stderr.decode(errors='replace').strip()[-200:]}); measured the dev environment"
+            f"could not install with compiled bytecode ({exc.stderr.decode(errors='replace').strip()[-200:]}); "
+            "measured the dev environment"
         )
         return None
     return venv / "bin"
@@ -448,7 +449,10 @@ def measure_latency(b: Bench, n: int, runs: int) -> dict[str, Any]:
             d.forget(turn)
             flat = _run_floor(b, prompt, flush=True)["latencies_s"]
             floor_runs.append({"p50_s": percentile(flat, 50), "p99_s": percentile(flat, 99), "max_s": max(flat)})
-    pick = lambda rs, key: median([r[key] for r in rs])
+
+    def pick(rs: list[dict[str, float]], key: str) -> float:
+        return median([r[key] for r in rs])
+
     return {
         "deltas_per_run": n,
         "runs": runs,

@@ -378,7 +378,8 @@ def measure_peers(b: M.Bench, runs: int) -> list[dict[str, Any]]:
         try:
             entry.update(_startup(peer_kind, runs))
             entry["startup_note"] = (
-                f"ready = answer to {'initialize' if kind is Codex else 'get_state'}; RSS {entry['peak_rss_at_ready_mb']:.0f} MB"
+                f"ready = answer to {'initialize' if kind is Codex else 'get_state'}; "
+                f"RSS {entry['peak_rss_at_ready_mb']:.0f} MB"
             )
         except Exception as exc:
             entry["status"] = f"cannot run here: {type(exc).__name__}: {exc}"

@@ -476,7 +476,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
                 return
             lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = (lines[0].split(" ") + ["", ""])[:3]
+            method, path, _ = [*lines[0].split(" "), "", ""][:3]
             headers = {}
             for line in lines[1:]:
                 if ":" in line:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 if __package__ in (None, ""):  # run as a file: make ``scripts.bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -137,7 +137,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             (
                 "   total time (first prompt -> last turn_end)",
                 f"{co['total_s']:.2f} s",
-                f"ideal {co['ideal_stream_s']:.2f} s; upstream streams open at once: {co['peak_concurrent_upstream_streams']}",
+                f"ideal {co['ideal_stream_s']:.2f} s; "
+                f"upstream streams open at once: {co['peak_concurrent_upstream_streams']}",
                 "",
                 "",
             )
@@ -146,7 +147,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             (
                 "   burst admission: first delta after prompts sent",
                 f"p50 {ms(co['first_delta_p50_s'])}, max {ms(co['first_delta_max_s'])}",
-                f"all {co['sessions']} prompts answered in {ms(co['admission_s'])}; daemon CPU {co['daemon_cpu_s']:.1f} s",
+                f"all {co['sessions']} prompts answered in {ms(co['admission_s'])}; "
+                f"daemon CPU {co['daemon_cpu_s']:.1f} s",
                 "p50 <= 100 ms",
                 verdict(co["first_delta_p50_s"] <= 0.100),
             )
@@ -187,7 +189,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             (
                 f"5c persisting: CPU/delta, {g['reply_big_mb']:.1f} MB reply vs {g['reply_small_mb']:.1f} MB",
                 f"{us(g['cpu_per_delta_big_us'])} vs {us(g['cpu_per_delta_small_us'])} ({g['big_over_small']:.2f}x)",
-                f"longest gap between deltas {ms(g['max_gap_s'])}; {g['deltas_big']:,} deltas in {g['big_wall_s']:.2f} s",
+                f"longest gap between deltas {ms(g['max_gap_s'])}; "
+                f"{g['deltas_big']:,} deltas in {g['big_wall_s']:.2f} s",
                 "no slowdown (<= 1.25x)",
                 verdict(g["big_over_small"] <= 1.25 and not g["problems"]),
             )
@@ -199,7 +202,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 f"5c persisting: latency probe while {u['background_sessions']} sessions persist",
                 f"p50 {ms(u['probe_p50_s'])}, p99 {ms(u['probe_p99_s'])} (max {ms(u['probe_max_s'])})",
                 (
-                    f"quiet p50 {ms(quiet.get('ponder_p50_s', float('nan')))}, p99 {ms(quiet.get('ponder_p99_s', float('nan')))}; "
+                    f"quiet p50 {ms(quiet.get('ponder_p50_s', float('nan')))}, "
+                    f"p99 {ms(quiet.get('ponder_p99_s', float('nan')))}; "
                     f"{u['background_messages_per_s']:.0f} msgs/s, {u['background_mb_per_s']:.1f} MB/s persisted"
                 ),
                 "p99 < 5 ms",
@@ -213,7 +217,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             (
                 f"5d {e['stream_mb']:,} MiB stream without a line break: peak RSS",
                 f"{e['peak_rss_mb']:.0f} MB",
-                f"idle {e['peak_rss_idle_mb']:.0f} MB; turn ended {e['stop_reason']} in {e['wall_s']:.1f} s: {(e['error'] or '')[:60]}",
+                f"idle {e['peak_rss_idle_mb']:.0f} MB; "
+                f"turn ended {e['stop_reason']} in {e['wall_s']:.1f} s: {(e['error'] or '')[:60]}",
                 "< idle + 64 MB",
                 verdict(e["peak_rss_mb"] < e["peak_rss_idle_mb"] + 64 and e["stop_reason"] == "error"),
             )
@@ -224,7 +229,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 f"{lr['rate_last_over_first']:.2f}x ({lr['rate_ninth_over_first']:.2f}x)",
                 (
                     f"first {lr['rate_first_tenth_mb_per_s']:.1f} MB/s, last {lr['rate_last_tenth_mb_per_s']:.1f} MB/s "
-                    f"(holds the {lr['max_gap_s'] * 1000:.0f} ms end-of-reply pause: text_end of the whole text); {lr['wall_s']:.1f} s"
+                    f"(holds the {lr['max_gap_s'] * 1000:.0f} ms end-of-reply pause: text_end of the whole text); "
+                    f"{lr['wall_s']:.1f} s"
                 ),
                 "ninth >= 0.8x",
                 verdict(lr["rate_ninth_over_first"] >= 0.8 and not lr["problems"]),
@@ -260,7 +266,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 (
                     f"6 peer {peer['name']}: relay {pr.get('deltas', 0):,} deltas",
                     (
-                        f"{us(pr['cpu_per_delta_us'])} CPU/delta ({us(pr['marginal_cpu_per_delta_us'])} marginal), {pr['wall_s']:.2f} s"
+                        f"{us(pr['cpu_per_delta_us'])} CPU/delta "
+                        f"({us(pr['marginal_cpu_per_delta_us'])} marginal), {pr['wall_s']:.2f} s"
                         if pr.get("cpu_per_delta_us")
                         else pr.get("status", "n/a")
                     ),
@@ -274,16 +281,16 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def print_table(rows: list[tuple[str, str, str, str, str]], out=sys.stdout) -> None:  # type: ignore[no-untyped-def]
+def print_table(rows: list[tuple[str, str, str, str, str]], out: TextIO = sys.stdout) -> None:
     headers = ("measure", "ponder", "reference / context", "target", "verdict")
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
     widths = [min(w, 80) for w in widths]
     line = "+".join("-" * (w + 2) for w in widths)
     print(line, file=out)
-    print("|".join(f" {h:<{w}} " for h, w in zip(headers, widths)), file=out)
+    print("|".join(f" {h:<{w}} " for h, w in zip(headers, widths, strict=True)), file=out)
     print(line, file=out)
     for row in rows:
-        print("|".join(f" {c:<{w}} " for c, w in zip(row, widths)), file=out)
+        print("|".join(f" {c:<{w}} " for c, w in zip(row, widths, strict=True)), file=out)
     print(line, file=out)
 
 
@@ -304,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick = args.quick
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    wanted = lambda name: (not only or name in only) and (name != "peers" or args.peers or "peers" in only)
+
+    def wanted(name: str) -> bool:
+        return (not only or name in only) and (name != "peers" or args.peers or "peers" in only)
 
     work = Path(tempfile.mkdtemp(prefix="ponder-bench-"))
     bench = M.Bench(work=work, quick=quick)
@@ -372,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = build_rows(results)
     print()
     print(
-        f"ponder bench  commit {results['commit']}  {results['machine']['cpus']} CPUs  Python {results['machine']['python']}"
+        f"ponder bench  commit {results['commit']}  {results['machine']['cpus']} CPUs  "
+        f"Python {results['machine']['python']}"
         f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s"
     )
     print_table(rows)

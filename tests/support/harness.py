@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from daemon.client import RequestHandler, RpcClient, connect_memory, spawn_daemon
 from daemon.config import load_config
@@ -110,5 +111,6 @@ async def subprocess_daemon(
         yield client
 
 
-def process_of(client: RpcClient) -> Any:
-    return client.process  # type: ignore[attr-defined]
+def process_of(client: RpcClient) -> anyio.abc.Process:
+    assert client.process is not None, "the client has no process: it was not made by spawn_daemon"
+    return client.process
