@@ -93,14 +93,15 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
     )
     md_id = row.models_dev_id or row.model
     md = models_dev_model(row.provider, md_id)
-    if md is None:
+    md_provider = PROVIDERS[row.provider].models_dev_id
+    if md is None or md_provider is None:
         return spec
     return replace(
         spec,
         context_window=md.limit.context or spec.context_window,
         max_output_tokens=row.vendor_max_output_tokens or md.limit.output or spec.max_output_tokens,
         supports_tools=bool(md.tool_call),
-        models_dev_id=(PROVIDERS[row.provider].models_dev_id, md_id),
+        models_dev_id=(md_provider, md_id),
     )
 
 

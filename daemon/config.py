@@ -25,7 +25,7 @@ from daemon.errors import InvalidParams
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.thinking import parse_level
 from daemon.util import redact
-from protocol.objects import Budget, ThinkingDisplay, ThinkingFallback
+from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
 
 
 class Secret:
@@ -115,7 +115,7 @@ class Config:
     # [defaults] thinking_display / thinking_fallback (PROTOCOL.md "Thinking controls").
     default_thinking_display: ThinkingDisplay = "summarized"
     default_thinking_fallback: ThinkingFallback = "nearest"
-    default_approval_policy: str = "ask"
+    default_approval_policy: ApprovalPolicy = "ask"
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     mock_delay_ms: float = 15.0
@@ -145,7 +145,7 @@ class Config:
         return self.home / "logs"
 
 
-def resolve_home(cli_home: str | None, env: dict[str, str] | None = None) -> Path:
+def resolve_home(cli_home: str | None, env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if cli_home:
         return Path(cli_home).expanduser().resolve()

@@ -13,6 +13,7 @@ import msgspec
 from protocol.objects import (
     Block,
     Message,
+    MessageStopReason,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
@@ -62,7 +63,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     model_id: str | None = None
     thinking_requested: str | None = None
     thinking_effective: str | None = None
-    stop_reason: str | None = None
+    stop_reason: MessageStopReason | None = None
     usage: Usage | None = None
     status: MessageStatus = "complete"
     created_at: str = ""

@@ -4,12 +4,12 @@ known credential (``daemon.util.redact.MaskingFormatter``).
 ``logs/`` is created 0700 and every log file 0600, the ones made by a rotation included.
 """
 
+import io
 import logging
 import logging.handlers
 import os
 import sys
 from pathlib import Path
-from typing import IO
 
 from daemon.home import make_private_dir, open_private
 from daemon.util.redact import MaskingFormatter
@@ -22,9 +22,11 @@ BACKUP_COUNT = 3
 class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """A ``RotatingFileHandler`` whose files are owner-only, also the fresh one after each rotation."""
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> io.TextIOWrapper:
         fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
-        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        stream = open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        assert isinstance(stream, io.TextIOWrapper)  # a text mode always gives one
+        return stream
 
 
 def setup_logging(log_dir: Path | None, level: str = "info", *, max_bytes: int = MAX_BYTES) -> None:

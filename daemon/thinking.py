@@ -159,7 +159,7 @@ def parse_display(text: object, path: str = "$.display") -> ThinkingDisplay:
     """``summarized`` or ``omitted`` (case and spaces ignored); ``InvalidParams`` with ``allowed`` otherwise."""
     key = text.strip().lower() if isinstance(text, str) else None
     if key in DISPLAYS:
-        return key  # type: ignore[return-value]
+        return key
     raise _invalid("display", text, list(DISPLAYS), path)
 
 
@@ -167,7 +167,7 @@ def parse_fallback(text: object, path: str = "$.fallback") -> ThinkingFallback:
     """``nearest``, ``off``, ``default`` or ``error``; ``InvalidParams`` with ``allowed`` otherwise."""
     key = text.strip().lower() if isinstance(text, str) else None
     if key in FALLBACKS:
-        return key  # type: ignore[return-value]
+        return key
     raise _invalid("fallback", text, list(FALLBACKS), path)
 
 
@@ -232,8 +232,8 @@ def nearest_level(levels: Iterable[str], requested: str) -> str:
         return "off"
     if requested == "off":
         return thinking[0]
-    rank = LEVELS.index(requested)  # type: ignore[arg-type]
-    below = [level for level in thinking if LEVELS.index(level) < rank]  # type: ignore[arg-type]
+    rank = LEVELS.index(requested)
+    below = [level for level in thinking if LEVELS.index(level) < rank]
     return below[-1] if below else thinking[0]
 
 
@@ -246,7 +246,7 @@ def nearest_allowed(level: str, allowed: Iterable[str]) -> str | None:
     candidates = [name for name in dict.fromkeys(allowed) if name in LEVELS and name != level]
     if not candidates:
         return None
-    return nearest_level(sorted(candidates, key=LEVELS.index), level)  # type: ignore[arg-type]
+    return nearest_level(sorted(candidates, key=LEVELS.index), level)
 
 
 class LearnedLevels:
@@ -264,7 +264,7 @@ class LearnedLevels:
 
     def learn(self, model_id: str, *, allowed: Iterable[str] | None = None, refused: str | None = None) -> None:
         if allowed is not None:
-            known = tuple(sorted({level for level in allowed if level in LEVELS}, key=LEVELS.index))  # type: ignore[arg-type]
+            known = tuple(sorted({level for level in allowed if level in LEVELS}, key=LEVELS.index))
             if known:
                 self._allowed[model_id] = known
         if refused is not None and refused in LEVELS:
@@ -379,7 +379,7 @@ def decide_thinking(
     return Thinking(
         requested=asked,
         effective=effective,  # type: ignore[arg-type]  # a level of the scale by construction
-        supported=list(supported),  # type: ignore[arg-type]
+        supported=list(supported),
         reason=" ".join(notes) or None,
         budget_tokens=budget_sent,
         request_params=params,
@@ -410,7 +410,7 @@ def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | 
     thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level))
     if thinking.requested == "default":
         level, _ = _follow_defaults(spec.thinking, ThinkingDefaults(provider=default_level))
-        thinking.requested = level  # type: ignore[assignment]
+        thinking.requested = level
     return thinking
 
 
@@ -432,7 +432,7 @@ def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str
         return f"{name} cannot turn thinking off; using its lowest level {effective!r}."
     if control.kind == "toggle" and len(thinking_levels) == 1:
         return f"{name} can only switch thinking on or off; {effective!r} stands for on."
-    above = LEVELS.index(requested) > LEVELS.index(effective)  # type: ignore[arg-type]
+    above = LEVELS.index(requested) > LEVELS.index(effective)
     if above and control.limited_by and effective == thinking_levels[-1]:
         return f"{control.limited_by} does not accept {requested!r} for {name}; clamped to {effective!r}."
     side = "below" if above else "above"

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon import __version__
 from daemon.acp import types as t
@@ -33,6 +34,7 @@ from daemon.rpc import Connection, as_wire_error
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
+from daemon.transport import Outgoing
 from protocol import methods as m
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo
@@ -408,7 +410,7 @@ async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
 async def serve_acp(
     config: Config,
     incoming: ObjectReceiveStream[Any],
-    outgoing: ObjectSendStream[Any],  # bytes; the writer also takes rpc's marks
+    outgoing: MemoryObjectSendStream[Outgoing],  # bytes; the writer also takes rpc's marks
     *,
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,

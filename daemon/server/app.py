@@ -5,7 +5,8 @@ lazily, so that ``initialize`` is answered fast."""
 from collections.abc import Callable
 from typing import Any
 
-from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.config import Config
 from daemon.rpc import Connection
@@ -13,12 +14,13 @@ from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.server.routes import register_methods
 from daemon.server.rpc_bridge import RpcBridge
+from daemon.transport import Outgoing
 
 
 async def serve(
     config: Config,
     incoming: ObjectReceiveStream[Any],
-    outgoing: ObjectSendStream[Any],  # bytes; the writer also takes rpc's marks
+    outgoing: MemoryObjectSendStream[Outgoing],  # bytes; the writer also takes rpc's marks
     *,
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,

@@ -77,7 +77,7 @@ class Batch:
             await self._flush_until(call)
         if call.error is not None:
             raise call.error
-        return call.result  # type: ignore[no-any-return]
+        return call.result
 
     async def _flush_until(self, call: _Pending) -> None:
         self._flushing = True

@@ -15,7 +15,7 @@ from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, Sess
 from daemon.store.db import Database, json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
-from protocol.objects import Session
+from protocol.objects import ApprovalPolicy, Session
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
@@ -32,7 +32,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
     cwd: str
     model_id: str
     thinking_level: str
-    approval_policy: str = "ask"
+    approval_policy: ApprovalPolicy = "ask"
     title: str | None = None
     system_prompt: str | None = None
     parent_id: str | None = None
@@ -47,7 +47,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
             cwd=self.cwd,
             model_id=self.model_id,
             thinking_level=self.thinking_level,  # type: ignore[arg-type]
-            approval_policy=self.approval_policy,  # type: ignore[arg-type]
+            approval_policy=self.approval_policy,
             created_at=self.created_at,
             updated_at=self.updated_at,
             message_count=self.message_count,
