@@ -4,15 +4,18 @@ follow across model switches, per-turn levels (queued prompts keep what they wer
 the ``error`` fallback refusing before anything changes, ``MODEL/LEVEL`` ids, budgets on
 budget and effort models, and the display reaching the request a provider receives."""
 
+import os
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from daemon.client import RpcClient, RpcError
 from daemon.store.migrations import MIGRATIONS, migrate
-from tests.support.harness import in_memory_daemon, subprocess_daemon
+from tests.support.harness import in_memory_daemon, subprocess_daemon, subprocess_env
 
 pytestmark = pytest.mark.anyio
 
@@ -272,6 +275,20 @@ async def test_model_ids_with_a_level_suffix(home, tmp_path):
         with pytest.raises(RpcError) as unknown:
             await start(client, tmp_path, model_id="mock/nonesuch/high")
         assert unknown.value.code == -32002 and unknown.value.data["model_id"] == "mock/nonesuch"
+
+
+@pytest.mark.slow
+async def test_ponder_ask_model_with_a_level_suffix(home, tmp_path):
+    env = {**os.environ, **subprocess_env(home)}
+    command = [sys.executable, "-m", "daemon", "ask", "--cwd", str(tmp_path), "--model", "mock/thinker/ultra", "hi"]
+    with anyio.fail_after(60):
+        result = await anyio.run_process(command, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    async with in_memory_daemon(home) as (client, _):
+        [session] = (await client.request("session/list", {}))["sessions"]
+        messages = (await client.request("session/messages", {"session_id": session["session_id"]}))["messages"]
+    assert (session["model_id"], session["thinking_level"]) == ("mock/thinker", "max")
+    assert messages[-1]["thinking_level"] == "max"
 
 
 # --- what the provider receives ----------------------------------------------------------
