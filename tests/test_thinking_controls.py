@@ -108,6 +108,17 @@ async def test_a_custom_budget_is_clamped_on_budget_models_and_kept_but_not_sent
         assert back["thinking"]["budget_tokens"] == 6000 and back["thinking"]["reason"] is None
 
 
+async def test_session_start_refuses_an_unknown_display_or_fallback_and_stores_nothing(home, tmp_path):
+    async with in_memory_daemon(home) as (client, _):
+        for field, value, allowed in (
+            ("display", "hidden", ["summarized", "omitted"]),
+            ("fallback", "closest", ["nearest", "off", "default", "error"]),
+        ):
+            error = await refused(client, "session/start", {"cwd": str(tmp_path), field: value})
+            assert error.data["allowed"] == allowed and error.data["errors"][0]["path"] == f"$.params.{field}"
+        assert (await client.request("session/list", {}))["sessions"] == []
+
+
 # --- defaults that follow ---------------------------------------------------------------
 
 
