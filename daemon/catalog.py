@@ -374,8 +374,9 @@ class Catalog:
             api=spec.api,
             supports_thinking=spec.supports_thinking,
             thinking_levels=list(spec.thinking_levels),  # type: ignore[arg-type]
-            # The level "default" really gives on this model (an override may not fit it).
-            default_thinking_level=nearest_level(spec.thinking_levels, self.default_level(spec)),  # type: ignore[arg-type]
+            # The level "default" really gives on this model: [defaults] thinking_level, then the
+            # provider's default_thinking_level, then the model's own (an override may not fit it).
+            default_thinking_level=self.decide(spec).effective,
             context_window=spec.context_window,
             max_output_tokens=spec.max_output_tokens,
             supports_tools=spec.supports_tools,

@@ -72,7 +72,7 @@ class ModelsListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 
 class ModelSetParams(msgspec.Struct, kw_only=True):
     session_id: str
-    model_id: str
+    model_id: str  # may end in "/LEVEL" (PROTOCOL.md "Thinking controls")
     thinking_level: str | None = None
 
 
@@ -83,8 +83,14 @@ class ModelSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class ThinkingSetParams(msgspec.Struct, kw_only=True):
+    """At least one field besides ``session_id``; ``budget_tokens: null`` clears a custom budget
+    (omitted leaves it as it is)."""
+
     session_id: str
-    level: str
+    level: str | None = None
+    display: str | None = None
+    budget_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | msgspec.UnsetType | None = msgspec.UNSET
+    fallback: str | None = None
 
 
 class ThinkingSetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -104,8 +110,10 @@ class BudgetParams(msgspec.Struct, kw_only=True):
 
 
 class SessionStartParams(msgspec.Struct, kw_only=True):
-    model_id: str | None = None
+    model_id: str | None = None  # may end in "/LEVEL"
     thinking_level: str | None = None
+    display: str | None = None  # else config.toml [defaults] thinking_display
+    fallback: str | None = None  # else config.toml [defaults] thinking_fallback
     cwd: str | None = None
     title: str | None = None
     system_prompt: str | None = None
@@ -172,6 +180,7 @@ class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=
 class SessionPromptParams(msgspec.Struct, kw_only=True):
     session_id: str
     text: str
+    thinking_level: str | None = None  # this turn only
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -133,7 +133,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     title: str | None
     cwd: str
     model_id: str
-    thinking_level: ThinkingLevel
+    thinking_level: RequestedThinkingLevel  # "default" follows the defaults (PROTOCOL.md "Thinking controls")
     approval_policy: ApprovalPolicy
     created_at: str
     updated_at: str

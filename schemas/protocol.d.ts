@@ -390,6 +390,9 @@ export interface PingMethod {
 /** Who a message streamed during a turn is from: the model, or the tools (their results). */
 export type ReplyRole = "assistant" | "tool";
 
+/** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
+export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+
 export interface Retry {
   type: "retry";
   attempt: number;
@@ -421,7 +424,7 @@ export interface Session {
   title: string | null;
   cwd: string;
   model_id: string;
-  thinking_level: ThinkingLevel;
+  thinking_level: RequestedThinkingLevel;
   approval_policy: ApprovalPolicy;
   created_at: string;
   updated_at: string;
@@ -532,6 +535,7 @@ export interface SessionPromptMethod {
 export interface SessionPromptParams {
   session_id: string;
   text: string;
+  thinking_level?: string | null;
 }
 
 export interface SessionPromptResult {
@@ -580,6 +584,8 @@ export interface SessionStartMethod {
 export interface SessionStartParams {
   model_id?: string | null;
   thinking_level?: string | null;
+  display?: string | null;
+  fallback?: string | null;
   cwd?: string | null;
   title?: string | null;
   system_prompt?: string | null;
@@ -645,7 +651,7 @@ export interface TextStart {
 }
 
 export interface Thinking {
-  requested: "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+  requested: RequestedThinkingLevel;
   effective: ThinkingLevel;
   supported: ThinkingLevel[];
   reason: string | null;
@@ -693,9 +699,14 @@ export interface ThinkingSetMethod {
   result: ThinkingSetResult;
 }
 
+/** At least one field besides ``session_id``; ``budget_tokens: null`` clears a custom budget
+    (omitted leaves it as it is). */
 export interface ThinkingSetParams {
   session_id: string;
-  level: string;
+  level?: string | null;
+  display?: string | null;
+  budget_tokens?: number | null;
+  fallback?: string | null;
 }
 
 export interface ThinkingSetResult {

@@ -51,6 +51,7 @@ from protocol.objects import (
     Block,
     MessageStatus,
     MessageStopReason,
+    RequestedThinkingLevel,
     Role,
     SessionStatus,
     StopReason,
@@ -68,6 +69,10 @@ NAMED: dict[str, tuple[Any, str]] = {
     "StopReason": (StopReason, ""),
     "MessageStopReason": (MessageStopReason, ""),
     "ThinkingLevel": (ThinkingLevel, "How hard a model thinks, in order from `off` to `max`."),
+    "RequestedThinkingLevel": (
+        RequestedThinkingLevel,
+        "A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults).",
+    ),
     "ApprovalPolicy": (ApprovalPolicy, "Which tools run without asking: see PROTOCOL.md, Approval policies."),
     "PermissionDecision": (PermissionDecision, "The person's answer to a `permission/request`."),
     "Role": (Role, "Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results)."),

@@ -566,6 +566,10 @@ async def test_load_replays_the_whole_history_byte_exact_after_a_restart(home: P
         await client.request(
             "session/set_config_option", {"sessionId": session_id, "configId": "model", "value": "mock/tools"}
         )
+        # The session's level is "default", which follows to mock/tools' own default (off): ask for thinking.
+        await client.request(
+            "session/set_config_option", {"sessionId": session_id, "configId": "thought_level", "value": "medium"}
+        )
         await prompt(
             client, session_id, text('tool: read_file {"path": "notes.txt"}\ntool: read_file {"path": "missing.txt"}')
         )

@@ -61,7 +61,7 @@ async def _run_turn(manager: "SessionManager", live: LiveSession, pending: Pendi
             ev.TurnStart,
             {
                 "model_id": live.row.model_id,
-                "thinking": no_thinking(live.row.thinking_level),
+                "thinking": no_thinking(pending.thinking.level),
                 "user_message_id": message.message_id,
             },
         )
@@ -136,9 +136,9 @@ async def _bracket_dropped(manager: "SessionManager", live: LiveSession, pending
     if moved:
         await _save_dropped(manager, live, pending.user_message)
     try:
-        thinking_now = manager.thinking_for(live.row)
+        thinking_now = pending.thinking.decide(manager.catalog, manager.catalog.get(live.row.model_id))
     except PonderError:
-        thinking_now = no_thinking(live.row.thinking_level)
+        thinking_now = no_thinking(pending.thinking.level)
     emit = manager.events.emitter(live, pending.turn_id)
     await emit(
         ev.TurnStart,

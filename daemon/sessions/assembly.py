@@ -5,7 +5,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from daemon import agent, thinking
+from daemon import agent
 from daemon.catalog import Catalog
 from daemon.config import Config
 from daemon.conversation import ChatMessage
@@ -50,9 +50,9 @@ class TurnAssembly:
         emit: agent.Emit,
         save: Callable[[ChatMessage], Awaitable[None]],
     ) -> agent.Turn:
-        """The turn for ``pending``. The thinking is the session's, resolved for the model; the
-        provider adjusts it per request where its API needs that (``adjust_thinking``, once per
-        request, in the adapter)."""
+        """The turn for ``pending``. The thinking is what the prompt asked for when it was sent,
+        decided for the session's model now; the provider adjusts it per request where its API
+        needs that (``adjust_thinking``, once per request, in the adapter)."""
         row = live.row
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
@@ -68,7 +68,7 @@ class TurnAssembly:
             provider_name=spec.provider,
             model_name=spec.model,
             provider=provider,
-            thinking=thinking.resolve_thinking(spec, row.thinking_level),
+            thinking=pending.thinking.decide(self.catalog, spec),
             history=live.history,
             emit=emit,
             save=save,

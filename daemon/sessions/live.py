@@ -9,6 +9,7 @@ import anyio
 
 from daemon import agent
 from daemon.conversation import ChatMessage
+from daemon.sessions.thinking_settings import ThinkingRequest
 from daemon.store import SessionRow
 from protocol.objects import Thinking
 
@@ -17,6 +18,9 @@ from protocol.objects import Thinking
 class PendingTurn:
     turn_id: str
     user_message: ChatMessage
+    # The thinking settings in force when the prompt was sent (a per-turn level included):
+    # a queued prompt keeps them, whatever changes before its turn starts.
+    thinking: ThinkingRequest
 
 
 @dataclass

@@ -19,27 +19,30 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup
 
 from daemon import thinking
 from daemon.catalog import Catalog, ModelSpec
 from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, SessionBusy, SessionNotFound, ShuttingDown, StoreError
+from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.actor import drop_queue, run_actor
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.emitter import EventNumbers
 from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.model_level import merge_levels, split_model_level
 from daemon.sessions.persistence import SessionWrites
+from daemon.sessions.thinking_settings import ThinkingRequest, session_request
 from daemon.store import AsyncStore, SessionRow
 from daemon.tools import Tool
 from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.objects import Session, Thinking
+from protocol.objects import RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -195,9 +198,25 @@ class SessionManager:
             row.message_count = live.stored_count
         return row.to_wire(live.status if live is not None else "idle")
 
+    def thinking_request(self, row: SessionRow, turn_level: RequestedThinkingLevel | None = None) -> ThinkingRequest:
+        """What ``row`` asks of thinking now; ``turn_level`` is a prompt's own level."""
+        return session_request(row, self.config, turn_level)
+
     def thinking_for(self, row: SessionRow) -> Thinking:
-        spec = self.catalog.get(row.model_id)
-        return thinking.resolve_thinking(spec, row.thinking_level)
+        """The session's thinking decision for its model (PROTOCOL.md "Thinking controls")."""
+        return self.thinking_request(row).decide(self.catalog, self.catalog.get(row.model_id))
+
+    def _resolve_model(self, model_id: str) -> tuple[ModelSpec, RequestedThinkingLevel | None]:
+        """The model ``model_id`` names and the level its ``/LEVEL`` suffix asks for, if any."""
+        name, level = split_model_level(model_id, self._names_model)
+        return self.catalog.get(name), level
+
+    def _names_model(self, model_id: str) -> bool:
+        try:
+            self.catalog.get(model_id)
+        except ModelNotFound:
+            return False
+        return True
 
     # --- creating and editing -------------------------------------------------------------
 
@@ -210,28 +229,31 @@ class SessionManager:
         title: str | None,
         system_prompt: str | None,
         approval_policy: str | None,
+        display: str | None = None,
+        fallback: str | None = None,
     ) -> LiveSession:
+        """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
+        follow config.toml's ``[defaults]``, and a level left out is ``default``."""
         await self.discover(model_id)
-        spec = self.catalog.get(model_id or self.catalog.default_model_id())
-        level = self._initial_level(spec, thinking_level)
+        spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
+        level = merge_levels(model_id or spec.id, suffix, thinking_level)
         row = SessionRow(
             id=new_id("ses"),
             cwd=str(_check_cwd(cwd)),
             model_id=spec.id,
-            thinking_level=level,
+            thinking_level=thinking.parse_level(level, path="$.params.thinking_level") if level else "default",
             approval_policy=approval_policy or self.config.default_approval_policy,
             title=title,
             system_prompt=system_prompt,
+            thinking_display=thinking.parse_display(display, path="$.params.display") if display else None,
+            thinking_fallback=thinking.parse_fallback(fallback, path="$.params.fallback") if fallback else None,
+        )
+        # Fallback "error": refused before anything is stored.
+        self.thinking_request(row).check(
+            self.catalog, spec, "$.params.thinking_level" if level else "$.params.model_id"
         )
         row = await self.store.create_session(row)
         return await self._activate(row, [])
-
-    def _initial_level(self, spec: ModelSpec, requested: str | None) -> str:
-        raw = requested if requested is not None else self.config.default_thinking_level
-        level = thinking.parse_level(raw, path="$.params.thinking_level") if raw else "default"
-        if level == "default":
-            level = self.catalog.default_level(spec)
-        return level
 
     def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Hold while reading and changing a session's settings. Changes to one session apply
@@ -257,21 +279,49 @@ class SessionManager:
         async with self.changes(session_id):
             row = await self.row(session_id)
             await self.discover(model_id)
-            spec = self.catalog.get(model_id)
+            spec, suffix = self._resolve_model(model_id)
+            level = merge_levels(model_id, suffix, level)
             fields: dict[str, Any] = {"model_id": spec.id}
             if level is not None:
-                parsed = thinking.parse_level(level, path="$.params.thinking_level")
-                fields["thinking_level"] = self.catalog.default_level(spec) if parsed == "default" else parsed
+                # "default" is kept as asked: it follows the defaults on this model and the next.
+                fields["thinking_level"] = thinking.parse_level(level, path="$.params.thinking_level")
+            # Fallback "error": a level the new model does not take refuses the switch.
+            path = "$.params.thinking_level" if level is not None else "$.params.model_id"
+            self.thinking_request(msgspec.structs.replace(row, **fields)).check(self.catalog, spec, path)
             row = await self.update(row.id, **fields)
             return row, spec
 
-    async def set_thinking(self, session_id: str, level: str) -> SessionRow:
+    async def set_thinking(
+        self,
+        session_id: str,
+        level: str | None = None,
+        *,
+        display: str | None = None,
+        fallback: str | None = None,
+        budget_tokens: int | msgspec.UnsetType | None = msgspec.UNSET,
+    ) -> SessionRow:
+        """Change some of the session's thinking controls (``budget_tokens=None`` clears a custom budget)."""
+        fields: dict[str, Any] = {}
+        if level is not None:
+            fields["thinking_level"] = thinking.parse_level(level, path="$.params.level")
+        if display is not None:
+            fields["thinking_display"] = thinking.parse_display(display, path="$.params.display")
+        if fallback is not None:
+            fields["thinking_fallback"] = thinking.parse_fallback(fallback, path="$.params.fallback")
+        if budget_tokens is not msgspec.UNSET:
+            fields["thinking_budget"] = budget_tokens
+        if not fields:
+            raise InvalidParams(
+                "thinking/set needs at least one of level, display, budget_tokens or fallback.", path="$.params"
+            )
         async with self.changes(session_id):
             row = await self.row(session_id)
-            parsed = thinking.parse_level(level, path="$.params.level")
-            if parsed == "default":
-                parsed = self.catalog.default_level(self.catalog.get(row.model_id))
-            return await self.update(row.id, thinking_level=parsed)
+            # Fallback "error": a level the model does not take is refused and nothing changes.
+            path = "$.params.level" if level is not None else "$.params.fallback"
+            self.thinking_request(msgspec.structs.replace(row, **fields)).check(
+                self.catalog, self.catalog.get(row.model_id), path
+            )
+            return await self.update(row.id, **fields)
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
@@ -284,6 +334,9 @@ class SessionManager:
             title=source.title,
             system_prompt=source.system_prompt,
             parent_id=source.id,
+            thinking_display=source.thinking_display,
+            thinking_fallback=source.thinking_fallback,
+            thinking_budget=source.thinking_budget,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
@@ -310,12 +363,18 @@ class SessionManager:
 
     # --- prompts and turns ----------------------------------------------------------------
 
-    async def prompt(self, session_id: str, text: str) -> tuple[str, bool]:
+    async def prompt(self, session_id: str, text: str, thinking_level: str | None = None) -> tuple[str, bool]:
+        """Admit a prompt; ``thinking_level`` applies to its turn only. The prompt keeps the
+        thinking settings in force now, also while it waits behind another turn."""
+        turn_level = None if thinking_level is None else thinking.parse_level(thinking_level, "$.params.thinking_level")
         live = await self.get(session_id)
         if self.shutting_down:
             raise ShuttingDown()
         spec = self.catalog.get(live.row.model_id)
         self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is stored
+        # Fallback "error": a level the model does not take is refused before anything is stored.
+        path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"
+        self.thinking_request(live.row, turn_level).check(self.catalog, spec, path)
         async with live.admit_lock:
             if live.queued >= self.config.max_queued_prompts:
                 raise SessionBusy(session_id)
@@ -345,7 +404,7 @@ class SessionManager:
                         await self.writes.release_lease(live)
                 raise
             turn_id = new_id("turn")
-            live.inbox_send.send_nowait(PendingTurn(turn_id, message))
+            live.inbox_send.send_nowait(PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level)))
             return turn_id, queued
 
     async def _refresh(self, live: LiveSession) -> None:

@@ -165,6 +165,15 @@ def m002_part_appends(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX part_appends_by_part ON part_appends (message_id, position, id)")
 
 
+@migration
+def m003_thinking_controls(db: sqlite3.Connection) -> None:
+    # A session's thinking controls beside its level (PROTOCOL.md "Thinking controls"):
+    # NULL display / fallback follow config.toml's [defaults]; NULL budget is the level's own.
+    db.execute("ALTER TABLE sessions ADD COLUMN thinking_display TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN thinking_fallback TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN thinking_budget INTEGER")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -19,10 +19,20 @@ from protocol.objects import ApprovalPolicy, Session
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
-    "parent_id, created_at, updated_at, message_count"
+    "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
-    {"title", "model_id", "thinking_level", "approval_policy", "system_prompt", "updated_at"}
+    {
+        "title",
+        "model_id",
+        "thinking_level",
+        "approval_policy",
+        "system_prompt",
+        "updated_at",
+        "thinking_display",
+        "thinking_fallback",
+        "thinking_budget",
+    }
 )
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
 
@@ -39,6 +49,11 @@ class SessionRow(msgspec.Struct, kw_only=True):
     created_at: str = ""  # filled with the store's clock when empty
     updated_at: str = ""
     message_count: int = 0  # maintained by the store; ignored on create
+    # Thinking controls (PROTOCOL.md "Thinking controls"); None follows config.toml's [defaults]
+    # (display, fallback) or the level's own budget.
+    thinking_display: str | None = None
+    thinking_fallback: str | None = None
+    thinking_budget: int | None = None
 
     def to_wire(self, status: str = "idle") -> Session:
         return Session(
@@ -87,6 +102,9 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         created_at=row[8],
         updated_at=row[9],
         message_count=row[10],
+        thinking_display=row[11],
+        thinking_fallback=row[12],
+        thinking_budget=row[13],
     )
 
 
@@ -103,8 +121,9 @@ class SessionQueries(Database):
             inserted = db.execute(
                 f"""
                 INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
-                                      system_prompt, parent_id, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      system_prompt, parent_id, created_at, updated_at,
+                                      thinking_display, thinking_fallback, thinking_budget)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -118,6 +137,9 @@ class SessionQueries(Database):
                     row.parent_id,
                     created_at,
                     row.updated_at or created_at,
+                    row.thinking_display,
+                    row.thinking_fallback,
+                    row.thinking_budget,
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:
@@ -167,7 +189,7 @@ class SessionQueries(Database):
         return sessions, next_cursor
 
     def update_session(self, session_id: str, **fields: Any) -> SessionRow:
-        """Change some of title, model_id, thinking_level, approval_policy, system_prompt.
+        """Change some of title, model_id, the thinking controls, approval_policy, system_prompt.
 
         ``updated_at`` is set to now unless given.
         """

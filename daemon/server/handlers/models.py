@@ -19,5 +19,11 @@ class ModelHandlers:
         )
 
     async def thinking_set(self, params: m.ThinkingSetParams) -> m.ThinkingSetResult:
-        row = await self.sessions.set_thinking(params.session_id, params.level)
+        row = await self.sessions.set_thinking(
+            params.session_id,
+            params.level,
+            display=params.display,
+            fallback=params.fallback,
+            budget_tokens=params.budget_tokens,
+        )
         return m.ThinkingSetResult(session_id=row.id, thinking=self.sessions.thinking_for(row))

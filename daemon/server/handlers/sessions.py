@@ -18,6 +18,8 @@ class SessionHandlers:
             title=params.title,
             system_prompt=params.system_prompt,
             approval_policy=params.approval_policy,
+            display=params.display,
+            fallback=params.fallback,
         )
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
@@ -50,7 +52,7 @@ class SessionHandlers:
         return m.SessionMessagesResult(messages=[message.to_wire() for message in messages], next_seq=next_seq)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
-        turn_id, queued = await self.sessions.prompt(params.session_id, params.text)
+        turn_id, queued = await self.sessions.prompt(params.session_id, params.text, params.thinking_level)
         return m.SessionPromptResult(turn_id=turn_id, queued=queued)
 
     async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
