@@ -13,11 +13,12 @@ import random
 
 import anyio
 
+from daemon.agent import level_retry
 from daemon.agent.context import Turn
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError, ProviderError
+from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo
@@ -70,10 +71,34 @@ async def _tool_loop(turn: Turn) -> str:
 
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
+    level_refused: str | None = None  # the level a provider refused in this reply, once retried
     while True:
         reply = Reply(turn)
         try:
             return await reply.stream()
+        except ThinkingLevelRejected as exc:
+            if reply.started:
+                raise
+            level_retry.learn(turn, exc)
+            if level_refused is not None:
+                raise level_retry.refused_twice(turn, level_refused, exc) from exc
+            retried = level_retry.retry_thinking(turn, exc)
+            if retried is None:
+                raise
+            level_refused = level_retry.refused_level(turn, exc)
+            attempt += 1
+            message = level_retry.retry_message(turn, level_refused, retried)
+            log.info("%s", message)
+            turn.thinking = retried
+            await turn.emit(
+                ev.Retry,
+                {
+                    "attempt": attempt,
+                    "max_attempts": max(attempt, turn.settings.max_attempts),
+                    "delay_ms": 0,
+                    "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                },
+            )
         except ProviderError as exc:
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise

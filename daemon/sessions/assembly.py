@@ -59,6 +59,7 @@ class TurnAssembly:
         runner = ToolRunner(
             self.config, self.bridge, live, pending.turn_id, self.tools, self.tool_sources, spec.supports_tools
         )
+        decided = thinking.resolve_thinking(spec, row.thinking_level, learned=self.catalog.learned)
 
         return agent.Turn(
             session_id=row.id,
@@ -68,7 +69,11 @@ class TurnAssembly:
             provider_name=spec.provider,
             model_name=spec.model,
             provider=provider,
-            thinking=thinking.resolve_thinking(spec, row.thinking_level),
+            thinking=decided,
+            # A level the provider refuses is retried once at the level it names (decided the
+            # same way, display kept); the daemon's catalogue remembers the refusal.
+            rethink=lambda level: self.catalog.decide(spec, level, display=decided.display),
+            learned=self.catalog.learned,
             history=live.history,
             emit=emit,
             save=save,

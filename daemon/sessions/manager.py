@@ -197,7 +197,7 @@ class SessionManager:
 
     def thinking_for(self, row: SessionRow) -> Thinking:
         spec = self.catalog.get(row.model_id)
-        return thinking.resolve_thinking(spec, row.thinking_level)
+        return thinking.resolve_thinking(spec, row.thinking_level, learned=self.catalog.learned)
 
     # --- creating and editing -------------------------------------------------------------
 
