@@ -138,3 +138,28 @@ async def test_a_second_refusal_ends_the_turn_with_an_error_naming_both_levels(h
     assert "thinking/set" in end["error"]["message"]
     assert end["error"]["provider_status"] == 400
     assert len([e for e in events if e["type"] == "retry"]) == 1
+
+
+async def test_each_turn_logs_its_thinking_decision_once_and_no_credential(home, tmp_path, replay_server, caplog):
+    secret = "sk-config-secret-0123456789abcdef"
+    (home / "config.toml").write_text(f'[providers.openai]\napi_key = "{secret}"\nbase_url = "{replay_server.url}"\n')
+    caplog.set_level(logging.INFO, logger="ponder")
+    replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+    async with in_memory_daemon(home, env={}) as (client, _):
+        started = await client.request(
+            "session/start", {"model_id": "openai/gpt-5.1", "thinking_level": "minimal", "cwd": str(tmp_path)}
+        )
+        turn = await client.request("session/prompt", {"session_id": started["session"]["session_id"], "text": "hi"})
+        events = await client.collect_turn(turn["turn_id"])
+    assert events[-1]["stop_reason"] == "end_turn", events[-1]
+    assert replay_server.requests[-1].headers["authorization"] == f"Bearer {secret}"  # the key was really used
+    lines = [r.getMessage() for r in caplog.records if " thinking on " in r.getMessage()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"turn {turn['turn_id']} thinking on openai/gpt-5.1: ")
+    for part in ("requested=minimal", "effective=low", "source=session", "fallback=nearest", "display=summarized"):
+        assert part in line, line
+    assert "reason=openai/gpt-5.1 cannot take 'minimal'" in line
+    assert 'request={"reasoning":{"effort":"low","summary":"auto"}}' in line
+    logs = "\n".join(r.getMessage() for r in caplog.records)
+    assert secret not in logs

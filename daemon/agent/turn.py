@@ -8,6 +8,7 @@ before its first event is retried with backoff (``BACKOFF_BASE_S`` doubling up t
 ``BACKOFF_CAP_S``, or the provider's ``retry-after``), up to ``TurnSettings.max_attempts``.
 """
 
+import json
 import logging
 import random
 
@@ -19,6 +20,7 @@ from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
+from daemon.util.redact import scrub
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo
@@ -35,6 +37,7 @@ async def run_turn(turn: Turn) -> str:
         ev.TurnStart,
         {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
     )
+    log_decision(turn)
     stop_reason, error = "error", None
     with turn.cancel_scope:
         try:
@@ -51,6 +54,19 @@ async def run_turn(turn: Turn) -> str:
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
+
+
+def log_decision(turn: Turn) -> None:
+    """The turn's thinking decision on record: one info line with what was asked, what is sent and why."""
+    thinking = turn.thinking
+    fragment = json.dumps(thinking.request_params, sort_keys=True, separators=(",", ":"))
+    log.info(
+        scrub(
+            f"turn {turn.turn_id} thinking on {turn.model_id}: requested={thinking.requested} "
+            f"effective={thinking.effective} source={thinking.source} fallback={thinking.fallback} "
+            f"display={thinking.display} reason={thinking.reason or '-'} request={fragment}"
+        )
+    )
 
 
 def error_info(exc: PonderError) -> ErrorInfo:
