@@ -44,6 +44,8 @@ async def run_turn(turn: Turn) -> str:
             if turn.prepare is not None:
                 await turn.prepare(turn)
             stop_reason = await _tool_loop(turn)
+            if stop_reason == "max_tokens":
+                error = cut_off(turn)
         except PonderError as exc:
             error = error_info(exc)
         except Exception as exc:
@@ -67,6 +69,25 @@ def log_decision(turn: Turn) -> None:
             f"display={thinking.display} reason={thinking.reason or '-'} request={fragment}"
         )
     )
+
+
+def cut_off(turn: Turn) -> ErrorInfo:
+    """Why a turn ended ``max_tokens``: the reply reached the request's output limit, which its
+    thinking counts against too; a reply with no answer at all says so (never an empty success)."""
+    last = turn.history[-1] if turn.history else None
+    answered = last is not None and last.role == "assistant" and any(p.type == "text" and p.text for p in last.parts)
+    level = turn.thinking.effective
+    if answered:
+        what = "The reply was cut off at the output limit"
+    elif level != "off":
+        what = f"The output limit was reached while the model was thinking (level {level!r}), before any answer"
+    else:
+        what = "The output limit was reached before any answer"
+    steps = (["ask the model to continue"] if answered else []) + (
+        ["lower the thinking level with thinking/set"] if level != "off" else []
+    )
+    steps.append("ask for a shorter answer")
+    return ErrorInfo(code=int(ErrorCode.INVALID_PARAMS), message=f"{what}; {', or '.join(steps)}.")
 
 
 def error_info(exc: PonderError) -> ErrorInfo:
