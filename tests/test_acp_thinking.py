@@ -7,7 +7,10 @@ from pathlib import Path
 import acp
 import pytest
 
+from tests.support.acp_harness import acp_daemon, drain, updates
+from tests.support.replay import ReplayServer, ScriptedResponse
 from tests.test_acp_client import Recorder, option, ponder_acp
+from tests.test_level_rejections import OPENAI_RESPONSES_GPT51
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -48,3 +51,33 @@ async def test_thought_level_lists_the_models_real_levels_and_display_is_an_opti
         with pytest.raises(acp.RequestError) as refused:
             await conn.set_config_option(config_id="thought_display", session_id=session_id, value="loud")
         assert refused.value.code == -32602
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_refused_level_updates_the_thought_level_selector(
+    anyio_backend: str, home: Path, tmp_path: Path, replay_server: ReplayServer
+) -> None:
+    """OpenAI refuses "minimal" for the session's model (its recorded error): the turn is retried
+    at "low", and the client is told the levels the model takes now, and why."""
+    replay_server.enqueue(
+        ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=OPENAI_RESPONSES_GPT51)
+    )
+    replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+    env = {"OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": replay_server.url}
+    async with acp_daemon(home, env=env) as (client, _daemon):
+        new = await client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session_id = new["sessionId"]
+        for config_id, value in (("model", "openai/gpt-5"), ("thought_level", "minimal")):
+            await client.request(
+                "session/set_config_option", {"sessionId": session_id, "configId": config_id, "value": value}
+            )
+        drain(client)
+        answer = await client.request(
+            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
+        )
+        assert answer["stopReason"] == "end_turn"
+        [update] = updates(drain(client), "config_option_update")
+    level = next(o for o in update["configOptions"] if o["id"] == "thought_level")
+    assert [o["value"] for o in level["options"]] == ["low", "medium", "high"]
+    assert level["currentValue"] == "low"
+    assert "openai/gpt-5 cannot take 'minimal'" in level["description"]
