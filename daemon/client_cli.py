@@ -218,7 +218,9 @@ class _Printer:
         elif kind == "tool_execution_start" and self.tty:
             sys.stdout.write(f"{DIM}→ {event['name']} {json.dumps(event['arguments'], ensure_ascii=False)}{RESET}\n")
         elif kind == "retry":
-            print(f"ponder: {event['error']['message']} Retrying in {event['delay_ms'] / 1000:.1f}s…", file=sys.stderr)
+            # A retry at once (another thinking level) says what it does in its message.
+            wait = f" Retrying in {event['delay_ms'] / 1000:.1f}s…" if event["delay_ms"] else ""
+            print(f"ponder: {event['error']['message']}{wait}", file=sys.stderr)
         sys.stdout.flush()
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from protocol.methods import ThinkingSetParams
 from tests.support.harness import subprocess_env
+from tests.support.replay import ScriptedResponse
 
 TTY = {"PONDER_FORCE_TTY": "1"}
 
@@ -104,3 +105,23 @@ def test_an_answer_lost_to_the_output_limit_is_no_success(home, tmp_path, replay
     assert result.returncode == 1
     assert result.stdout.strip() == ""
     assert "ponder: The output limit was reached while the model was thinking" in result.stderr, result.stderr
+
+
+def test_a_refused_level_says_which_level_is_tried_instead(home, tmp_path, replay_server):
+    from tests.test_level_rejections import OPENAI_RESPONSES_GPT51
+
+    replay_server.enqueue(
+        ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=OPENAI_RESPONSES_GPT51)
+    )
+    replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+    env = {**TTY, "OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": replay_server.url}
+    args = ("ask", "--cwd", str(tmp_path), "--model", "openai/gpt-5", "--thinking", "minimal", "hi")
+    result = _ponder(home, *args, extra_env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Thinking: minimal effort"
+    assert (
+        lines[1]
+        == "ponder: openai refused thinking level 'minimal' for gpt-5; retrying with 'low', the nearest level it takes."
+    )
+    assert result.stdout.strip()
