@@ -24,15 +24,16 @@ def learn(turn: Turn, exc: ThinkingLevelRejected) -> None:
 
 
 def retry_thinking(turn: Turn, exc: ThinkingLevelRejected) -> Thinking | None:
-    """The thinking to send the request again with, or None when nothing is left to try.
+    """The thinking to send the request again with, or None when nothing is left to try (or the
+    session's fallback policy is ``error``, which wants the level asked for or nothing).
 
     ``requested``, ``source`` and ``fallback`` stay those of the turn (the client asked for
     the same thing); ``effective`` and the request fragment are the new level's, and
     ``reason`` says first that the provider refused the level the turn sent.
     """
-    if turn.rethink is None:
-        return None
     sent = turn.thinking
+    if turn.rethink is None or sent.fallback == "error":  # "error": exactness over an answer at another level
+        return None
     refused = refused_level(turn, exc)
     candidates = exc.allowed if exc.allowed is not None else [level for level in sent.supported if level != refused]
     level = nearest_allowed(refused, candidates)
