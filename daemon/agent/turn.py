@@ -37,10 +37,10 @@ async def run_turn(turn: Turn) -> str:
         ev.TurnStart,
         {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
     )
-    log_decision(turn)
     stop_reason, error = "error", None
     with turn.cancel_scope:
         try:
+            log_decision(turn)
             if turn.prepare is not None:
                 await turn.prepare(turn)
             stop_reason = await _tool_loop(turn)
