@@ -163,3 +163,27 @@ async def test_each_turn_logs_its_thinking_decision_once_and_no_credential(home,
     assert 'request={"reasoning":{"effort":"low","summary":"auto"}}' in line
     logs = "\n".join(r.getMessage() for r in caplog.records)
     assert secret not in logs
+
+
+async def test_what_a_refusal_taught_lasts_until_the_daemon_exits(home, tmp_path, replay_server):
+    env = {"OPENAI_API_KEY": "sk-fake", "OPENAI_BASE_URL": replay_server.url}
+    sent_levels = []
+    session_id = None
+    for _daemon in range(2):
+        replay_server.enqueue(_json_400(OPENAI_RESPONSES_GPT51))
+        replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+        async with in_memory_daemon(home, env=env) as (client, _):
+            if session_id is None:
+                started = await client.request(
+                    "session/start", {"model_id": "openai/gpt-5", "thinking_level": "minimal", "cwd": str(tmp_path)}
+                )
+                session_id = started["session"]["session_id"]
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "hi"})
+            events = await client.collect_turn(turn["turn_id"])
+        assert events[-1]["stop_reason"] == "end_turn", events[-1]
+        assert events[0]["thinking"]["effective"] == "minimal"  # a new daemon starts from the catalogue again
+        sent_levels.append(
+            [r.json()["reasoning"]["effort"] for r in replay_server.requests if r.path.endswith("/responses")]
+        )
+        replay_server.requests.clear()
+    assert sent_levels == [["minimal", "low"], ["minimal", "low"]]
