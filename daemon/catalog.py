@@ -198,6 +198,9 @@ class Catalog:
         self.problems: list[str] = []
         self._declared: list[ModelSpec] = []
         self._runtime: dict[str, ModelSpec] = {}
+        # The levels providers refused and named since this daemon started (one per daemon,
+        # as the Catalog is): every later decision for those models consults it.
+        self.learned = LearnedLevels()
         from daemon.providers.models import BUILTIN_MODELS  # the rows import this module's ModelSpec
 
         builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
@@ -339,8 +342,9 @@ class Catalog:
         )
 
     def resolve(self, spec: ModelSpec, requested: str) -> Thinking:
-        """``resolve_thinking`` with this configuration's default level for ``"default"``."""
-        return resolve_thinking(spec, requested, default_level=self.default_level(spec))
+        """``resolve_thinking`` with this configuration's default level for ``"default"`` and what
+        providers have refused since the daemon started."""
+        return resolve_thinking(spec, requested, default_level=self.default_level(spec), learned=self.learned)
 
     def decide(
         self,
@@ -353,7 +357,8 @@ class Catalog:
         source: ThinkingSource = "session",
         learned: LearnedLevels | None = None,
     ) -> Thinking:
-        """``decide_thinking`` with this configuration's defaults chain."""
+        """``decide_thinking`` with this configuration's defaults chain and, unless ``learned``
+        is given, what providers have refused since the daemon started (``self.learned``)."""
         return decide_thinking(
             spec,
             requested,
@@ -362,7 +367,7 @@ class Catalog:
             fallback=fallback,
             defaults=self.thinking_defaults(spec),
             source=source,
-            learned=learned,
+            learned=self.learned if learned is None else learned,
         )
 
     def to_wire(self, spec: ModelSpec) -> Model:

@@ -44,7 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
     ask.add_argument("--model", help="model id, e.g. mock/thinker or anthropic/claude-sonnet-4-5")
-    ask.add_argument("--thinking", help="off, minimal, low, medium, high or max")
+    ask.add_argument("--thinking", help="off, minimal, low, medium, high, xhigh or max")
+    ask.add_argument(
+        "--thinking-budget",
+        type=int,
+        metavar="N",
+        help="thinking budget in tokens for models that take one (clamped to the model's range)",
+    )
     group = ask.add_mutually_exclusive_group()
     group.add_argument("--session", help="continue this session")
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")

@@ -1,9 +1,12 @@
 """``ponder ask``, ``ponder sessions``, ``ponder models`` and ``ponder mcp``: clients of a spawned daemon.
 
-On a terminal, ``ask`` shows thinking dimmed and the answer normally, and asks before a
-tool changes anything; piped, it prints only the answer; ``--json`` prints every event
-as a JSON line. Ctrl-C cancels the turn cleanly. The exit status is non-zero when the
-turn ends in error (1) or is cancelled (130).
+On a terminal, ``ask`` says on stderr how the model will think (one line, and a warning
+when that differs from what was asked), shows thinking dimmed and the answer normally,
+and asks before a tool changes anything; piped, it prints only the answer; ``--json``
+prints every event as a JSON line. ``PONDER_FORCE_TTY=1`` makes stderr count as a
+terminal (for tests, and wrappers that relay it to one). Ctrl-C cancels the turn
+cleanly. The exit status is non-zero when the turn ends in error (1), with an empty
+answer cut by the output limit (1), or is cancelled (130).
 """
 
 import argparse
@@ -90,7 +93,7 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
         return 2
     session_id = await _open_session(client, args)
     turn = await client.request("session/prompt", {"session_id": session_id, "text": prompt})
-    printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty())
+    printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty(), notice=_stderr_is_terminal())
     end: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
 
@@ -107,6 +110,10 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
                 end = event
         tg.cancel_scope.cancel()
     printer.close()
+    if end.get("stop_reason") == "max_tokens" and end.get("error"):
+        print(f"ponder: {end['error']['message']}", file=sys.stderr)
+        if not printer.wrote_text:  # an empty answer is no success
+            return 1
     if end.get("stop_reason") == "error":
         error = end.get("error") or {}
         print(f"ponder: {error.get('message', 'the turn failed')}", file=sys.stderr)
@@ -114,7 +121,7 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
     if end.get("stop_reason") == "cancelled":
         return 130
     if not args.json:
-        print(f"ponder: session {session_id}", file=sys.stderr) if sys.stderr.isatty() else None
+        print(f"ponder: session {session_id}", file=sys.stderr) if _stderr_is_terminal() else None
     return 0
 
 
@@ -131,6 +138,7 @@ async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
             await client.request("model/set", {"session_id": session_id, "model_id": args.model})
         if args.thinking:
             await client.request("thinking/set", {"session_id": session_id, "level": args.thinking})
+        await _set_budget(client, session_id, args)
         await client.request("session/get", {"session_id": session_id})
         return session_id
     params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd())}
@@ -145,15 +153,42 @@ async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
     if not args.model and model_id.split("/", 1)[0] in OFFLINE_PROVIDERS:
         print(MOCK_NOTICE.format(model=model_id), file=sys.stderr)
     thinking = started["thinking"]
-    if thinking.get("reason"):
+    if thinking.get("reason") and not _stderr_is_terminal():  # on a terminal, the turn's thinking line says it
         print(f"ponder: {thinking['reason']}", file=sys.stderr)
+    await _set_budget(client, started["session"]["session_id"], args)
     return started["session"]["session_id"]
 
 
+async def _set_budget(client: RpcClient, session_id: str, args: argparse.Namespace) -> None:
+    if args.thinking_budget is not None:
+        await client.request("thinking/set", {"session_id": session_id, "budget_tokens": args.thinking_budget})
+
+
+def _stderr_is_terminal() -> bool:
+    return os.environ.get("PONDER_FORCE_TTY") == "1" or sys.stderr.isatty()
+
+
+def thinking_lines(thinking: dict[str, Any]) -> list[str]:
+    """What a person sees of a turn's thinking decision: ``Thinking: medium (14,720 tokens)`` on a
+    budget model, ``Thinking: high effort`` on the others, ``Thinking: off``; then why the level
+    differs from the one asked for, when it does."""
+    effective = thinking["effective"]
+    if effective == "off":
+        lines = ["Thinking: off"]
+    elif thinking.get("budget_tokens") is not None:
+        lines = [f"Thinking: {effective} ({thinking['budget_tokens']:,} tokens)"]
+    else:
+        lines = [f"Thinking: {effective} effort"]
+    if thinking.get("reason") and thinking["requested"] not in ("default", effective):
+        lines.append(f"ponder: {thinking['reason']}")
+    return lines
+
+
 class _Printer:
-    def __init__(self, *, json_mode: bool, tty: bool) -> None:
+    def __init__(self, *, json_mode: bool, tty: bool, notice: bool = False) -> None:
         self.json_mode = json_mode
         self.tty = tty
+        self.notice = notice and not json_mode  # the thinking line on stderr
         self.in_thinking = False
         self.wrote_text = False
         self.closed = False  # stdout went away (e.g. piped into head): stop writing
@@ -172,7 +207,9 @@ class _Printer:
             sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
             sys.stdout.flush()
             return
-        if kind == "thinking_delta" and self.tty:
+        if kind == "turn_start" and self.notice:
+            print("\n".join(thinking_lines(event["thinking"])), file=sys.stderr, flush=True)
+        elif kind == "thinking_delta" and self.tty:
             if not self.in_thinking:
                 sys.stdout.write(DIM)
                 self.in_thinking = True
@@ -186,7 +223,9 @@ class _Printer:
         elif kind == "tool_execution_start" and self.tty:
             sys.stdout.write(f"{DIM}→ {event['name']} {json.dumps(event['arguments'], ensure_ascii=False)}{RESET}\n")
         elif kind == "retry":
-            print(f"ponder: {event['error']['message']} Retrying in {event['delay_ms'] / 1000:.1f}s…", file=sys.stderr)
+            # A retry at once (another thinking level) says what it does in its message.
+            wait = f" Retrying in {event['delay_ms'] / 1000:.1f}s…" if event["delay_ms"] else ""
+            print(f"ponder: {event['error']['message']}{wait}", file=sys.stderr)
         sys.stdout.flush()
 
     def close(self) -> None:

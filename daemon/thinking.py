@@ -403,11 +403,13 @@ def _apply_fallback(
     return nearest_level(supported, level)
 
 
-def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | None = None) -> Thinking:
+def resolve_thinking(
+    spec: "ModelSpec", requested: str, *, default_level: str | None = None, learned: LearnedLevels | None = None
+) -> Thinking:
     """``decide_thinking`` with the older contract: ``default_level`` is the provider's default,
     and ``requested`` in the result records the level ``"default"`` stood for.
     """
-    thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level))
+    thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level), learned=learned)
     if thinking.requested == "default":
         level, _ = _follow_defaults(spec.thinking, ThinkingDefaults(provider=default_level))
         thinking.requested = level

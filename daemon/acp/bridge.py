@@ -14,6 +14,8 @@ Translation, event by event:
   ``in_progress``, then ``completed``/``failed`` with the result (edits as a diff). Calls
   a cancelled turn never finished are closed as ``failed``.
 - an assistant message's usage becomes ``usage_update`` (tokens in context / window).
+- a ``retry`` re-checks the config options: a provider that refused the thinking level
+  narrowed the levels the thought-level selector offers (``config_option_update``).
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
   other event of the turn, so the prompt's answer follows all of its updates.
 - ``session_updated`` sends ``session_info_update`` when the title changed and
@@ -163,14 +165,17 @@ class AcpBridge:
         if encoded != sent_options and session.session_id not in self._quiet:
             await self.update(session.session_id, t.ConfigOptionUpdate(config_options=options))
 
+    async def _refresh(self, session_id: str) -> None:
+        try:
+            row = await self._manager.row(session_id)
+        except PonderError:
+            return
+        await self.session_updated(self._manager.wire_session(row))
+
     async def refresh_options(self) -> None:
         """Announce changed options of every open session (e.g. newly available models)."""
         for session_id in list(self._open):
-            try:
-                row = await self._manager.row(session_id)
-            except PonderError:
-                continue
-            await self.session_updated(self._manager.wire_session(row))
+            await self._refresh(session_id)
 
     # --- prompts waiting for their turn -------------------------------------------------
 
@@ -271,6 +276,10 @@ class AcpBridge:
                 used = context_used(message.usage)
                 if used is not None:
                     await self.update(sid, t.UsageUpdate(used=used, size=turn.context_window))
+        elif isinstance(event, ev.Retry):
+            # A provider that refused the thinking level narrowed the levels the model takes
+            # (the daemon remembers it): the thought-level selector shows the new list and why.
+            await self._refresh(sid)
         elif isinstance(event, ev.TurnEnd):
             await self._turn_end(turn, sid, event)
 

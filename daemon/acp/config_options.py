@@ -1,4 +1,4 @@
-"""A session's ACP config options: the ``model`` and ``thought_level`` selectors.
+"""A session's ACP config options: the ``model``, ``thought_level`` and ``thought_display`` selectors.
 
 ``model`` lists the models ``models/list`` reports as available, grouped by provider
 (plus the session's own model when its provider is not configured, so the selector always
@@ -6,7 +6,12 @@ shows the current value). ``thought_level`` lists the current model's thinking l
 and shows the *effective* level; the level the person asked for stays sticky across
 model changes exactly as with ``model/set``, and when the two differ the option's
 description says why. Choosing the level the selector already shows changes nothing, so a
-client that sends back every value it was shown keeps the requested level.
+client that sends back every value it was shown keeps the requested level. The levels
+listed are the ones the model really takes (``Thinking.supported``: the catalogue's, narrowed
+by what the provider refused since the daemon started), ``xhigh`` included.
+
+``thought_display`` says whether the provider is asked for readable thinking
+(``summarized``) or not (``omitted``: the model still thinks, and is billed for it).
 """
 
 from daemon import thinking
@@ -19,13 +24,31 @@ from daemon.store import SessionRow
 
 MODEL = "model"
 THOUGHT_LEVEL = "thought_level"
-CONFIG_IDS = [MODEL, THOUGHT_LEVEL]
+THOUGHT_DISPLAY = "thought_display"
+CONFIG_IDS = [MODEL, THOUGHT_LEVEL, THOUGHT_DISPLAY]
 
-LEVEL_NAMES = {"off": "Off", "minimal": "Minimal", "low": "Low", "medium": "Medium", "high": "High", "max": "Max"}
+LEVEL_NAMES = {
+    "off": "Off",
+    "minimal": "Minimal",
+    "low": "Low",
+    "medium": "Medium",
+    "high": "High",
+    "xhigh": "Extra high",
+    "max": "Max",
+}
+DISPLAY_NAMES = {"summarized": "Summarized", "omitted": "Omitted"}
+DISPLAY_DESCRIPTIONS = {
+    "summarized": "Ask the provider for readable thinking.",
+    "omitted": "Do not ask for the thinking text; the model still thinks, and is billed for it.",
+}
 
 
 def config_options(sessions: SessionManager, row: SessionRow) -> list[t.ConfigOption]:
-    return [model_option(sessions.catalog, row.model_id), thought_level_option(sessions, row)]
+    return [
+        model_option(sessions.catalog, row.model_id),
+        thought_level_option(sessions, row),
+        thought_display_option(sessions, row),
+    ]
 
 
 def model_option(catalog: Catalog, current: str) -> t.ConfigOption:
@@ -55,7 +78,7 @@ def model_option(catalog: Catalog, current: str) -> t.ConfigOption:
 def thought_level_option(sessions: SessionManager, row: SessionRow) -> t.ConfigOption:
     try:
         resolved = sessions.thinking_for(row)
-        levels = list(sessions.catalog.get(row.model_id).thinking_levels)
+        levels = list(resolved.supported)
         effective, reason = resolved.effective, resolved.reason
     except PonderError:  # the session's model is no longer in the catalogue
         levels, effective, reason = ["off"], "off", "The session's model is not a known model."
@@ -66,6 +89,26 @@ def thought_level_option(sessions: SessionManager, row: SessionRow) -> t.ConfigO
         current_value=effective,
         options=[t.SelectOption(value=level, name=LEVEL_NAMES.get(level, level)) for level in levels],
         description=reason,
+    )
+
+
+def _display(sessions: SessionManager, row: SessionRow) -> str:
+    try:
+        return sessions.thinking_for(row).display
+    except PonderError:  # the session's model is no longer in the catalogue
+        return "summarized"
+
+
+def thought_display_option(sessions: SessionManager, row: SessionRow) -> t.ConfigOption:
+    return t.ConfigOption(
+        id=THOUGHT_DISPLAY,
+        name="Thinking display",
+        category="model_config",
+        current_value=_display(sessions, row),
+        options=[
+            t.SelectOption(value=value, name=name, description=DISPLAY_DESCRIPTIONS[value])
+            for value, name in DISPLAY_NAMES.items()
+        ],
     )
 
 
@@ -87,7 +130,9 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
             row, _spec = await sessions.set_model(request.session_id, request.value, None)
             return row
         row = await sessions.row(request.session_id)
-        levels = list(sessions.catalog.get(row.model_id).thinking_levels)
+        if request.config_id == THOUGHT_DISPLAY:
+            return _set_display(sessions, row, request.value)
+        levels: list[str] = list(sessions.thinking_for(row).supported)
         level = thinking.parse_level(request.value, path="$.params.value")
         if level != "default" and level not in levels:
             raise InvalidParams(
@@ -101,3 +146,18 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
             # person asked for stays sticky.
             return row
         return await sessions.set_thinking(request.session_id, request.value)
+
+
+def _set_display(sessions: SessionManager, row: SessionRow, value: str) -> SessionRow:
+    display = thinking.parse_display(value, path="$.params.value")
+    current = _display(sessions, row)
+    if display == current:
+        return row
+    # FOLLOW-UP: persist it through the session's thinking settings (thinking/set display,
+    # SessionManager.set_thinking) once they take a display; until then only the current
+    # value is accepted, and the error says so rather than pretending to switch.
+    raise InvalidParams(
+        f"This daemon cannot change the thinking display yet; it stays {current!r}.",
+        path="$.params.value",
+        allowed=[current],
+    )

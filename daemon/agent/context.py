@@ -16,6 +16,7 @@ import anyio
 
 from daemon.conversation import ChatMessage, Part
 from daemon.providers.base import Provider, StreamLimits, ToolSpec
+from daemon.thinking import LearnedLevels
 from protocol.objects import Thinking, Usage
 
 # How long the last writes and events of a cancelled turn may take once the daemon is
@@ -74,6 +75,10 @@ class Turn:
     approve: Approve
     run_tool: RunTool
     tools: list[ToolSpec] = field(default_factory=list)
+    # The thinking decision again at another level, consulting ``learned``: how the agent
+    # retries a request whose level the provider refused (``agent.level_retry``). None: no retry.
+    rethink: Callable[[str], Thinking] | None = None
+    learned: LearnedLevels = field(default_factory=LearnedLevels)  # the daemon's, for the life of the daemon
     # Fills in ``tools`` (MCP servers may take a while to start): awaited after
     # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
     prepare: Callable[["Turn"], Awaitable[None]] | None = None

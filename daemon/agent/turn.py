@@ -8,16 +8,19 @@ before its first event is retried with backoff (``BACKOFF_BASE_S`` doubling up t
 ``BACKOFF_CAP_S``, or the provider's ``retry-after``), up to ``TurnSettings.max_attempts``.
 """
 
+import json
 import logging
 import random
 
 import anyio
 
+from daemon.agent import level_retry
 from daemon.agent.context import Turn
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError, ProviderError
+from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
+from daemon.util.redact import scrub
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo
@@ -37,9 +40,12 @@ async def run_turn(turn: Turn) -> str:
     stop_reason, error = "error", None
     with turn.cancel_scope:
         try:
+            log_decision(turn)
             if turn.prepare is not None:
                 await turn.prepare(turn)
             stop_reason = await _tool_loop(turn)
+            if stop_reason == "max_tokens":
+                error = cut_off(turn)
         except PonderError as exc:
             error = error_info(exc)
         except Exception as exc:
@@ -50,6 +56,38 @@ async def run_turn(turn: Turn) -> str:
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
+
+
+def log_decision(turn: Turn) -> None:
+    """The turn's thinking decision on record: one info line with what was asked, what is sent and why."""
+    thinking = turn.thinking
+    fragment = json.dumps(thinking.request_params, sort_keys=True, separators=(",", ":"))
+    log.info(
+        scrub(
+            f"turn {turn.turn_id} thinking on {turn.model_id}: requested={thinking.requested} "
+            f"effective={thinking.effective} source={thinking.source} fallback={thinking.fallback} "
+            f"display={thinking.display} reason={thinking.reason or '-'} request={fragment}"
+        )
+    )
+
+
+def cut_off(turn: Turn) -> ErrorInfo:
+    """Why a turn ended ``max_tokens``: the reply reached the request's output limit, which its
+    thinking counts against too; a reply with no answer at all says so (never an empty success)."""
+    last = turn.history[-1] if turn.history else None
+    answered = last is not None and last.role == "assistant" and any(p.type == "text" and p.text for p in last.parts)
+    level = turn.thinking.effective
+    if answered:
+        what = "The reply was cut off at the output limit"
+    elif level != "off":
+        what = f"The output limit was reached while the model was thinking (level {level!r}), before any answer"
+    else:
+        what = "The output limit was reached before any answer"
+    steps = (["ask the model to continue"] if answered else []) + (
+        ["lower the thinking level with thinking/set"] if level != "off" else []
+    )
+    steps.append("ask for a shorter answer")
+    return ErrorInfo(code=int(ErrorCode.INVALID_PARAMS), message=f"{what}; {', or '.join(steps)}.")
 
 
 def error_info(exc: PonderError) -> ErrorInfo:
@@ -70,10 +108,34 @@ async def _tool_loop(turn: Turn) -> str:
 
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
+    level_refused: str | None = None  # the level a provider refused in this reply, once retried
     while True:
         reply = Reply(turn)
         try:
             return await reply.stream()
+        except ThinkingLevelRejected as exc:
+            if reply.started:
+                raise
+            level_retry.learn(turn, exc)
+            if level_refused is not None:
+                raise level_retry.refused_twice(turn, level_refused, exc) from exc
+            retried = level_retry.retry_thinking(turn, exc)
+            if retried is None:
+                raise
+            level_refused = level_retry.refused_level(turn, exc)
+            attempt += 1
+            message = level_retry.retry_message(turn, level_refused, retried)
+            log.info("%s", message)
+            turn.thinking = retried
+            await turn.emit(
+                ev.Retry,
+                {
+                    "attempt": attempt,
+                    "max_attempts": max(attempt, turn.settings.max_attempts),
+                    "delay_ms": 0,
+                    "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                },
+            )
         except ProviderError as exc:
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise

@@ -59,6 +59,8 @@ class TurnAssembly:
         runner = ToolRunner(
             self.config, self.bridge, live, pending.turn_id, self.tools, self.tool_sources, spec.supports_tools
         )
+        decided = pending.thinking.decide(self.catalog, spec)
+        asked = pending.thinking
 
         return agent.Turn(
             session_id=row.id,
@@ -68,7 +70,13 @@ class TurnAssembly:
             provider_name=spec.provider,
             model_name=spec.model,
             provider=provider,
-            thinking=pending.thinking.decide(self.catalog, spec),
+            thinking=decided,
+            # A level the provider refuses is retried once at the level it names (decided the
+            # same way, display kept); the daemon's catalogue remembers the refusal.
+            rethink=lambda level: self.catalog.decide(
+                spec, level, display=asked.display, budget_tokens=asked.budget_tokens, source=asked.source
+            ),
+            learned=self.catalog.learned,
             history=live.history,
             emit=emit,
             save=save,
