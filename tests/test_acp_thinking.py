@@ -51,6 +51,9 @@ async def test_thought_level_lists_the_models_real_levels_and_display_is_an_opti
         with pytest.raises(acp.RequestError) as refused:
             await conn.set_config_option(config_id="thought_display", session_id=session_id, value="loud")
         assert refused.value.code == -32602
+        # Another display is the session's from then on: the option and session/get say so.
+        omitted = await conn.set_config_option(config_id="thought_display", session_id=session_id, value="omitted")
+        assert option(omitted.config_options, "thought_display").current_value == "omitted"
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])

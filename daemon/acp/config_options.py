@@ -131,7 +131,7 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
             return row
         row = await sessions.row(request.session_id)
         if request.config_id == THOUGHT_DISPLAY:
-            return _set_display(sessions, row, request.value)
+            return await _set_display(sessions, row, request.value)
         levels: list[str] = list(sessions.thinking_for(row).supported)
         level = thinking.parse_level(request.value, path="$.params.value")
         if level != "default" and level not in levels:
@@ -148,16 +148,8 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
         return await sessions.set_thinking(request.session_id, request.value)
 
 
-def _set_display(sessions: SessionManager, row: SessionRow, value: str) -> SessionRow:
+async def _set_display(sessions: SessionManager, row: SessionRow, value: str) -> SessionRow:
     display = thinking.parse_display(value, path="$.params.value")
-    current = _display(sessions, row)
-    if display == current:
-        return row
-    # FOLLOW-UP: persist it through the session's thinking settings (thinking/set display,
-    # SessionManager.set_thinking) once they take a display; until then only the current
-    # value is accepted, and the error says so rather than pretending to switch.
-    raise InvalidParams(
-        f"This daemon cannot change the thinking display yet; it stays {current!r}.",
-        path="$.params.value",
-        allowed=[current],
-    )
+    if display == _display(sessions, row):
+        return row  # the value the selector shows: nothing to change
+    return await sessions.set_thinking(row.id, display=display)
