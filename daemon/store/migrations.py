@@ -189,3 +189,20 @@ def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -
             db.execute("ROLLBACK")
             raise
     return check_not_too_new(db, chain)
+
+
+@migration
+def m003_session_accounts(db: sqlite3.Connection) -> None:
+    # Long sessions (PROTOCOL "Context, cost and compaction"): each session's running totals of
+    # every model call (a Usage as JSON), their cost (NULL until some call had a known price),
+    # the context fill after its last call, and its budget (NULL limits: none of that kind).
+    for column in (
+        "totals_json TEXT NOT NULL DEFAULT '{}'",
+        "cost_amount REAL",
+        "cost_currency TEXT",
+        "context_used INTEGER",
+        "context_size INTEGER",
+        "budget_max_cost REAL",
+        "budget_max_tokens INTEGER",
+    ):
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")

@@ -15,16 +15,18 @@ from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, Sess
 from daemon.store.db import Database, json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
-from protocol.objects import Session
+from protocol.objects import Budget, ContextFill, Cost, Session, Usage
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
-    "parent_id, created_at, updated_at, message_count"
+    "parent_id, created_at, updated_at, message_count, "
+    "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {"title", "model_id", "thinking_level", "approval_policy", "system_prompt", "updated_at"}
 )
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
+_decode_usage = msgspec.json.Decoder(Usage).decode
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -39,6 +41,12 @@ class SessionRow(msgspec.Struct, kw_only=True):
     created_at: str = ""  # filled with the store's clock when empty
     updated_at: str = ""
     message_count: int = 0  # maintained by the store; ignored on create
+    # Long sessions: running totals and their cost (kept by ``record_usage``), the context
+    # fill after the last model call, and the budget (set on create, then by ``set_budget``).
+    totals: Usage = msgspec.field(default_factory=Usage)
+    cost: Cost | None = None
+    context: ContextFill | None = None
+    budget: Budget | None = None
 
     def to_wire(self, status: str = "idle") -> Session:
         return Session(
@@ -53,6 +61,10 @@ class SessionRow(msgspec.Struct, kw_only=True):
             message_count=self.message_count,
             parent_id=self.parent_id,
             status=status,  # type: ignore[arg-type]
+            totals=self.totals,
+            cost=self.cost,
+            context=self.context,
+            budget=self.budget,
         )
 
 
@@ -87,6 +99,10 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         created_at=row[8],
         updated_at=row[9],
         message_count=row[10],
+        totals=_decode_usage(row[11]),
+        cost=None if row[12] is None else Cost(amount=row[12], currency=row[13] or "USD"),
+        context=None if row[14] is None else ContextFill(used=row[14], size=row[15]),
+        budget=None if row[16] is None and row[17] is None else Budget(max_cost=row[16], max_tokens=row[17]),
     )
 
 
@@ -103,8 +119,9 @@ class SessionQueries(Database):
             inserted = db.execute(
                 f"""
                 INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
-                                      system_prompt, parent_id, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      system_prompt, parent_id, created_at, updated_at,
+                                      budget_max_cost, budget_max_tokens)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -118,6 +135,8 @@ class SessionQueries(Database):
                     row.parent_id,
                     created_at,
                     row.updated_at or created_at,
+                    row.budget.max_cost if row.budget else None,
+                    row.budget.max_tokens if row.budget else None,
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:
