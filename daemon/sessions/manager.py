@@ -27,6 +27,7 @@ from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, SessionBusy, SessionNotFound, ShuttingDown, StoreError
 from daemon.providers.registry import ProviderRegistry
+from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
@@ -39,7 +40,8 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.objects import Session, Thinking
+from protocol.methods import BudgetParams
+from protocol.objects import Budget, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -72,6 +74,7 @@ class SessionManager:
         self.task_group: TaskGroup | None = None  # the actors' (set by ``run``)
         self.shutting_down = False
         self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources)
+        self.accounts = self.assembly.accounts  # every model call's usage, cost and budget
         self.events = EventNumbers(bridge)
         self.writes = SessionWrites(store, self.background_task_group)
 
@@ -210,7 +213,9 @@ class SessionManager:
         title: str | None,
         system_prompt: str | None,
         approval_policy: str | None,
+        budget: BudgetParams | None = None,
     ) -> LiveSession:
+        """A new session; ``budget`` None takes config.toml's ``[budget]``, one without limits is none."""
         await self.discover(model_id)
         spec = self.catalog.get(model_id or self.catalog.default_model_id())
         level = self._initial_level(spec, thinking_level)
@@ -222,6 +227,7 @@ class SessionManager:
             approval_policy=approval_policy or self.config.default_approval_policy,
             title=title,
             system_prompt=system_prompt,
+            budget=self.config.budget if budget is None else budget_from(budget),
         )
         row = await self.store.create_session(row)
         return await self._activate(row, [])
@@ -273,6 +279,19 @@ class SessionManager:
                 parsed = self.catalog.default_level(self.catalog.get(row.model_id))
             return await self.update(row.id, thinking_level=parsed)
 
+    async def set_budget(self, session_id: str, budget: Budget | None) -> SessionRow:
+        """Raise, lower or clear (None) a session's budget; a running turn sees it before its next model call."""
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            stored = await self.store.set_budget(row.id, budget)
+            live = self._live.get(session_id)
+            if live is not None:
+                # Only the budget: the live row's totals may be newer than this read of the store.
+                live.row.budget = stored.budget
+                stored = live.row
+            await self.bridge.session_updated(self.wire_session(stored))
+            return stored
+
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
         new_row = SessionRow(
@@ -284,6 +303,7 @@ class SessionManager:
             title=source.title,
             system_prompt=source.system_prompt,
             parent_id=source.id,
+            budget=source.budget,  # the fork's own spending starts at zero
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)

@@ -2,6 +2,7 @@
 
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
+from daemon.sessions.accounts import budget_from
 from protocol import methods as m
 
 
@@ -18,6 +19,7 @@ class SessionHandlers:
             title=params.title,
             system_prompt=params.system_prompt,
             approval_policy=params.approval_policy,
+            budget=params.budget,
         )
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
@@ -64,6 +66,10 @@ class SessionHandlers:
     async def session_rename(self, params: m.SessionRenameParams) -> m.SessionOnlyResult:
         await self.sessions.row(params.session_id)
         row = await self.sessions.update(params.session_id, title=params.title)
+        return m.SessionOnlyResult(session=self.sessions.wire_session(row))
+
+    async def session_budget(self, params: m.SessionBudgetParams) -> m.SessionOnlyResult:
+        row = await self.sessions.set_budget(params.session_id, budget_from(params.budget))
         return m.SessionOnlyResult(session=self.sessions.wire_session(row))
 
     async def session_delete(self, params: m.SessionIdParams) -> m.SessionDeleteResult:
