@@ -270,3 +270,39 @@ def test_the_store_adds_calls_to_the_totals_and_forks_start_at_zero(tmp_path: Pa
         forked = store.fork_session("ses_a", SessionRow(id="ses_b", cwd="/", model_id="m", thinking_level="off"))
         assert forked.totals == Usage() and forked.cost is None and forked.context is None
         assert store.set_budget("ses_a", None).budget is None
+
+
+async def test_a_price_set_in_config_toml_prices_the_calls(home: Path, tmp_path: Path) -> None:
+    (home / "config.toml").write_text(
+        '[[providers.mock.models]]\nmodel = "thinker"\nprice = {input = 2.0, output = 10.0}\n'
+    )
+    async with in_memory_daemon(home) as (client, _):
+        session_id = (await start(client, tmp_path, "mock/thinker"))["session_id"]
+        [usage] = of_type(await prompt(client, session_id, "Hello?"), "usage")
+    tokens = usage["usage"]
+    assert usage["cost"]["amount"] == pytest.approx((tokens["input_tokens"] * 2 + tokens["output_tokens"] * 10) / 1e6)
+    assert usage["totals_cost"] == usage["cost"]
+
+
+async def test_record_call_counts_a_summary_call_with_the_context_it_is_given(home: Path, tmp_path: Path) -> None:
+    """What a compaction does with its summary call: counted in the totals (and against the
+    budget), with the session's context after the compaction rather than the summary request's."""
+    async with in_memory_daemon(home) as (client, daemon):
+        session_id = (await start(client, tmp_path, "mock/thinker", budget={"max_tokens": 1000}))["session_id"]
+        manager = daemon.sessions
+        live = await manager.get(session_id)
+        spec = manager.catalog.get("mock/thinker")
+        fields = await manager.accounts.record_call(
+            live, spec, Usage(input_tokens=900, output_tokens=150), context=ContextFill(used=2_000, size=200_000)
+        )
+        assert fields["context"] == ContextFill(used=2_000, size=200_000)
+        assert fields["totals"] == Usage(input_tokens=900, output_tokens=150) and fields["cost"] is None
+        assert manager.accounts.budget_spent(live.row) == (
+            "The session's token budget of 1,000 tokens is spent (1,050 used); "
+            "raise it with session/budget to continue."
+        )
+        events = await prompt(client, session_id, "hi")  # the next turn makes no model call
+        got = (await client.request("session/get", {"session_id": session_id}))["session"]
+    assert [e["type"] for e in events] == ["turn_start", "turn_end"] and events[-1]["stop_reason"] == "budget"
+    assert got["context"] == {"used": 2_000, "size": 200_000}
+    assert got["totals"]["input_tokens"] == 900

@@ -45,14 +45,15 @@ class SessionAccounts:
         """Count one model call of ``spec`` in ``live``'s totals (store and memory); return the
         fields of its ``usage`` event (``emit(ev.UsageEvent, fields)``).
 
-        ``cost`` is None where the model has no known price. ``context`` is the fill after the
-        call; by default the call's input plus output tokens, in the model's window (pass one
-        for a call that reported no usage, e.g. an estimate; else the session's last one stays).
+        ``cost`` is None where the model has no known price. ``context`` is the session's context
+        fill after the call; by default the call's input plus output tokens in the model's window.
+        Pass one where that is not the session's context (a summary call: the compacted history)
+        or where the call reported no usage (an estimate); with neither, the last fill stays.
         A store that refuses the write still leaves the totals counted in memory, so a budget
         holds while the store is down.
         """
         cost = cost_of(usage, self.catalog.price(spec))
-        fill = context_fill(usage, spec.context_window) or context
+        fill = context if context is not None else context_fill(usage, spec.context_window)
         row = live.row
         try:
             stored = await self.store.record_usage(row.id, usage, cost, fill)
