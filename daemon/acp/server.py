@@ -116,7 +116,8 @@ def prompt_answer(waiter: PromptWaiter) -> t.PromptResponse:
     assert outcome is not None
     if waiter.cancel_requested or outcome.stop_reason == "cancelled":
         return t.PromptResponse(stop_reason="cancelled")
-    if outcome.stop_reason == "error":
+    # ACP has no stop reason for a spent budget: an error, so the client shows which budget and how much.
+    if outcome.stop_reason in ("error", "budget"):
         raise turn_failure(outcome.error, outcome.model_id)
     return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
 
