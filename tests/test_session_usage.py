@@ -14,11 +14,13 @@ import pytest
 from daemon.catalog import Catalog
 from daemon.client import RpcClient, RpcError
 from daemon.config import load_config
+from daemon.context.estimate import request_estimate
 from daemon.context.pricing import cost_of
 from daemon.store import SessionRow, Store
+from daemon.tools import tool_specs
 from protocol.objects import Budget, ContextFill, Cost, Usage
 from tests.support.harness import in_memory_daemon
-from tests.support.replay import ReplayServer
+from tests.support.replay import ReplayServer, ScriptedResponse, load_fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -306,3 +308,32 @@ async def test_record_call_counts_a_summary_call_with_the_context_it_is_given(ho
     assert [e["type"] for e in events] == ["turn_start", "turn_end"] and events[-1]["stop_reason"] == "budget"
     assert got["context"] == {"used": 2_000, "size": 200_000}
     assert got["totals"]["input_tokens"] == 900
+
+
+async def test_a_reply_without_usage_still_reports_its_estimated_context(
+    home: Path, tmp_path: Path, replay_server: ReplayServer
+) -> None:
+    """An OpenAI-compatible server that sends no usage chunk (one that ignores stream_options):
+    the call still gets its usage event, with null usage and the context estimated (chars / 4)."""
+    (home / "config.toml").write_text(
+        f'[providers.local]\napi = "openai-chat"\nbase_url = "{replay_server.url}/v1"\n'
+        '[[providers.local.models]]\nmodel = "qwen3:8b"\ncontext_window = 8192\nthinking_levels = []\n'
+    )
+    _, body = load_fixture("openai-chat", "ollama-compat-reasoning")
+    without_usage = b"\n\n".join(event for event in body.split(b"\n\n") if b'"usage"' not in event)
+    assert without_usage != body
+    replay_server.enqueue(ScriptedResponse(headers={"content-type": "text/event-stream"}, body=without_usage))
+    async with in_memory_daemon(home) as (client, daemon):
+        session_id = (await start(client, tmp_path, "local/qwen3:8b"))["session_id"]
+        events = await prompt(client, session_id, "What is 2+2?")
+        got = (await client.request("session/get", {"session_id": session_id}))["session"]
+        live = await daemon.sessions.get(session_id)
+        # The whole request (the tools offered, the prompt) plus the reply, at four characters a token.
+        expected = request_estimate(None, tool_specs(daemon.sessions.tools), live.history)
+    assert events[-1]["stop_reason"] == "end_turn", events[-1]
+    [usage] = of_type(events, "usage")
+    assert usage["usage"] == {k: None for k in usage["usage"]} and usage["cost"] is None
+    assert usage["totals"] == usage["usage"] and usage["totals_cost"] is None
+    assert [m.role for m in live.history] == ["user", "assistant"]
+    assert usage["context"] == {"used": expected, "size": 8192}
+    assert got["context"] == usage["context"]
