@@ -6,9 +6,11 @@ model; the mock provider has no price, so its cost is null. Totals live in the r
 file under ``home`` and are read back by a second daemon.
 """
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from daemon.catalog import Catalog
@@ -16,7 +18,9 @@ from daemon.client import RpcClient, RpcError
 from daemon.config import load_config
 from daemon.context.estimate import request_estimate
 from daemon.context.pricing import cost_of
+from daemon.sessions import persistence
 from daemon.store import SessionRow, Store
+from daemon.store import db as store_db
 from daemon.tools import tool_specs
 from protocol.objects import Budget, ContextFill, Cost, Usage
 from tests.support.harness import in_memory_daemon
@@ -337,3 +341,48 @@ async def test_a_reply_without_usage_still_reports_its_estimated_context(
     assert [m.role for m in live.history] == ["user", "assistant"]
     assert usage["context"] == {"used": expected, "size": 8192}
     assert got["context"] == usage["context"]
+
+
+async def test_a_call_whose_reply_the_store_refused_still_counts_and_reaches_the_store_later(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the store's write lock while a reply ends: the reply is kept in
+    memory (the turn fails), its call still counts at once, and the store gets it with the next."""
+    monkeypatch.setattr(store_db, "BUSY_TIMEOUT_MS", 300)
+    monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
+
+    def slow(config: Any) -> None:
+        config.mock_delay_ms = 5
+
+    async with in_memory_daemon(home, configure=slow) as (client, _):
+        session_id = (await start(client, tmp_path, "mock/echo"))["session_id"]
+        holder = sqlite3.connect(home / "sessions.db", isolation_level=None, timeout=10)
+        try:
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "refused " * 10})
+            refused = []
+            with anyio.fail_after(20):
+                async for event in client.events(turn["turn_id"]):
+                    refused.append(event)
+                    if event["type"] == "message_start":
+                        holder.execute("BEGIN IMMEDIATE")  # the reply's save and its count wait, then fail
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        assert refused[-1]["stop_reason"] == "error", refused[-1]
+        [first] = of_type(refused, "usage")
+        assert first["usage"]["input_tokens"] and first["totals"] == first["usage"]
+
+        with anyio.fail_after(10):  # the periodic retry stores the reply
+            while True:
+                got = (await client.request("session/get", {"session_id": session_id}))["session"]
+                if got["message_count"] == 2:
+                    break
+                await anyio.sleep(0.05)
+        [second] = of_type(await prompt(client, session_id, "and now?"), "usage")
+        both = {side: first["usage"][side] + second["usage"][side] for side in ("input_tokens", "output_tokens")}
+        assert {side: second["totals"][side] for side in both} == both
+
+    with Store(home / "sessions.db") as store:
+        row = store.get_session(session_id)
+    assert row is not None
+    assert (row.totals.input_tokens, row.totals.output_tokens) == (both["input_tokens"], both["output_tokens"])

@@ -426,7 +426,11 @@ class Reply:
                 await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
                 await self._record_usage(message)
                 return message
-        await save_and_end(self.turn, message)
+        try:
+            await save_and_end(self.turn, message)
+        except PonderError:
+            await self._record_usage(message)  # the store refused the reply, but its tokens were spent
+            raise
         await self._record_usage(message)
         return message
 

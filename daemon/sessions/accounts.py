@@ -20,7 +20,7 @@ from daemon.sessions.live import LiveSession
 from daemon.store import AsyncStore, SessionRow
 from protocol import events as ev
 from protocol.methods import BudgetParams
-from protocol.objects import Budget, ContextFill, Usage
+from protocol.objects import Budget, ContextFill, Cost, Usage
 
 log = logging.getLogger("ponder.sessions")
 
@@ -38,6 +38,8 @@ class SessionAccounts:
     def __init__(self, store: AsyncStore, catalog: Catalog) -> None:
         self.store = store
         self.catalog = catalog
+        # Per session: calls counted in memory that the store refused, added to its next write.
+        self._unstored: dict[str, tuple[Usage, Cost | None]] = {}
 
     async def record_call(
         self, live: LiveSession, spec: ModelSpec, usage: Usage | None, *, context: ContextFill | None = None
@@ -49,16 +51,19 @@ class SessionAccounts:
         fill after the call; by default the call's input plus output tokens in the model's window.
         Pass one where that is not the session's context (a summary call: the compacted history)
         or where the call reported no usage (an estimate); with neither, the last fill stays.
-        A store that refuses the write still leaves the totals counted in memory, so a budget
-        holds while the store is down.
+        A store that refuses the write still leaves the call counted in memory (a budget holds
+        while the store is down), and the store gets it with the next call it takes.
         """
         cost = cost_of(usage, self.catalog.price(spec))
         fill = context if context is not None else context_fill(usage, spec.context_window)
         row = live.row
+        unstored_usage, unstored_cost = self._unstored.pop(row.id, (Usage(), None))
+        to_store = (add_usage(unstored_usage, usage), add_cost(unstored_cost, cost))
         try:
-            stored = await self.store.record_usage(row.id, usage, cost, fill)
+            stored = await self.store.record_usage(row.id, *to_store, fill)
         except StoreError as exc:
-            log.warning("session %s: its totals could not be stored: %s", row.id, exc.message)
+            log.warning("session %s: its totals could not be stored yet: %s", row.id, exc.message)
+            self._unstored[row.id] = to_store
             row.totals, row.cost = add_usage(row.totals, usage), add_cost(row.cost, cost)
             row.context = fill or row.context
         else:
