@@ -247,6 +247,7 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
         print(
             f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  thinking={session['thinking_level']}"
         )
+        print(f"Totals: {totals_text(session).strip()}  {usage_line(session) or ''}".rstrip())
         for message in resumed["messages"]:
             for block in message["content"]:
                 text = (

@@ -74,6 +74,12 @@ def test_ask_on_a_terminal_ends_with_context_and_the_models_dev_cost(
     assert code == 0, stderr
     [listed] = stdout.strip().splitlines()
     assert re.search(rf"\b149 tokens +\${cost.amount:.4f}\b", listed), listed
+    code, stdout, stderr = ponder(home, "sessions", listed.split()[0], extra_env=env)
+    assert code == 0, stderr
+    window = f"{spec.context_window:,}"
+    assert stdout.splitlines()[1] == (
+        f"Totals: 149 tokens   ${cost.amount:.4f}  Context: 149 / {window} tokens · ${cost.amount:.4f}"
+    )
 
 
 def test_ask_on_a_terminal_with_an_unpriced_model_says_no_price_and_a_pipe_gets_no_line(
