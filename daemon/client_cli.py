@@ -120,9 +120,41 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
         return 1
     if end.get("stop_reason") == "cancelled":
         return 130
-    if not args.json:
-        print(f"ponder: session {session_id}", file=sys.stderr) if _stderr_is_terminal() else None
-    return 0
+    if end.get("stop_reason") == "budget":
+        print(f"ponder: {(end.get('error') or {}).get('message', 'the session budget is spent')}", file=sys.stderr)
+    if not args.json and _stderr_is_terminal():
+        print(f"ponder: session {session_id}", file=sys.stderr)
+        # Last, one line: where the session stands (its context fill and what it has cost).
+        line = usage_line((await client.request("session/get", {"session_id": session_id}))["session"])
+        if line is not None:
+            print(line, file=sys.stderr)
+    return 1 if end.get("stop_reason") == "budget" else 0
+
+
+def usage_line(session: dict[str, Any]) -> str | None:
+    """``Context: 12,340 / 200,000 tokens · $0.0123`` (the session's cost so far), or None before any model call."""
+    context = session.get("context")
+    if not context:
+        return None
+    window = f" / {context['size']:,}" if context.get("size") else ""
+    cost = session.get("cost")
+    spent = "no price known" if cost is None else _money(cost)
+    return f"Context: {context['used']:,}{window} tokens · {spent}"
+
+
+def totals_text(session: dict[str, Any]) -> str:
+    """A session's running totals for ``ponder sessions``: tokens in and out, and their cost."""
+    totals = session.get("totals") or {}
+    tokens = (totals.get("input_tokens") or 0) + (totals.get("output_tokens") or 0)
+    cost = session.get("cost")
+    return f"{tokens:>11,} tokens {_money(cost) if cost is not None else '-':>9}"
+
+
+def _money(cost: dict[str, Any]) -> str:
+    amount, currency = cost["amount"], cost["currency"]
+    if currency != "USD":
+        return f"{amount:,.4f} {currency}"
+    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
 
 
 async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
@@ -260,6 +292,7 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
             f"{session['session_id']}  {session['title'] or '(untitled)'}  {session['model_id']}  "
             f"thinking={session['thinking_level']}"
         )
+        print(f"Totals: {totals_text(session).strip()}  {usage_line(session) or ''}".rstrip())
         for message in resumed["messages"]:
             for block in message["content"]:
                 text = (
@@ -274,7 +307,7 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
     for session in listed["sessions"]:
         print(
             f"{session['session_id']}  {session['updated_at']}  {session['message_count']:>4} msgs  "
-            f"{session['model_id']}  {session['title'] or ''}  {session['cwd']}"
+            f"{totals_text(session)}  {session['model_id']}  {session['title'] or ''}  {session['cwd']}"
         )
     return 0
 

@@ -112,6 +112,13 @@ class RequestCancelled(PonderError):
         super().__init__("The request was cancelled.")
 
 
+class BudgetExceeded(PonderError):
+    """The session's budget is spent: its turn ends with ``stop_reason: "budget"`` before the next
+    model call; the message names the budget and the amount spent (``context.budget.budget_exceeded``)."""
+
+    code = ErrorCode.BUDGET_EXCEEDED
+
+
 class ProviderError(PonderError):
     """A provider failed: HTTP status, an error event mid-stream, or a broken stream.
 

@@ -14,4 +14,5 @@ class ErrorCode(enum.IntEnum):
     PROVIDER_NOT_CONFIGURED = -32003
     SESSION_BUSY = -32004
     SHUTTING_DOWN = -32005
+    BUDGET_EXCEEDED = -32006  # only in turn_end.error (stop_reason "budget"): never answers a request
     REQUEST_CANCELLED = -32800

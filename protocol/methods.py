@@ -306,6 +306,7 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/fork": (SessionForkParams, SessionOnlyResult),
     "session/rename": (SessionRenameParams, SessionOnlyResult),
     "session/delete": (SessionIdParams, SessionDeleteResult),
+    "session/budget": (SessionBudgetParams, SessionOnlyResult),
     "mcp/list": (McpListParams, McpListResult),
     "auth/status": (Empty, AuthStatusResult),
     "auth/login": (AuthLoginParams, AuthLoginResult),

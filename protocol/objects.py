@@ -29,8 +29,8 @@ StopReason = Annotated[
             "`refusal`: the provider refused or filtered the reply. "
             "`cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. "
             "`error`: the turn failed; `error` says why. "
-            "`budget`: the session's budget was reached before the next model call (reserved: this daemon "
-            "does not send it yet)."
+            "`budget`: the session's budget was reached before the next model call; `error.message` names "
+            "the budget and the amount spent (`session/budget` raises or clears it)."
         )
     ),
 ]

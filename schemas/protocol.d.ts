@@ -172,7 +172,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 budget_exceeded, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -294,6 +294,7 @@ export interface Methods {
   "session/fork": SessionForkMethod;
   "session/rename": SessionRenameMethod;
   "session/delete": SessionDeleteMethod;
+  "session/budget": SessionBudgetMethod;
   "mcp/list": McpListMethod;
   "auth/status": AuthStatusMethod;
   "auth/login": AuthLoginMethod;
@@ -435,6 +436,18 @@ export interface Session {
   cost: Cost | null;
   context: ContextFill | null;
   budget: Budget | null;
+}
+
+/** `session/budget`: its params and result. */
+export interface SessionBudgetMethod {
+  method: "session/budget";
+  params: SessionBudgetParams;
+  result: SessionOnlyResult;
+}
+
+export interface SessionBudgetParams {
+  session_id: string;
+  budget: BudgetParams | null;
 }
 
 /** `session/cancel`: its params and result. */
@@ -613,7 +626,7 @@ export interface ShutdownMethod {
   result: Empty;
 }
 
-/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call (reserved: this daemon does not send it yet). */
+/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
 export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
 
 export interface TextBlock {

@@ -20,8 +20,13 @@ import pytest
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import AllowedOutcome, ClientCapabilities, Implementation, RequestPermissionResponse
 
+from daemon.catalog import Catalog
+from daemon.config import load_config
+from daemon.context.pricing import cost_of
+from protocol.objects import Usage
 from tests.support.acp_wire import validate_agent_message
 from tests.support.harness import subprocess_env
+from tests.support.replay import ReplayServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -110,10 +115,17 @@ class SentRecorder:
 
 @asynccontextmanager
 async def ponder_acp(
-    client: Recorder, home: Path, backend: str, delay_ms: int = 0, sent: SentRecorder | None = None
+    client: Recorder,
+    home: Path,
+    backend: str,
+    delay_ms: int = 0,
+    sent: SentRecorder | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Any]:
     observer = SchemaObserver()
-    env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_MOCK_DELAY_MS": str(delay_ms)})
+    env = subprocess_env(
+        home, {"PONDER_ASYNC_BACKEND": backend, "PONDER_MOCK_DELAY_MS": str(delay_ms), **(extra_env or {})}
+    )
     async with acp.spawn_agent_process(
         client,
         sys.executable,
@@ -194,6 +206,56 @@ async def test_a_session_on_mock_thinker_with_config_changes_and_a_full_reload(
         assert [u.content.text for u in replay.of("user_message_chunk")] == ["Why is the sky blue?"]
         assert joined(replay.of("agent_thought_chunk")) == thoughts  # same messageId, byte-exact text
         assert joined(replay.of("agent_message_chunk")) == answers
+
+
+async def test_usage_update_after_each_model_call_and_on_load_and_resume_with_the_sessions_cost(
+    home: Path, work: Path, daemon_backend: str, replay_server: ReplayServer
+) -> None:
+    model_id = "anthropic/claude-opus-4-6"
+    (home / "config.toml").write_text(f'[defaults]\nmodel = "{model_id}"\n')
+    env = {"ANTHROPIC_API_KEY": "sk-ant-fake-acp-usage", "ANTHROPIC_BASE_URL": replay_server.url}
+    replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use")
+    replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use-turn2")
+    catalog = Catalog(load_config(home, env=env))
+    spec = catalog.get(model_id)
+    price = catalog.price(spec)
+    assert price is not None and spec.context_window is not None
+    first, second = (cost_of(Usage(input_tokens=i, output_tokens=o), price) for i, o in ((642, 127), (861, 74)))
+    assert first is not None and second is not None
+
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend, extra_env=env) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        result = await conn.prompt(session_id=session_id, prompt=[acp.text_block("Umbrella in Lyon today?")])
+        assert result.stop_reason == "end_turn"
+    updates = client.of("usage_update")
+    # One per model call (the tool step and the answer): the context fill, and the session's cost so far.
+    assert [(u.used, u.size) for u in updates] == [(642 + 127, spec.context_window), (861 + 74, spec.context_window)]
+    assert [u.cost.currency for u in updates] == ["USD", "USD"]
+    assert updates[0].cost.amount == pytest.approx(first.amount)
+    assert updates[1].cost.amount == pytest.approx(first.amount + second.amount)
+
+    for reopen in ("load", "resume"):
+        again = Recorder()
+        async with ponder_acp(again, home, daemon_backend, extra_env=env) as conn:
+            if reopen == "load":
+                await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+            else:
+                await conn.resume_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+            await asyncio.sleep(0.05)  # notification handlers run as their own tasks
+        [stands] = again.of("usage_update")
+        assert (stands.used, stands.size) == (861 + 74, spec.context_window), reopen
+        assert stands.cost.amount == pytest.approx(first.amount + second.amount), reopen
+    assert len(replay_server.requests) == 2
+
+
+async def test_usage_update_of_an_unpriced_model_has_no_cost(home: Path, work: Path, daemon_backend: str) -> None:
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await conn.prompt(session_id=session_id, prompt=[acp.text_block("Hello")])
+    [update] = client.of("usage_update")
+    assert update.cost is None and update.size == 200_000 and update.used > 0
 
 
 async def test_cancel_mid_thought_answers_cancelled(home: Path, work: Path, daemon_backend: str) -> None:

@@ -602,10 +602,14 @@ async def test_load_replays_the_whole_history_byte_exact_after_a_restart(home: P
         assert calls[0]["rawInput"] == {"path": "notes.txt"}
         assert calls[0]["locations"] == [{"path": str((work / "notes.txt").resolve())}]
 
-        # resume reconnects without replaying anything.
+        # load ends with where the session stands: the last call's context fill (issue 19).
+        last_usage = [u for u in live if u["sessionUpdate"] == "usage_update"][-1]
+        assert replay[-1] == last_usage and last_usage["size"] == 200_000
+
+        # resume reconnects without replaying anything but that.
         resumed = await client.request("session/resume", {"sessionId": session_id, "cwd": str(work), "mcpServers": []})
         assert option(resumed["configOptions"], "thought_level")
-        assert drain(client) == []
+        assert updates(drain(client)) == [last_usage]
         for method in ("session/load", "session/resume"):
             with pytest.raises(RpcError) as error:
                 await client.request(method, {"sessionId": "ses_nope", "cwd": str(work), "mcpServers": []})

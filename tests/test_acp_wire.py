@@ -9,7 +9,7 @@ import pytest
 
 from daemon.acp import toolcalls
 from daemon.acp import types as t
-from daemon.acp.bridge import AcpBridge, PromptWaiter, TurnOutcome, context_used
+from daemon.acp.bridge import AcpBridge, PromptWaiter, TurnOutcome, usage_update_of
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.acp.server import AcpError, prompt_answer
@@ -20,7 +20,7 @@ from daemon.errors import InvalidParams
 from daemon.store import SessionRow
 from daemon.tools import builtin_tools
 from protocol import events as ev
-from protocol.objects import ErrorInfo, Usage
+from protocol.objects import ContextFill, Cost, ErrorInfo
 from tests.support.acp_wire import check, validate_agent_message
 
 # --- the schema check rejects what it should ----------------------------------------------
@@ -117,12 +117,20 @@ def test_titles_come_from_the_first_line_or_the_first_resource() -> None:
     assert title_for(blocks([{"type": "text", "text": "  "}])) is None
 
 
-def test_context_used_is_input_plus_output() -> None:
-    # Usage.input_tokens already includes cached input for every provider (the Anthropic
-    # adapter adds its cache reads and writes): adding them again would count them twice.
-    usage = Usage(input_tokens=111, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1)
-    assert context_used(usage) == 116
-    assert context_used(Usage()) is None
+def test_usage_update_carries_the_fill_the_window_and_the_sessions_cost() -> None:
+    update = usage_update_of(ContextFill(used=116, size=200_000), Cost(amount=0.25, currency="USD"))
+    assert update is not None
+    assert msgspec.json.decode(msgspec.json.encode(update)) == {
+        "sessionUpdate": "usage_update",
+        "used": 116,
+        "size": 200_000,
+        "cost": {"amount": 0.25, "currency": "USD"},
+    }
+    unpriced = usage_update_of(ContextFill(used=116, size=8192), None)
+    assert unpriced is not None and unpriced.cost is None
+    # ACP requires the window size: a model whose window is unknown sends no usage_update.
+    assert usage_update_of(ContextFill(used=116, size=None), None) is None
+    assert usage_update_of(None, None) is None
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -285,6 +293,15 @@ def test_stop_reasons_map_to_acp(stop_reason: str, cancel_requested: bool, answe
     waiter = PromptWaiter("s", "turn", cancel_requested=cancel_requested)
     waiter.outcome = TurnOutcome(stop_reason, None, "mock/thinker")
     assert prompt_answer(waiter).stop_reason == answer
+
+
+def test_a_spent_budget_is_an_error_that_says_which_budget() -> None:
+    waiter = PromptWaiter("s", "turn")
+    sentence = "The session's cost budget of $5.00 is spent ($5.02 used); raise it with session/budget to continue."
+    waiter.outcome = TurnOutcome("budget", ErrorInfo(code=-32006, message=sentence), "anthropic/claude-opus-4-6")
+    with pytest.raises(AcpError) as spent:
+        prompt_answer(waiter)
+    assert spent.value.message == sentence and spent.value.data["ponderCode"] == -32006
 
 
 def test_a_failed_turn_is_an_error_with_the_providers_message() -> None:

@@ -13,7 +13,9 @@ Translation, event by event:
   locations) once its arguments are complete; running it sends ``tool_call_update``
   ``in_progress``, then ``completed``/``failed`` with the result (edits as a diff). Calls
   a cancelled turn never finished are closed as ``failed``.
-- an assistant message's usage becomes ``usage_update`` (tokens in context / window).
+- each model call's ``usage`` event becomes ``usage_update`` (tokens in context / window, and
+  the session's cumulative cost); ``session/load`` and ``session/resume`` send the last one
+  (``usage_update_of``). ACP requires a window size: a model whose window is unknown sends none.
 - a ``retry`` re-checks the config options: a provider that refused the thinking level
   narrowed the levels the thought-level selector offers (``config_option_update``).
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
@@ -42,7 +44,7 @@ from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams
-from protocol.objects import ErrorInfo, Session, Usage
+from protocol.objects import ContextFill, Cost, ErrorInfo, Session
 
 log = logging.getLogger("ponder.acp")
 
@@ -92,7 +94,6 @@ class _Turn:
     session_id: str
     model_id: str
     cwd: str
-    context_window: int | None
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
 
@@ -270,12 +271,10 @@ class AcpBridge:
             await self._execution_start(turn, sid, event)
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
-        elif isinstance(event, ev.MessageEnd):
-            message = event.message
-            if message.role == "assistant" and message.usage is not None and turn.context_window:
-                used = context_used(message.usage)
-                if used is not None:
-                    await self.update(sid, t.UsageUpdate(used=used, size=turn.context_window))
+        elif isinstance(event, ev.UsageEvent):
+            update = usage_update_of(event.context, event.totals_cost)
+            if update is not None:
+                await self.update(sid, update)
         elif isinstance(event, ev.Retry):
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
@@ -286,12 +285,7 @@ class AcpBridge:
     async def _turn_start(self, event: ev.TurnStart) -> None:
         manager = self._manager
         row = await manager.row(event.session_id)
-        try:
-            spec = manager.catalog.get(event.model_id)
-            window = spec.context_window
-        except PonderError:
-            window = None
-        self._turns[event.turn_id] = _Turn(event.session_id, event.model_id, row.cwd, window)
+        self._turns[event.turn_id] = _Turn(event.session_id, event.model_id, row.cwd)
         if event.turn_id in self._doomed:
             await self._cancel_running(event.session_id, event.turn_id)
 
@@ -391,9 +385,10 @@ class AcpBridge:
         return "deny"
 
 
-def context_used(usage: Usage) -> int | None:
-    """Tokens in the context window after a response: its input plus its output (every
-    adapter counts cached input in ``input_tokens``: daemon/providers/usage.py)."""
-    if usage.input_tokens is None and usage.output_tokens is None:
+def usage_update_of(context: ContextFill | None, cost: Cost | None) -> t.UsageUpdate | None:
+    """ACP's ``usage_update`` for a context fill and a session's cost so far; None while the
+    fill or its window is unknown (ACP requires both)."""
+    if context is None or context.size is None:
         return None
-    return (usage.input_tokens or 0) + (usage.output_tokens or 0)
+    acp_cost = None if cost is None else t.Cost(amount=cost.amount, currency=cost.currency)
+    return t.UsageUpdate(used=context.used, size=context.size, cost=acp_cost)

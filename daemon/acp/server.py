@@ -24,7 +24,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from daemon import __version__
 from daemon.acp import types as t
 from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
-from daemon.acp.bridge import AcpBridge, PromptWaiter
+from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
@@ -118,7 +118,8 @@ def prompt_answer(waiter: PromptWaiter) -> t.PromptResponse:
     assert outcome is not None
     if waiter.cancel_requested or outcome.stop_reason == "cancelled":
         return t.PromptResponse(stop_reason="cancelled")
-    if outcome.stop_reason == "error":
+    # ACP has no stop reason for a spent budget: an error, so the client shows which budget and how much.
+    if outcome.stop_reason in ("error", "budget"):
         raise turn_failure(outcome.error, outcome.model_id)
     return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
 
@@ -262,13 +263,21 @@ class AcpServer:
         await self._attach_mcp(live.row, params.mcp_servers)
         for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
             await self.bridge.update(live.row.id, update)
+        await self._send_usage(live.row)
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
+        await self._send_usage(live.row)
         return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
+
+    async def _send_usage(self, row: SessionRow) -> None:
+        """Where the reopened session stands: its last context fill and its cost so far."""
+        update = usage_update_of(row.context, row.cost)
+        if update is not None:
+            await self.bridge.update(row.id, update)
 
     async def session_list(self, params: t.ListSessionsRequest) -> t.ListSessionsResponse:
         cwd = params.cwd

@@ -336,9 +336,17 @@ class SessionInfoUpdate(_Out, tag_field="sessionUpdate", tag="session_info_updat
     updated_at: str | UnsetType | None = UNSET
 
 
+class Cost(_Out):
+    amount: float
+    currency: str
+
+
 class UsageUpdate(_Out, tag_field="sessionUpdate", tag="usage_update"):
+    """Tokens in the context window, the window, and the session's cumulative cost (null: no known price)."""
+
     used: int
     size: int
+    cost: Cost | None = None
 
 
 SessionUpdate = (

@@ -28,6 +28,11 @@ Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 # (name, arguments, emit_output) -> (text, is_error)
 RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+# After each model call: (the usage it reported or None, an estimate of the request plus its
+# reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
+RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
+# Before each model call: None while the session's budget allows one, else the sentence saying which is spent.
+BudgetSpent = Callable[[], str | None]
 
 
 class AppendParts(Protocol):
@@ -83,6 +88,8 @@ class Turn:
     # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
     prepare: Callable[["Turn"], Awaitable[None]] | None = None
     system_prompt: str | None = None
+    record_usage: RecordUsage | None = None
+    budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)

@@ -22,6 +22,7 @@ import msgspec
 from daemon.agent.call_ids import ReplyCallIds, for_provider
 from daemon.agent.context import Turn, TurnSettings
 from daemon.agent.history import record_cancelled_results, repair_history, save_and_end
+from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import (
@@ -423,9 +424,26 @@ class Reply:
                 pass  # the store refused the increment: saved whole below (kept for later if refused again)
             else:
                 await self.turn.emit(ev.MessageEnd, {"message": message.to_wire()})
+                await self._record_usage(message)
                 return message
-        await save_and_end(self.turn, message)
+        try:
+            await save_and_end(self.turn, message)
+        except PonderError:
+            await self._record_usage(message)  # the store refused the reply, but its tokens were spent
+            raise
+        await self._record_usage(message)
         return message
+
+    async def _record_usage(self, message: ChatMessage) -> None:
+        """Into the session's totals, after the message is stored: every call that reported usage,
+        and every complete one (its context then estimated from the request and reply)."""
+        turn = self.turn
+        usage = self.usage
+        reported = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
+        if turn.record_usage is None or not (reported or message.status == "complete"):
+            return
+        estimate = None if reported else request_estimate(turn.system_prompt, turn.tools, turn.history)
+        await turn.record_usage(usage, estimate)
 
 
 def add_usage(total: Usage, more: Usage) -> Usage:

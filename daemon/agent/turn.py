@@ -19,7 +19,7 @@ from daemon.agent.context import Turn
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
+from daemon.errors import BudgetExceeded, PonderError, ProviderError, ThinkingLevelRejected
 from daemon.util.redact import scrub
 from protocol import events as ev
 from protocol.errors import ErrorCode
@@ -46,6 +46,8 @@ async def run_turn(turn: Turn) -> str:
             stop_reason = await _tool_loop(turn)
             if stop_reason == "max_tokens":
                 error = cut_off(turn)
+        except BudgetExceeded as exc:
+            stop_reason, error = "budget", error_info(exc)
         except PonderError as exc:
             error = error_info(exc)
         except Exception as exc:
@@ -97,6 +99,10 @@ def error_info(exc: PonderError) -> ErrorInfo:
 
 async def _tool_loop(turn: Turn) -> str:
     for _step in range(turn.settings.max_steps):
+        # Checked before every model call: between tool-loop steps too, not only at a prompt.
+        spent = turn.budget_spent() if turn.budget_spent is not None else None
+        if spent is not None:
+            raise BudgetExceeded(spent)
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
         if stop != "tool_use" or not calls:

@@ -33,6 +33,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/fork": sessions.session_fork,
         "session/rename": sessions.session_rename,
         "session/delete": sessions.session_delete,
+        "session/budget": sessions.session_budget,
         "mcp/list": mcp_auth.mcp_list,
         "auth/status": mcp_auth.auth_status,
         "auth/login": mcp_auth.auth_login,

@@ -1,6 +1,7 @@
 """Session lifecycle: the registry of live sessions (``manager``), their actors (``actor``),
 turn assembly (``assembly``, ``tool_runner``), event numbering (``emitter``), store writes and
-leases (``persistence``), and the seams to the client (``bridge``). This module only re-exports.
+leases (``persistence``), each session's usage, cost and budget (``accounts``), and the seams to
+the client (``bridge``). This module only re-exports.
 """
 
 from daemon.sessions.bridge import ClientBridge

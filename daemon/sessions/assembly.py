@@ -11,6 +11,7 @@ from daemon.config import Config
 from daemon.conversation import ChatMessage
 from daemon.providers.base import StreamLimits
 from daemon.providers.registry import ProviderRegistry
+from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
 from daemon.sessions.tool_runner import ToolRunner
@@ -37,6 +38,7 @@ class TurnAssembly:
         self.providers = providers
         self.bridge = bridge
         self.tool_sources = tool_sources
+        self.accounts = SessionAccounts(store, catalog)
 
     @functools.cached_property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -86,6 +88,8 @@ class TurnAssembly:
             run_tool=runner.run,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
+            record_usage=self.accounts.recorder(live, spec, emit),
+            budget_spent=lambda: self.accounts.budget_spent(live.row),
             settings=agent.TurnSettings(
                 max_steps=self.config.max_tool_steps,
                 max_attempts=self.config.retry_max_attempts,

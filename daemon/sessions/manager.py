@@ -28,6 +28,7 @@ from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
 from daemon.providers.registry import ProviderRegistry
+from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
@@ -42,7 +43,8 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.objects import RequestedThinkingLevel, Session, Thinking
+from protocol.methods import BudgetParams
+from protocol.objects import Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -75,6 +77,7 @@ class SessionManager:
         self.task_group: TaskGroup | None = None  # the actors' (set by ``run``)
         self.shutting_down = False
         self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources)
+        self.accounts = self.assembly.accounts  # every model call's usage, cost and budget
         self.events = EventNumbers(bridge)
         self.writes = SessionWrites(store, self.background_task_group)
 
@@ -231,9 +234,11 @@ class SessionManager:
         approval_policy: str | None,
         display: str | None = None,
         fallback: str | None = None,
+        budget: BudgetParams | None = None,
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
-        follow config.toml's ``[defaults]``, and a level left out is ``default``."""
+        follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
+        None takes config.toml's ``[budget]``, one without limits is none."""
         await self.discover(model_id)
         spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
         level = merge_levels(model_id or spec.id, suffix, thinking_level)
@@ -247,6 +252,7 @@ class SessionManager:
             system_prompt=system_prompt,
             thinking_display=thinking.parse_display(display, path="$.params.display") if display else None,
             thinking_fallback=thinking.parse_fallback(fallback, path="$.params.fallback") if fallback else None,
+            budget=self.config.budget if budget is None else budget_from(budget),
         )
         # Fallback "error": refused before anything is stored.
         self.thinking_request(row).check(
@@ -323,6 +329,19 @@ class SessionManager:
             )
             return await self.update(row.id, **fields)
 
+    async def set_budget(self, session_id: str, budget: Budget | None) -> SessionRow:
+        """Raise, lower or clear (None) a session's budget; a running turn sees it before its next model call."""
+        async with self.changes(session_id):
+            row = await self.row(session_id)
+            stored = await self.store.set_budget(row.id, budget)
+            live = self._live.get(session_id)
+            if live is not None:
+                # Only the budget: the live row's totals may be newer than this read of the store.
+                live.row.budget = stored.budget
+                stored = live.row
+            await self.bridge.session_updated(self.wire_session(stored))
+            return stored
+
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
         new_row = SessionRow(
@@ -337,6 +356,7 @@ class SessionManager:
             thinking_display=source.thinking_display,
             thinking_fallback=source.thinking_fallback,
             thinking_budget=source.thinking_budget,
+            budget=source.budget,  # the fork's own spending starts at zero
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)

@@ -9,7 +9,8 @@ a lease row. sqlite3 errors become ``StoreError`` at the one edge (``db``); call
 daemon's own exception hierarchy only (``daemon.errors``).
 
 Modules: ``db`` (opening, pragmas, file modes, transactions, lock retries), ``migrations``
-(the schema), ``sessions``, ``messages`` (with incremental checkpoints), ``leases`` (queries
+(the schema), ``sessions``, ``messages`` (with incremental checkpoints), ``leases``, ``accounts``
+(a session's totals, cost, context fill and budget) (queries
 and row mapping, one concern each), ``store`` (``Store`` built from them), ``batch`` (calls
 that arrive together share a transaction), ``async_store`` (``AsyncStore``). This module only
 re-exports.

@@ -19,6 +19,7 @@ from daemon.errors import StoreClosed, StoreUnavailable
 from daemon.store.batch import Batch
 from daemon.store.sessions import SessionRow
 from daemon.store.store import Store
+from protocol.objects import Budget, ContextFill, Cost, Usage
 
 T = TypeVar("T")
 
@@ -121,6 +122,15 @@ class AsyncStore:
         final: ChatMessage | None = None,
     ) -> None:
         await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
+
+    async def record_usage(
+        self, session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
+    ) -> SessionRow:
+        # Batched with the writes that arrive with it (the reply's own save, another session's).
+        return await self._together(self._writes, Store._record_usage_body(session_id, usage, cost, context))
+
+    async def set_budget(self, session_id: str, budget: Budget | None) -> SessionRow:
+        return await self._call(self.store.set_budget, session_id, budget)
 
     async def record_change(self, session_id: str, kind: str, value: str | None) -> None:
         await self._call(self.store.record_change, session_id, kind, value)

@@ -174,6 +174,23 @@ def m003_thinking_controls(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN thinking_budget INTEGER")
 
 
+@migration
+def m004_session_accounts(db: sqlite3.Connection) -> None:
+    # Long sessions (PROTOCOL "Context, cost and compaction"): each session's running totals of
+    # every model call (a Usage as JSON), their cost (NULL until some call had a known price),
+    # the context fill after its last call, and its budget (NULL limits: none of that kind).
+    for column in (
+        "totals_json TEXT NOT NULL DEFAULT '{}'",
+        "cost_amount REAL",
+        "cost_currency TEXT",
+        "context_used INTEGER",
+        "context_size INTEGER",
+        "budget_max_cost REAL",
+        "budget_max_tokens INTEGER",
+    ):
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -15,11 +15,12 @@ from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, Sess
 from daemon.store.db import Database, json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
-from protocol.objects import ApprovalPolicy, Session
+from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, Usage
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
-    "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget"
+    "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget, "
+    "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {
@@ -35,6 +36,7 @@ _UPDATABLE_SESSION_FIELDS = frozenset(
     }
 )
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
+_decode_usage = msgspec.json.Decoder(Usage).decode
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -54,6 +56,12 @@ class SessionRow(msgspec.Struct, kw_only=True):
     thinking_display: str | None = None
     thinking_fallback: str | None = None
     thinking_budget: int | None = None
+    # Long sessions: running totals and their cost (kept by ``record_usage``), the context
+    # fill after the last model call, and the budget (set on create, then by ``set_budget``).
+    totals: Usage = msgspec.field(default_factory=Usage)
+    cost: Cost | None = None
+    context: ContextFill | None = None
+    budget: Budget | None = None
 
     def to_wire(self, status: str = "idle") -> Session:
         return Session(
@@ -68,6 +76,10 @@ class SessionRow(msgspec.Struct, kw_only=True):
             message_count=self.message_count,
             parent_id=self.parent_id,
             status=status,  # type: ignore[arg-type]
+            totals=self.totals,
+            cost=self.cost,
+            context=self.context,
+            budget=self.budget,
         )
 
 
@@ -105,6 +117,10 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         thinking_display=row[11],
         thinking_fallback=row[12],
         thinking_budget=row[13],
+        totals=_decode_usage(row[14]),
+        cost=None if row[15] is None else Cost(amount=row[15], currency=row[16] or "USD"),
+        context=None if row[17] is None else ContextFill(used=row[17], size=row[18]),
+        budget=None if row[19] is None and row[20] is None else Budget(max_cost=row[19], max_tokens=row[20]),
     )
 
 
@@ -122,8 +138,9 @@ class SessionQueries(Database):
                 f"""
                 INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
                                       system_prompt, parent_id, created_at, updated_at,
-                                      thinking_display, thinking_fallback, thinking_budget)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      thinking_display, thinking_fallback, thinking_budget,
+                                      budget_max_cost, budget_max_tokens)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -140,6 +157,8 @@ class SessionQueries(Database):
                     row.thinking_display,
                     row.thinking_fallback,
                     row.thinking_budget,
+                    row.budget.max_cost if row.budget else None,
+                    row.budget.max_tokens if row.budget else None,
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:

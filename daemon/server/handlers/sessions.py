@@ -2,6 +2,7 @@
 
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
+from daemon.sessions.accounts import budget_from
 from protocol import methods as m
 
 
@@ -20,6 +21,7 @@ class SessionHandlers:
             approval_policy=params.approval_policy,
             display=params.display,
             fallback=params.fallback,
+            budget=params.budget,
         )
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
@@ -66,6 +68,10 @@ class SessionHandlers:
     async def session_rename(self, params: m.SessionRenameParams) -> m.SessionOnlyResult:
         await self.sessions.row(params.session_id)
         row = await self.sessions.update(params.session_id, title=params.title)
+        return m.SessionOnlyResult(session=self.sessions.wire_session(row))
+
+    async def session_budget(self, params: m.SessionBudgetParams) -> m.SessionOnlyResult:
+        row = await self.sessions.set_budget(params.session_id, budget_from(params.budget))
         return m.SessionOnlyResult(session=self.sessions.wire_session(row))
 
     async def session_delete(self, params: m.SessionIdParams) -> m.SessionDeleteResult:
