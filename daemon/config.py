@@ -180,7 +180,9 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.default_thinking_fallback = _choice(
             defaults, "thinking_fallback", get_args(ThinkingFallback), config.default_thinking_fallback, config.problems
         )
-        config.default_approval_policy = _opt_str(defaults.get("approval_policy")) or "ask"
+        config.default_approval_policy = _choice(
+            defaults, "approval_policy", get_args(ApprovalPolicy), "ask", config.problems
+        )
         config.max_tool_steps = _number(defaults, "defaults", "max_tool_steps", config.max_tool_steps, config.problems)
         config.max_queued_prompts = _number(
             defaults, "defaults", "max_queued_prompts", config.max_queued_prompts, config.problems

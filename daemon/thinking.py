@@ -94,6 +94,15 @@ __all__ = [
 ]
 
 LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
+
+
+def level_of_scale(name: str) -> ThinkingLevel:
+    """``name`` as a level of the scale; the catalogue and the defaults chain only hold such names."""
+    if name not in LEVELS:
+        raise ValueError(f"{name!r} is not a thinking level")
+    return name
+
+
 # "xhigh" is a level of its own (between high and max), not an alias of max.
 ALIASES: dict[str, RequestedThinkingLevel] = {
     "none": "off",
@@ -149,7 +158,7 @@ def parse_level(text: object, path: str = "$.level") -> RequestedThinkingLevel:
     if isinstance(text, str):
         key = text.strip().lower()
         if key in LEVELS:
-            return key  # type: ignore[return-value]  # checked against LEVELS just above
+            return key
         if key in ALIASES:
             return ALIASES[key]
     raise _invalid("level", text, list(ALLOWED_LEVEL_NAMES), path)
@@ -379,7 +388,7 @@ def decide_thinking(
     return Thinking(
         requested=asked,
         effective=effective,  # type: ignore[arg-type]  # a level of the scale by construction
-        supported=list(supported),
+        supported=[level_of_scale(name) for name in supported],
         reason=" ".join(notes) or None,
         budget_tokens=budget_sent,
         request_params=params,
@@ -412,7 +421,7 @@ def resolve_thinking(
     thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level), learned=learned)
     if thinking.requested == "default":
         level, _ = _follow_defaults(spec.thinking, ThinkingDefaults(provider=default_level))
-        thinking.requested = level
+        thinking.requested = level_of_scale(level)
     return thinking
 
 

@@ -33,6 +33,7 @@ from daemon.providers.base import (
     KeepAlive,
     ProviderRequest,
     Stop,
+    StopKind,
     UsageUpdate,
     decode_arguments,
 )
@@ -97,7 +98,7 @@ class Reply:
         # Deltas of blocks still streaming, joined only when saved: appending to one string
         # per delta would copy the whole text every time (quadratic in the reply's length).
         self.text_chunks: dict[int, list[str]] = {}
-        self.stop = "end_turn"
+        self.stop: StopKind = "end_turn"
         self.usage: Usage | None = None
         self.last_checkpoint = 0.0
         self.call_ids = ReplyCallIds(turn.history)  # unique in the session even if the provider repeats one

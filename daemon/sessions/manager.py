@@ -44,7 +44,7 @@ from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
 from protocol.methods import BudgetParams
-from protocol.objects import Budget, RequestedThinkingLevel, Session, Thinking
+from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -231,7 +231,7 @@ class SessionManager:
         cwd: str | None,
         title: str | None,
         system_prompt: str | None,
-        approval_policy: str | None,
+        approval_policy: ApprovalPolicy | None,
         display: str | None = None,
         fallback: str | None = None,
         budget: BudgetParams | None = None,
