@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.client import RpcClient, RpcError
+from daemon.jsonrpc.client import RpcClient, RpcError
 from tests.support.acp_harness import acp_daemon, drain, text_by_message, updates
 
 pytestmark = pytest.mark.anyio

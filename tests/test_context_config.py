@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import CompactionSettings, Config, load_config
+from daemon.config.settings import CompactionSettings, Config, load_config
 from protocol.objects import Budget
 
 

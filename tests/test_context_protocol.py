@@ -6,7 +6,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from daemon.config import load_config
+from daemon.config.settings import load_config
 from protocol.events import AgentEvent, CompactionEnd, CompactionStart, TurnStart, UsageEvent
 from protocol.methods import BudgetParams, SessionBudgetParams, SessionStartParams
 from protocol.objects import Compaction, ContextFill, Cost, Session, Usage

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from daemon.config import child_env, load_config
+from daemon.config.settings import child_env, load_config
 from daemon.logs import setup_logging
 from daemon.mcp.spec import parse_acp_server, parse_config_server
 from daemon.providers.copilot import CopilotTokens

@@ -10,17 +10,8 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.transport import (
-    BIG_MESSAGE,
-    OVERLONG,
-    LineSplitter,
-    Outgoing,
-    Written,
-    _pump_output,
-    _write_all,
-    _write_nonblocking,
-    _writes,
-)
+from daemon.jsonrpc.framing import BIG_MESSAGE, OVERLONG, LineSplitter, Outgoing, Written
+from daemon.jsonrpc.stdio import _pump_output, _write_all, _write_nonblocking, _writes
 from tests.support.harness import subprocess_env
 from tests.support.wire import validate_message
 

@@ -13,7 +13,7 @@ import grimp
 # Modules still inside a cycle, each waiting for its own change (not this test's business):
 STILL_IN_A_CYCLE = {
     # config reads stored device sign-ins; device_login reads config's types
-    "daemon.config",
+    "daemon.config.settings",
     "daemon.providers.device_login",
     # the scan child runs list_files and search, which start the child
     "daemon.tools.child",
@@ -21,8 +21,8 @@ STILL_IN_A_CYCLE = {
     "daemon.tools.search",
     # ThinkingControl (which ModelSpec holds) and the budgets live in thinking.py, which
     # types its functions with ModelSpec and picks its fragment builders from thinking_params
-    "daemon.thinking",
-    "daemon.model_spec",
+    "daemon.models.thinking",
+    "daemon.models.spec",
     "daemon.providers.thinking_params",
 }
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from daemon.catalog import builtin_specs
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.errors import ProviderError, ThinkingLevelRejected
+from daemon.models.catalog import builtin_specs
+from daemon.models.thinking import LearnedLevels, decide_thinking, nearest_allowed
 from daemon.providers.gemini import GeminiProvider
 from daemon.providers.level_rejections import (
     parse_copilot_messages_rejection,
@@ -22,7 +23,6 @@ from daemon.providers.level_rejections import (
 )
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
-from daemon.thinking import LearnedLevels, decide_thinking, nearest_allowed
 from tests.support.provider_streams import collect, make_request, user
 from tests.support.replay import ScriptedResponse
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.client import RpcError
+from daemon.jsonrpc.client import RpcError
 from daemon.tools.procgroup import group_alive
 from tests.support.harness import in_memory_daemon
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from daemon.client import RpcError
+from daemon.jsonrpc.client import RpcError
 from tests.support.harness import in_memory_daemon
 from tests.support.replay import ScriptedResponse
 

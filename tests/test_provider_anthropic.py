@@ -20,7 +20,7 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.anthropic import (

@@ -21,10 +21,10 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.client import RpcError
-from daemon.config import ProviderConfig, Secret, load_config
+from daemon.config.settings import ProviderConfig, Secret, load_config
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.jsonrpc.client import RpcError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
 from daemon.providers.device_login import GITHUB_CLIENT_ID, load_github_token, save_github_token, token_path
 from protocol.errors import ErrorCode

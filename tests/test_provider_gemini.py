@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 from daemon.providers.assembler import pieces_of

@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers import ollama

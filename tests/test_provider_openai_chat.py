@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderModelNotFound
 from daemon.providers.base import Stop, ToolSpec

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.conversation import Part
 from daemon.providers.base import Stop, ToolSpec
 from daemon.providers.openai_responses import OpenAIResponsesProvider, strict_compatible

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from daemon.catalog import Catalog, builtin_specs
-from daemon.config import CREDENTIAL_ENV_VARS, Secret, load_config
+from daemon.config.settings import CREDENTIAL_ENV_VARS, Secret, load_config
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.models.catalog import Catalog, builtin_specs
 from daemon.providers.device_login import save_github_token
 from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
@@ -220,9 +220,9 @@ def test_reading_the_table_imports_no_adapter():
     )
     code = (
         "import sys, tempfile, pathlib\n"
-        "import daemon.server, daemon.acp, daemon.client_cli\n"
-        "from daemon.config import load_config\n"
-        "from daemon.catalog import Catalog\n"
+        "import daemon.server, daemon.acp, daemon.cli.commands\n"
+        "from daemon.config.settings import load_config\n"
+        "from daemon.models.catalog import Catalog\n"
         "Catalog(load_config(pathlib.Path(tempfile.mkdtemp()), env={}))\n"
         f"loaded = [m for m in {adapters + ['httpx']!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
@@ -238,10 +238,10 @@ async def test_a_provider_added_to_the_table_and_its_rows_is_served_everywhere(m
     """The done-when of the table: one entry plus its catalogue rows, and config, the catalogue,
     ACP's selector, the registry and the Chat adapter all serve the new provider."""
     from daemon.acp.config_options import model_option
+    from daemon.models.thinking import NO_THINKING
     from daemon.providers import models
     from daemon.providers.models import ModelRow
     from daemon.providers.openai_chat import OpenAIChatProvider
-    from daemon.thinking import NO_THINKING
 
     info = ProviderInfo(
         "newco", "NewCo Cloud", "openai-chat", "https://api.newco.invalid/v1", ("NEWCO_API_KEY",), "NEWCO_BASE_URL",

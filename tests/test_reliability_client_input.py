@@ -8,8 +8,8 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.client import RpcError
 from daemon.errors import PonderError
+from daemon.jsonrpc.client import RpcError
 from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio

@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.client import RpcClient, RpcError
+from daemon.jsonrpc.client import RpcClient, RpcError
 from tests.support.harness import process_of, subprocess_daemon
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -34,7 +34,7 @@ from tests.support.wire import SCHEMA_PATH, member_pointer, validate_message
 pytestmark = pytest.mark.slow
 
 MAX_LINE = 1 << 20  # --max-line-bytes for the fuzzed daemon: overlong lines are cheap to make
-MAX_BATCH = 1000  # daemon.rpc.MAX_BATCH, restated from PROTOCOL.md's point of view
+MAX_BATCH = 1000  # daemon.jsonrpc.connection.MAX_BATCH, restated from PROTOCOL.md's point of view
 ANY = "any"  # a result or a domain error: anything but a protocol-level or internal error
 NOT_ALLOWED_FOR_VALID = {-32700, -32600, -32601, -32603}
 _UNSET = object()

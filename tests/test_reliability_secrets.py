@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.client import spawn_daemon
-from daemon.config import Secret
+from daemon.config.settings import Secret
+from daemon.jsonrpc.client import spawn_daemon
 from tests.support.faults import fixture_response, of_type, start_session, streamed, text_reply
 from tests.support.harness import initialize, subprocess_env
 from tests.support.replay import ScriptedResponse
@@ -184,7 +184,7 @@ def test_the_credential_file_is_private_and_its_token_never_logged(home, tmp_pat
 
 
 # Every variable ponder reads a credential from, aliases included, and the GitHub tokens
-# it keeps from commands; listed here rather than taken from daemon.config, so a variable
+# it keeps from commands; listed here rather than taken from daemon.config.settings, so a variable
 # dropped there is caught.
 PLANTED_ENV = {
     var: f"PLANTED-{var.lower()}-{uuid.uuid4().hex}"

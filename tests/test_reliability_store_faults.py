@@ -30,8 +30,8 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.client import RpcClient, RpcError, spawn_daemon
 from daemon.conversation import ChatMessage, Part
+from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
 from daemon.logs import setup_logging
 from daemon.sessions import persistence
 from daemon.store import SessionRow, Store, process_start_time

@@ -15,7 +15,7 @@ import pytest
 
 from daemon.agent import CANCELLED_RESULT
 from daemon.agent import reply as agent_reply
-from daemon.config import load_config
+from daemon.config.settings import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.server import serve
 from daemon.sessions import persistence

@@ -4,9 +4,9 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.client import RpcError
-from daemon.rpc import Connection
-from daemon.transport import BIG_MESSAGE, Outgoing, Written
+from daemon.jsonrpc.client import RpcError
+from daemon.jsonrpc.connection import Connection
+from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written
 from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from contextlib import aclosing
 import anyio
 import pytest
 
-from daemon.client import RpcError
+from daemon.jsonrpc.client import RpcError
 from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio

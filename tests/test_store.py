@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.client import RpcError
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import (
     InvalidCursor,
@@ -22,7 +21,8 @@ from daemon.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from daemon.rpc import as_wire_error
+from daemon.jsonrpc.client import RpcError
+from daemon.jsonrpc.connection import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
 from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
 from protocol.objects import Usage

@@ -146,8 +146,8 @@ def test_a_slow_reader_loses_and_reorders_nothing(home):
 async def test_a_daemon_started_before_the_event_loop_serves_a_client(home, anyio_backend_name):
     """``ponder ask`` starts its daemon before importing anyio (``start_daemon``), then connects
     to it (``spawn_daemon(started=...)``): the same client, a turn, and a graceful exit."""
-    from daemon.client import spawn_daemon
-    from daemon.spawn import start_daemon
+    from daemon.jsonrpc.client import spawn_daemon
+    from daemon.jsonrpc.spawn import start_daemon
 
     env = subprocess_env(home, {"PONDER_ASYNC_BACKEND": anyio_backend_name})
     started = start_daemon(home=home, log_level="warning", env=env, stderr=subprocess.DEVNULL)

@@ -5,12 +5,10 @@ import itertools
 
 import pytest
 
-from daemon.catalog import ModelSpec, builtin_specs, declared_spec
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
-from daemon.providers.models import ollama_spec
-from daemon.providers.thinking_params import DISPLAY_SWITCHES
-from daemon.thinking import (
+from daemon.models.catalog import ModelSpec, builtin_specs, declared_spec
+from daemon.models.thinking import (
     ALLOWED_LEVEL_NAMES,
     BASE_MAX_TOKENS,
     DISPLAYS,
@@ -28,6 +26,8 @@ from daemon.thinking import (
     parse_level,
     resolve_thinking,
 )
+from daemon.providers.models import ollama_spec
+from daemon.providers.thinking_params import DISPLAY_SWITCHES
 
 SPECS = {spec.id: spec for spec in builtin_specs()}
 

@@ -9,10 +9,10 @@ description says why. Choosing the level the selector already shows changes noth
 client that sends back every value it was shown keeps the requested level.
 """
 
-from daemon import thinking
 from daemon.acp import types as t
-from daemon.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
+from daemon.models import thinking
+from daemon.models.catalog import Catalog
 from daemon.providers.table import display_name
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import httpx
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig, Secret
 from daemon.errors import ProviderAuthError, ProviderError, ProviderNotConfigured
 from daemon.providers.base import Provider, ProviderEvent, ProviderRequest
 from daemon.providers.device_login import github_api_url, load_github_token

@@ -13,7 +13,7 @@ Owns:
   it, unless an environment variable or config.toml already gives it a token (those win,
   as everywhere else).
 * the OAuth client id and the GitHub URLs of the flow (overridable per
-  ``ProviderConfig.endpoints``, which ``daemon.config`` fills).
+  ``ProviderConfig.endpoints``, which ``daemon.config.settings`` fills).
 
 The GitHub token is a long-lived credential: it lives in a ``Secret``, goes to GitHub and
 to the token file, and nowhere else: never into a log line, an error message or an event.
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from daemon.config import Secret
+from daemon.config.home import make_private_dir
+from daemon.config.settings import Secret
 from daemon.errors import InvalidParams, ProviderNotConfigured, ShuttingDown
-from daemon.home import make_private_dir
 from daemon.providers.table import DEVICE_LOGIN_PROVIDERS
 from protocol import methods as m
 from protocol.events import AuthCompleted
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import httpx
     from anyio.abc import TaskGroup
 
-    from daemon.config import Config, ProviderConfig
+    from daemon.config.settings import Config, ProviderConfig
 
 log = logging.getLogger("ponder.auth")
 

@@ -29,7 +29,7 @@ from typing import Any
 class ThinkingKnob:
     """How a model config.toml declares (by its levels only) steers its thinking.
 
-    ``kind`` and ``param`` become its ``daemon.thinking.ThinkingControl`` (``param`` names a
+    ``kind`` and ``param`` become its ``daemon.models.thinking.ThinkingControl`` (``param`` names a
     builder in ``daemon.providers.thinking_params``); ``values`` spell levels the API's way.
     """
 

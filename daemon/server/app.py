@@ -7,8 +7,8 @@ from typing import Any
 
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from daemon.config import Config
-from daemon.rpc import Connection
+from daemon.config.settings import Config
+from daemon.jsonrpc.connection import Connection
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.server.routes import register_methods

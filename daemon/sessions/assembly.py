@@ -5,10 +5,11 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from daemon import agent, thinking
-from daemon.catalog import Catalog
-from daemon.config import Config
+from daemon import agent
+from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
+from daemon.models import thinking
+from daemon.models.catalog import Catalog
 from daemon.providers.base import StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.bridge import ClientBridge

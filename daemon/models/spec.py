@@ -6,7 +6,7 @@ neither imports the other for it.
 
 from dataclasses import dataclass
 
-from daemon.thinking import NO_THINKING, ThinkingControl
+from daemon.models.thinking import NO_THINKING, ThinkingControl
 
 __all__ = ["ModelSpec"]
 

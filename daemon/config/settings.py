@@ -22,8 +22,8 @@ from typing import Any, get_args
 
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
+from daemon.models.thinking import parse_level
 from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
-from daemon.thinking import parse_level
 from daemon.util import redact
 from protocol.objects import Budget, ThinkingDisplay, ThinkingFallback
 

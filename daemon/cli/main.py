@@ -1,7 +1,7 @@
 """The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``, ``models``.
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
-real protocol (``daemon.client``), so scripts see exactly what editors see.
+real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
 """
 
 import argparse
@@ -65,20 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
         return run_serve(args)
-    from daemon.spawn import start_daemon
+    from daemon.jsonrpc.spawn import start_daemon
 
     # Every client command talks to a daemon: start it first, so that it starts up while
     # this process imports the client's async stack.
     daemon = start_daemon(home=args.home, log_level="warning")
-    from daemon import client_cli
+    from daemon.cli import commands
 
-    return client_cli.run(args, daemon)
+    return commands.run(args, daemon)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from daemon.config import load_config, resolve_home
+    from daemon.config.settings import load_config, resolve_home
     from daemon.logs import setup_logging
 
     # Keep the protocol channel private: stray prints (ours, a library's, a child
@@ -99,8 +99,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_stdio(config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:  # type: ignore[no-untyped-def]
+    from daemon.jsonrpc.stdio import open_stdio
     from daemon.server import serve
-    from daemon.transport import open_stdio
 
     run = serve
     if dialect == "acp":

@@ -21,8 +21,8 @@ import msgspec
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from daemon.spawn import daemon_command
-from daemon.transport import Outgoing, Written
+from daemon.jsonrpc.framing import Outgoing, Written
+from daemon.jsonrpc.spawn import daemon_command
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 

@@ -27,7 +27,7 @@ from daemon.errors import (
     RequestCancelled,
     ShuttingDown,
 )
-from daemon.transport import BIG_MESSAGE, Outgoing, Written, _Overlong
+from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
 
 log = logging.getLogger("ponder.rpc")
 
