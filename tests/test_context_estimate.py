@@ -9,7 +9,7 @@ from daemon.context.estimate import (
     text_tokens,
     tools_tokens,
 )
-from daemon.providers.base import ToolSpec
+from daemon.conversation import ToolSpec
 from tests.support.chat import Conversation
 
 

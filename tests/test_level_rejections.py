@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig
 from daemon.errors import ProviderError, ThinkingLevelRejected
 from daemon.models.catalog import builtin_specs
 from daemon.models.thinking import LearnedLevels, decide_thinking, nearest_allowed
@@ -23,6 +23,7 @@ from daemon.providers.level_rejections import (
 )
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
+from daemon.util.secret import Secret
 from tests.support.provider_streams import collect, make_request, user
 from tests.support.replay import ScriptedResponse
 

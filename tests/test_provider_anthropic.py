@@ -20,7 +20,7 @@ import anyio
 import msgspec
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.anthropic import (
@@ -41,6 +41,7 @@ from daemon.providers.base import (
     ToolSpec,
     UsageUpdate,
 )
+from daemon.util.secret import Secret
 from protocol.objects import Thinking, Usage
 from tests.support.provider_streams import enqueue_local
 from tests.support.replay import ReplayServer, ScriptedResponse, fixture_request, fixtures_dir, load_fixture

@@ -21,12 +21,14 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret, load_config
+from daemon.config.settings import ProviderConfig, load_config
+from daemon.config.stored_login import load_github_token, save_github_token, token_path
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.jsonrpc.client import RpcError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
-from daemon.providers.device_login import GITHUB_CLIENT_ID, load_github_token, save_github_token, token_path
+from daemon.providers.table import GITHUB_CLIENT_ID
+from daemon.util.secret import Secret
 from protocol.errors import ErrorCode
 from tests.support.fake_github import COPILOT_TOKEN, DEVICE_CODE, GITHUB_TOKEN, FakeGitHub, _json
 from tests.support.harness import in_memory_daemon

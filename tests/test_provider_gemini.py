@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 from daemon.providers.assembler import pieces_of
@@ -31,6 +31,7 @@ from daemon.providers.base import (
     UsageUpdate,
 )
 from daemon.providers.gemini import DUMMY_SIGNATURE, GeminiProvider, parse_duration
+from daemon.util.secret import Secret
 from protocol.objects import TextBlock, Thinking, Usage
 from tests.support.provider_streams import enqueue_local
 from tests.support.replay import ReplayServer, ScriptedResponse, fixture_request, load_fixture

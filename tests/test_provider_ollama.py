@@ -17,10 +17,10 @@ import anyio.lowlevel
 import pytest
 
 from daemon.config.settings import ProviderConfig
-from daemon.conversation import ChatMessage, Part
+from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers import ollama
-from daemon.providers.base import BlockDelta, ProviderEvent, ProviderRequest, Stop, ToolSpec
+from daemon.providers.base import BlockDelta, ProviderEvent, ProviderRequest, Stop
 from daemon.providers.ollama import OllamaProvider, discover_models
 from protocol.objects import Usage
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse, fixture_request

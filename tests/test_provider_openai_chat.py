@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret
-from daemon.conversation import Part
+from daemon.config.settings import ProviderConfig
+from daemon.conversation import Part, ToolSpec
 from daemon.errors import ProviderAuthError, ProviderModelNotFound
-from daemon.providers.base import Stop, ToolSpec
+from daemon.providers.base import Stop
 from daemon.providers.openai_chat import OpenAIChatProvider, chat_dialect
 from daemon.providers.openai_common import error_retryable, parse_duration
+from daemon.util.secret import Secret
 from tests.support.provider_streams import collect, enqueue_local, make_request, tool_results, user
 from tests.support.replay import ScriptedResponse, fixture_request, fixtures_dir, load_fixture
 

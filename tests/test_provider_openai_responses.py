@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from daemon.config.settings import ProviderConfig, Secret
-from daemon.conversation import Part
-from daemon.providers.base import Stop, ToolSpec
+from daemon.config.settings import ProviderConfig
+from daemon.conversation import Part, ToolSpec
+from daemon.providers.base import Stop
 from daemon.providers.openai_responses import OpenAIResponsesProvider, strict_compatible
+from daemon.util.secret import Secret
 from protocol.objects import TextBlock
 from tests.support.provider_streams import assistant, collect, enqueue_local, make_request, tool_results, user
 from tests.support.replay import ScriptedResponse, fixture_request, fixtures_dir, load_fixture

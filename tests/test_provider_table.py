@@ -21,15 +21,16 @@ from typing import Any
 
 import pytest
 
-from daemon.config.settings import CREDENTIAL_ENV_VARS, Secret, load_config
+from daemon.config.settings import CREDENTIAL_ENV_VARS, load_config
+from daemon.config.stored_login import save_github_token
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.models.catalog import Catalog, builtin_specs
-from daemon.providers.device_login import save_github_token
 from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import KNOWN_APIS, PROVIDERS, WIRE_APIS, ProviderInfo, load
 from daemon.providers.thinking_params import FRAGMENTS
+from daemon.util.secret import Secret
 from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
 from tests.support.provider_streams import LOCAL_FIXTURES, collect, make_request, user
 from tests.support.replay import ScriptedResponse, fixtures_dir
@@ -238,7 +239,7 @@ async def test_a_provider_added_to_the_table_and_its_rows_is_served_everywhere(m
     """The done-when of the table: one entry plus its catalogue rows, and config, the catalogue,
     ACP's selector, the registry and the Chat adapter all serve the new provider."""
     from daemon.acp.config_options import model_option
-    from daemon.models.thinking import NO_THINKING
+    from daemon.models.spec import NO_THINKING
     from daemon.providers import models
     from daemon.providers.models import ModelRow
     from daemon.providers.openai_chat import OpenAIChatProvider

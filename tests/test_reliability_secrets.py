@@ -20,8 +20,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from daemon.config.settings import Secret
 from daemon.jsonrpc.client import spawn_daemon
+from daemon.util.secret import Secret
 from tests.support.faults import fixture_response, of_type, start_session, streamed, text_reply
 from tests.support.harness import initialize, subprocess_env
 from tests.support.replay import ScriptedResponse
@@ -162,7 +162,7 @@ async def test_a_planted_key_never_leaks(home, tmp_path, replay_server, anyio_ba
 
 
 def test_the_credential_file_is_private_and_its_token_never_logged(home, tmp_path, permissive_umask):
-    auth = pytest.importorskip("daemon.providers.device_login")
+    auth = pytest.importorskip("daemon.config.stored_login")
     token = f"gho_PLANTED{uuid.uuid4().hex}"
     auth.save_github_token(home, Secret(token))
     path = auth.token_path(home)
@@ -224,7 +224,7 @@ async def test_every_known_credential_is_masked_and_kept_from_commands(home, tmp
         f"[mcp_servers.widgets]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(liar)}\n"
         f"env = {{ WIDGET_TOKEN = {json.dumps(MCP_TOKEN)}, MCP_TEST_DIR = {json.dumps(str(state))} }}\n"
     )
-    auth = pytest.importorskip("daemon.providers.device_login")
+    auth = pytest.importorskip("daemon.config.stored_login")
     auth.save_github_token(home, Secret(COPILOT_TOKEN))
     env = {**PLANTED_ENV, "PONDER_ASYNC_BACKEND": anyio_backend}
     commands = [

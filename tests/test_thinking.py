@@ -7,20 +7,18 @@ import pytest
 
 from daemon.config.settings import ProviderConfig
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
+from daemon.models.budgets import BASE_MAX_TOKENS, output_limit
 from daemon.models.catalog import ModelSpec, builtin_specs, declared_spec
+from daemon.models.spec import LEVELS, ThinkingControl
 from daemon.models.thinking import (
     ALLOWED_LEVEL_NAMES,
-    BASE_MAX_TOKENS,
     DISPLAYS,
     FALLBACKS,
-    LEVELS,
     LearnedLevels,
-    ThinkingControl,
     ThinkingDefaults,
     decide_thinking,
     nearest_allowed,
     nearest_level,
-    output_limit,
     parse_display,
     parse_fallback,
     parse_level,

@@ -20,36 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from daemon.config.stored_login import load_github_token
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
 from daemon.models.thinking import parse_level
-from daemon.providers.table import CREDENTIAL_ENV_VARS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from daemon.providers.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.util import redact
+from daemon.util.secret import Secret
 from protocol.objects import Budget, ThinkingDisplay, ThinkingFallback
-
-
-class Secret:
-    """A credential. Its repr and str never show the value; ``reveal()`` does, for headers only."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-        redact.remember(value)  # a credential we hold is masked wherever text leaves us
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
@@ -240,8 +218,6 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
     config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
-    from daemon.providers.device_login import apply_stored_login  # imported here: it imports this module
-
     apply_stored_login(config)  # a stored device sign-in: configured, source "login"
     return config
 
@@ -416,3 +392,22 @@ def _toml_error(exc: Exception) -> str:
     text = str(exc)
     match = re.search(r"\(at line (\d+), column (\d+)\)", text)
     return f"line {match.group(1)}: {text}" if match else text
+
+
+def apply_stored_login(config: Config) -> None:
+    """Make the device-login providers' credentials reflect the token file.
+
+    A token from the environment or config.toml wins (as for every provider) and is left
+    alone; otherwise the file is the truth, also when another daemon signed in or out.
+    """
+    for name in DEVICE_LOGIN_PROVIDERS:
+        settings = config.providers.get(name)
+        if settings is None:
+            continue
+        token = load_github_token(config.home)  # read even when unused: as a Secret it is masked in output
+        if settings.key_source in ("env", "config"):
+            continue
+        if token is not None:
+            settings.api_key, settings.key_source = token, "login"
+        elif settings.key_source == "login":
+            settings.api_key, settings.key_source = None, None

@@ -27,12 +27,9 @@ from typing import TYPE_CHECKING, Any
 from daemon.config.settings import Config, ProviderConfig
 from daemon.context.pricing import Price, model_price
 from daemon.errors import InvalidParams, ModelNotFound
-from daemon.models.spec import ModelSpec
+from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
 from daemon.models.thinking import (
-    LEVELS,
-    NO_THINKING,
     LearnedLevels,
-    ThinkingControl,
     ThinkingDefaults,
     decide_thinking,
     nearest_level,

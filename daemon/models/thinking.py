@@ -1,7 +1,8 @@
 """Thinking levels: parsing what the user typed, and resolving it honestly for one model.
 
-This module owns the unified level scale, its aliases, ``ThinkingControl`` (how one model
-lets its thinking be steered) and ``resolve_thinking``, a pure function that turns a
+This module owns the level names and their aliases (the scale itself, ``LEVELS``, and
+``ThinkingControl``, how one model lets its thinking be steered, are ``daemon.models.spec``'s)
+and ``resolve_thinking``, a pure function that turns a
 requested level into the wire ``Thinking``: the level that will really be used, why it
 differs from the request, and the exact provider-side JSON fragment the adapter merges
 into its request body (``request_params``). Adapters send that fragment as given, so what
@@ -27,73 +28,43 @@ the client asked for by name (``UnsupportedThinkingLevel``, -32602 with ``allowe
 level that came from the defaults chain is never refused: nobody asked for it by name,
 and refusing it would make the model unusable; it falls back as ``nearest``.
 
-Budget models map levels onto their ``[budget_min, budget_max]`` range by these
-fractions of the span (``budget = min + fraction * (max - min)``, rounded down)::
-
-    minimal  0      (= budget_min)
-    low      1/8
-    medium   1/4
-    high     1/2
-    xhigh    3/4
-    max      1      (= budget_max)
-
-Doubling steps rather than even quarters: with quarters "low" would already be ~15k
-tokens on a model with a 64k output limit, far above what vendors suggest (2-4k, or 1k);
-doubling keeps low/medium/high near their guidance (e.g. a 1024..55808 range gives
-1024 / 7872 / 14720 / 28416 / 42112 / 55808).
-
-Reasoning eats the output budget: a thinking level raises the request's output limit
-with it (``output_limit``), up to the model's limit, and the fragment carries it.
-
-Where a budget must stay below ``max_tokens``, which caps the thinking *and* the answer
-(``budget_and_max_tokens``), the fragment carries ``max_tokens = max(16000, budget + 8192)``
-capped at the model's output limit, and the budget shrinks when a model's output limit
-leaves less than 8192 tokens of room for the answer.
+Budgets and output limits per level are ``daemon.models.budgets``'s.
 
 The fragment builders themselves, one per API spelling (``ThinkingControl.param``), are
 ``daemon.providers.thinking_params``'s: how a vendor spells a level is the provider's fact.
 """
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import TYPE_CHECKING, get_args
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import get_args
 
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
+from daemon.models.budgets import budget_range
+from daemon.models.spec import LEVELS, ModelSpec, ThinkingControl
+from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS
 from protocol.objects import (
     RequestedThinkingLevel,
     Thinking,
     ThinkingDisplay,
     ThinkingFallback,
-    ThinkingLevel,
     ThinkingSource,
 )
-
-if TYPE_CHECKING:
-    from daemon.models.spec import ModelSpec
 
 __all__ = [
     "ALIASES",
     "DISPLAYS",
     "FALLBACKS",
-    "LEVELS",
     "LearnedLevels",
-    "ThinkingControl",
     "ThinkingDefaults",
-    "budget_and_max_tokens",
-    "budget_for",
-    "budget_range",
     "decide_thinking",
     "nearest_allowed",
     "nearest_level",
-    "output_limit",
     "parse_display",
     "parse_fallback",
     "parse_level",
     "resolve_thinking",
 ]
 
-LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 # "xhigh" is a level of its own (between high and max), not an alias of max.
 ALIASES: dict[str, RequestedThinkingLevel] = {
     "none": "off",
@@ -105,33 +76,6 @@ ALIASES: dict[str, RequestedThinkingLevel] = {
 ALLOWED_LEVEL_NAMES: list[str] = [*LEVELS, *ALIASES]
 DISPLAYS: tuple[ThinkingDisplay, ...] = get_args(ThinkingDisplay)
 FALLBACKS: tuple[ThinkingFallback, ...] = get_args(ThinkingFallback)
-
-BUDGET_FRACTIONS: dict[str, Fraction] = {
-    "minimal": Fraction(0),
-    "low": Fraction(1, 8),
-    "medium": Fraction(1, 4),
-    "high": Fraction(1, 2),
-    "xhigh": Fraction(3, 4),
-    "max": Fraction(1),
-}
-# Share of the model's output limit an effort level asks for (never below BASE_MAX_TOKENS):
-# a higher effort thinks longer, and the thinking counts against the same limit.
-OUTPUT_FRACTIONS: dict[str, Fraction] = {
-    "minimal": Fraction(0),
-    "low": Fraction(0),
-    "medium": Fraction(1, 4),
-    "high": Fraction(1, 2),
-    "xhigh": Fraction(3, 4),
-    "max": Fraction(1),
-}
-# The max_tokens an adapter asks for by default; a budget fragment never asks for less.
-BASE_MAX_TOKENS = 16000
-# Tokens left for the visible answer on top of the thinking budget.
-ANSWER_ROOM = 8192
-# Budget ceiling for a budget model whose output limit nobody told us.
-FALLBACK_BUDGET_MAX = 32768
-
-KINDS = ("effort", "budget", "adaptive", "toggle", "level", "none")
 
 
 def _invalid(kind: str, text: object, allowed: list[str], path: str) -> InvalidParams:
@@ -169,57 +113,6 @@ def parse_fallback(text: object, path: str = "$.fallback") -> ThinkingFallback:
     if key in FALLBACKS:
         return key  # type: ignore[return-value]
     raise _invalid("fallback", text, list(FALLBACKS), path)
-
-
-@dataclass(frozen=True)
-class ThinkingControl:
-    """How one model lets its thinking be steered, and which request fragment does it.
-
-    ``kind`` says what the knob is (effort / budget / adaptive / toggle / level / none);
-    ``param`` picks the fragment builder (``daemon.providers.thinking_params.FRAGMENTS``) since one kind is spelled
-    differently by each API. ``levels`` are the unified levels the model really accepts,
-    in order; it contains ``off`` only if the model can run without thinking.
-    """
-
-    kind: str = "none"
-    param: str = "none"
-    levels: tuple[str, ...] = ("off",)
-    default: str = "off"
-    # Unified level -> the provider's own value (effort name, thinkingLevel, think value).
-    # A level missing here is sent under its own name. ``values["off"]`` is the explicit
-    # off form for models that think unless told not to ("none"); a model whose off is
-    # "send nothing" has no "off" entry.
-    values: Mapping[str, str] = field(default_factory=dict, hash=False)
-    budget_min: int | None = None
-    budget_max: int | None = None  # None: derived from the model's output limit
-    # Who imposes a ceiling below the model's own, e.g. a vendor's proxy; used in reasons.
-    limited_by: str | None = None
-
-    def __post_init__(self) -> None:
-        assert self.kind in KINDS, self.kind
-        assert all(level in LEVELS for level in self.levels), self.levels
-        assert list(self.levels) == sorted(self.levels, key=LEVELS.index), self.levels
-        assert self.default in self.levels, (self.default, self.levels)
-
-    @property
-    def can_disable(self) -> bool:
-        return "off" in self.levels
-
-    @property
-    def thinking_levels(self) -> tuple[str, ...]:
-        """The levels that think (everything but ``off``)."""
-        return tuple(level for level in self.levels if level != "off")
-
-    @property
-    def takes_budget(self) -> bool:
-        """Whether a token budget steers it (so a custom ``budget_tokens`` is sent)."""
-        return self.kind == "budget"
-
-    def value(self, level: str) -> str:
-        return self.values.get(level, level)
-
-
-NO_THINKING = ThinkingControl()
 
 
 def nearest_level(levels: Iterable[str], requested: str) -> str:
@@ -317,7 +210,7 @@ def _follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tu
 
 
 def decide_thinking(
-    spec: "ModelSpec",
+    spec: ModelSpec,
     requested: str = "default",
     *,
     display: ThinkingDisplay = "summarized",
@@ -339,8 +232,6 @@ def decide_thinking(
     Raises ``InvalidParams`` for an unknown level, ``UnsupportedThinkingLevel`` under
     ``fallback="error"`` for an explicit level the model does not take.
     """
-    from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS  # they build on this module's budgets
-
     control = spec.thinking
     asked = parse_level(requested)
     if asked == "default":
@@ -390,7 +281,7 @@ def decide_thinking(
 
 
 def _apply_fallback(
-    spec: "ModelSpec", level: str, supported: tuple[str, ...], fallback: ThinkingFallback, *, explicit: bool
+    spec: ModelSpec, level: str, supported: tuple[str, ...], fallback: ThinkingFallback, *, explicit: bool
 ) -> str:
     if level in supported:
         return level
@@ -403,7 +294,7 @@ def _apply_fallback(
     return nearest_level(supported, level)
 
 
-def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | None = None) -> Thinking:
+def resolve_thinking(spec: ModelSpec, requested: str, *, default_level: str | None = None) -> Thinking:
     """``decide_thinking`` with the older contract: ``default_level`` is the provider's default,
     and ``requested`` in the result records the level ``"default"`` stood for.
     """
@@ -414,7 +305,7 @@ def resolve_thinking(spec: "ModelSpec", requested: str, *, default_level: str | 
     return thinking
 
 
-def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str, ...], policy: str) -> str | None:
+def _reason(spec: ModelSpec, requested: str, effective: str, levels: tuple[str, ...], policy: str) -> str | None:
     if requested == effective:
         return None
     control, name = spec.thinking, spec.id
@@ -439,7 +330,7 @@ def _reason(spec: "ModelSpec", requested: str, effective: str, levels: tuple[str
     return f"{name} cannot take {requested!r}; using {effective!r}, the nearest supported level {side}."
 
 
-def _custom_budget(spec: "ModelSpec", wanted: int) -> tuple[int | None, str | None]:
+def _custom_budget(spec: ModelSpec, wanted: int) -> tuple[int | None, str | None]:
     """The budget to send for a custom ``budget_tokens`` (None: not a budget model) and why it differs."""
     if not spec.thinking.takes_budget:
         return None, (
@@ -453,55 +344,9 @@ def _custom_budget(spec: "ModelSpec", wanted: int) -> tuple[int | None, str | No
     return clamped, None
 
 
-def _display_note(spec: "ModelSpec", switch: str, display: ThinkingDisplay) -> str | None:
+def _display_note(spec: ModelSpec, switch: str, display: ThinkingDisplay) -> str | None:
     if switch == "always" and display == "omitted":
         return f"{spec.id} has no switch to hide its thinking; it is streamed anyway (display does not apply)."
     if switch == "never" and display == "summarized":
         return f"{spec.id} returns no thinking text through this API; only its token count is reported."
     return None
-
-
-# --- budgets and output limits ----------------------------------------------------------
-
-
-def budget_range(spec: "ModelSpec") -> tuple[int, int]:
-    """The ``[min, max]`` thinking budget of a budget-mode model."""
-    control = spec.thinking
-    low = control.budget_min if control.budget_min is not None else 1024
-    high = control.budget_max
-    if high is None:
-        high = spec.max_output_tokens - ANSWER_ROOM if spec.max_output_tokens else FALLBACK_BUDGET_MAX
-    return low, max(low, high)
-
-
-_budget_range = budget_range  # the name older callers import
-
-
-def budget_for(spec: "ModelSpec", level: str, override: int | None = None) -> int:
-    """The budget ``level`` stands for on ``spec``, or ``override`` (already clamped) when given."""
-    if override is not None:
-        return override
-    low, high = budget_range(spec)
-    return low + int((high - low) * BUDGET_FRACTIONS[level])
-
-
-def budget_and_max_tokens(spec: "ModelSpec", level: str, override: int | None = None) -> tuple[int, int]:
-    """A budget and a ``max_tokens`` above it with room for the answer, within the output cap."""
-    budget = budget_for(spec, level, override)
-    cap = spec.max_output_tokens
-    max_tokens = max(BASE_MAX_TOKENS, budget + ANSWER_ROOM)
-    if cap:
-        max_tokens = min(max_tokens, cap)
-        # Shrink the budget rather than overflow the output cap; keep half the cap for
-        # the answer if the cap is too small for the usual room.
-        budget = min(budget, max_tokens - min(ANSWER_ROOM, max_tokens // 2))
-    return budget, max_tokens
-
-
-def output_limit(spec: "ModelSpec", level: str) -> int | None:
-    """The output limit to ask for at an effort ``level``: a share of the model's limit, at least
-    ``BASE_MAX_TOKENS``, never above the model's limit; None when the model's limit is unknown."""
-    cap = spec.max_output_tokens
-    if not cap or level == "off":
-        return None
-    return min(cap, max(BASE_MAX_TOKENS, int(cap * OUTPUT_FRACTIONS[level])))

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import ThinkingLevelRejected
-from daemon.models.thinking import LEVELS
+from daemon.models.spec import LEVELS
 
 # A provider's reasoning-effort names, and the ponder level each stands for.
 NATIVE_LEVELS: dict[str, str] = {"none": "off", **{level: level for level in LEVELS if level != "off"}}

@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.models.spec import ModelSpec
-from daemon.models.thinking import LEVELS, NO_THINKING, ThinkingControl
+from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
 
 # Levels are the unified ones (off, minimal, low, medium, high, xhigh, max); ``xhigh`` is
 # a level of its own. Each control cites where its levels come from. "research §N" is

@@ -21,12 +21,12 @@ model whose ``off_value`` is ``"omit"`` (``values["off"] == ""``) gets nothing f
 
 Reasoning eats the output budget: where the API's default output limit is below the
 model's (Anthropic's required ``max_tokens``, DeepSeek's ``max_tokens``), the fragment
-carries ``daemon.models.thinking.output_limit`` for the level. APIs whose default is the model's
+carries ``daemon.models.budgets.output_limit`` for the level. APIs whose default is the model's
 own limit (OpenAI, Gemini, Ollama) get no output field: a number there could only lower it.
 
 Anthropic budget mode needs ``budget_tokens < max_tokens``, and ``max_tokens`` caps the
 thinking *and* the answer: its fragment (and Copilot's, for Claude) carries the
-``max_tokens`` of ``daemon.models.thinking.budget_and_max_tokens``.
+``max_tokens`` of ``daemon.models.budgets.budget_and_max_tokens``.
 
 Pure: no I/O, no adapter imports (resolving a level must not import httpx).
 """
@@ -34,7 +34,7 @@ Pure: no I/O, no adapter imports (resolving a level must not import httpx).
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.models.thinking import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, output_limit
+from daemon.models.budgets import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, output_limit
 from protocol.objects import ThinkingDisplay
 
 if TYPE_CHECKING:

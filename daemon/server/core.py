@@ -13,13 +13,12 @@ from contextlib import asynccontextmanager
 import anyio
 
 from daemon.config.home import make_private_dir
-from daemon.config.settings import Config
+from daemon.config.settings import Config, apply_stored_login
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
 from daemon.mcp import McpManager
 from daemon.models.catalog import Catalog
 from daemon.providers import table as providers_table
-from daemon.providers.device_login import apply_stored_login
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 from daemon.sessions import ClientBridge, SessionManager

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from daemon.mcp.tools import MCP_TOOL_PREFIX
+from daemon.tools.base import MCP_TOOL_PREFIX
 
 __all__ = ["Decision", "DenialReason", "decide", "denial_message"]
 

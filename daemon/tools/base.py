@@ -18,7 +18,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-__all__ = ["Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
+__all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
+
+MCP_TOOL_PREFIX = "mcp__"  # every MCP tool's name starts so (``daemon.mcp.tools``); no built-in tool's does
 
 
 class ToolError(Exception):

@@ -10,13 +10,13 @@ gets an empty environment (no credential reaches it), kills itself with the daem
 Linux (``PR_SET_PDEATHSIG``), and has a CPU-time limit as a backstop everywhere.
 
 Wire between the two: one JSON request on the child's stdin, one JSON reply
-(``{"text", "is_error"}``) on its stdout.
+(``{"text", "is_error"}``) on its stdout. This module is the daemon's side; the child's is
+``daemon.tools.child_main``, which imports the tools' scans (they import this module to start it).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -29,18 +29,18 @@ import anyio.abc
 
 from daemon.tools.base import ToolError, ToolResult
 
-__all__ = ["SCAN_TIME_LIMIT_S", "main", "run_in_child"]
+__all__ = ["SCAN_TIME_LIMIT_S", "run_in_child"]
 
 SCAN_TIME_LIMIT_S = 30.0
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # far above what the tools' own caps produce
 MAX_STDERR_BYTES = 64 * 1024
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the daemon package
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from daemon.tools.child import main; main()"
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from daemon.tools.child_main import main; main()"
 
 
 async def run_in_child(tool: str, request: dict[str, Any], time_limit_s: float, timeout_message: str) -> ToolResult:
-    """Run ``tool``'s scan (see ``main``) with ``request`` in a child; ``ToolError`` when it fails.
+    """Run ``tool``'s scan (``daemon.tools.child_main``) with ``request`` in a child; ``ToolError`` if it fails.
 
     Raises ``ToolError(timeout_message)`` when it takes longer than ``time_limit_s``;
     cancellation kills the child and propagates.
@@ -95,40 +95,3 @@ async def _collect(stream: anyio.abc.ByteReceiveStream | None, into: bytearray, 
     async for chunk in stream:
         if len(into) < limit:
             into += chunk[: limit - len(into)]
-
-
-def main() -> None:
-    """The child's side: read the request, run the scan, write the reply."""
-    request = json.loads(sys.stdin.buffer.read())
-    _die_with(request["parent_pid"])
-    _limit_cpu(request["time_limit_s"])
-    from daemon.tools import list_files, search  # after the limits: importing costs time too
-
-    scans = {"list_files": list_files.scan, "search": search.scan}
-    try:
-        result = scans[request["tool"]](Path(request["root"]), Path(request["start"]), **request["args"])
-    except ToolError as exc:
-        result = ToolResult(str(exc), is_error=True)
-    sys.stdout.buffer.write(json.dumps({"text": result.text, "is_error": result.is_error}).encode())
-    sys.stdout.flush()
-
-
-def _die_with(parent_pid: int) -> None:
-    if sys.platform == "linux":
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(1)  # the daemon is already gone
-
-
-def _limit_cpu(time_limit_s: float) -> None:
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    wanted = math.ceil(time_limit_s) + 2  # the daemon normally kills it first, by wall-clock time
-    if hard != resource.RLIM_INFINITY:
-        wanted = min(wanted, hard)
-    if soft == resource.RLIM_INFINITY or wanted < soft:
-        resource.setrlimit(resource.RLIMIT_CPU, (wanted, hard))
