@@ -13,7 +13,7 @@ How a provider's HTTP errors map is its wire API adapter's (the ``map_error`` it
 
 Adding a provider: one ``ProviderInfo`` here (plus an adapter module if it speaks a new
 wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.providers.models``;
-``tests/test_provider_table.py`` walks this table and says what is missing.
+``tests/providers/test_provider_table.py`` walks this table and says what is missing.
 
 A leaf module: standard library only, so reading the table (at start-up, in ``config``)
 never imports an adapter or httpx. Adapters are named as ``"module:attribute"`` strings and

@@ -11,7 +11,7 @@ from protocol.events import AgentEvent, CompactionEnd, CompactionStart, TurnStar
 from protocol.methods import BudgetParams, SessionBudgetParams, SessionStartParams
 from protocol.objects import Compaction, ContextFill, Cost, Session, Usage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def roundtrip(event: object) -> object:

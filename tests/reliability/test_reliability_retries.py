@@ -257,7 +257,7 @@ def test_every_http_client_has_explicit_timeouts():
 
     from daemon.providers.http import make_client
 
-    root = Path(__file__).resolve().parents[1] / "daemon"
+    root = Path(__file__).resolve().parents[2] / "daemon"
     clients = []
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

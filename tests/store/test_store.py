@@ -29,7 +29,7 @@ from protocol.objects import Usage
 from tests.support.acp_harness import acp_daemon
 from tests.support.harness import in_memory_daemon
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Multi-byte text in every width: CJK, emoji (incl. ZWJ sequence and skin tone), combining
 # marks, RTL, and the characters that trip line-based or C-string handling.

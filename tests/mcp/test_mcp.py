@@ -20,7 +20,7 @@ from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio
 
-SERVERS = Path(__file__).parent / "support" / "mcp_servers"
+SERVERS = Path(__file__).resolve().parents[1] / "support" / "mcp_servers"
 
 
 def docs_server(state: Path, **extra):

@@ -9,7 +9,7 @@ from pathlib import Path
 from daemon.util import redact
 from daemon.util.clock import new_id, now, rfc3339
 
-UTIL = Path(__file__).resolve().parent.parent / "daemon" / "util"
+UTIL = Path(__file__).resolve().parents[2] / "daemon" / "util"
 
 
 def test_util_imports_nothing_else_of_ponder() -> None:

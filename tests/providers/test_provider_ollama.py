@@ -24,12 +24,12 @@ from daemon.providers.base import BlockDelta, ProviderEvent, ProviderRequest, St
 from daemon.providers.ollama import OllamaProvider, discover_models
 from protocol.objects import Usage
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse, fixture_request
-from tests.test_provider_gemini import closed_port_url, message, summarize, thinking, user
+from tests.providers.test_provider_gemini import closed_port_url, message, summarize, thinking, user
 
 pytestmark = pytest.mark.anyio
 
 PROVIDER = "ollama"
-PACE_S = 0.0002  # see tests/test_provider_gemini.py: makes each cut a separate read
+PACE_S = 0.0002  # see tests/providers/test_provider_gemini.py: makes each cut a separate read
 NDJSON = {"content-type": "application/x-ndjson"}
 
 

@@ -1,5 +1,5 @@
 """Which credentials ponder knows of, masks, and keeps from commands (unit level; the
-end-to-end check is tests/test_reliability_secrets.py)."""
+end-to-end check is tests/reliability/test_reliability_secrets.py)."""
 
 import logging
 import time
@@ -92,7 +92,7 @@ def test_log_lines_never_carry_a_known_credential(tmp_path, capsys, restore_logg
 
 @pytest.mark.anyio
 async def test_the_exchanged_copilot_token_is_known(replay_server, home):
-    from tests.test_provider_copilot import FakeGitHub, _json, copilot_settings
+    from tests.providers.test_provider_copilot import FakeGitHub, _json, copilot_settings
 
     github = FakeGitHub(replay_server)
     token = planted("copilot")

@@ -24,7 +24,7 @@ from tests.support.acp_wire import validate_agent_message
 from tests.support.harness import subprocess_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

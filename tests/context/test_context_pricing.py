@@ -20,7 +20,7 @@ from daemon.context.pricing import (
 from daemon.models.catalog import Catalog
 from protocol.objects import Usage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_catalog(tmp_path: Path, toml: str = "") -> Catalog:

@@ -16,7 +16,7 @@ from daemon.tools import ToolError, parse_arguments
 from daemon.tools.approval import denial_message
 from tests.support.harness import subprocess_env
 
-SERVERS = Path(__file__).parent / "support" / "mcp_servers"
+SERVERS = Path(__file__).resolve().parents[1] / "support" / "mcp_servers"
 
 
 # --- names ------------------------------------------------------------------------------

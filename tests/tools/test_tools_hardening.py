@@ -21,7 +21,7 @@ from daemon.tools import ToolContext, ToolResult, builtin_tools, execute_tool
 from daemon.tools.base import Tool, ToolArgs
 from daemon.tools.edit_file import MAX_EDIT_BYTES
 from tests.support.harness import in_memory_daemon
-from tests.test_agent_tools import run_prompt, script, start, tool_ends
+from tests.agent.test_agent_tools import run_prompt, script, start, tool_ends
 
 pytestmark = pytest.mark.anyio
 

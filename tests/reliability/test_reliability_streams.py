@@ -94,7 +94,7 @@ async def test_an_event_of_many_data_lines_counts_as_one_event(home, tmp_path, r
 
 async def test_a_long_ndjson_line_is_cut_off_too(home, tmp_path, replay_server):
     from daemon.providers.ollama import clear_discovery_cache
-    from tests.test_e2e_providers import enqueue_ollama_discovery
+    from tests.e2e.test_e2e_providers import enqueue_ollama_discovery
 
     clear_discovery_cache()
     enqueue_ollama_discovery(replay_server)
