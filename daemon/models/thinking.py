@@ -41,7 +41,6 @@ from typing import get_args
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from daemon.models.budgets import budget_range
 from daemon.models.spec import LEVELS, ModelSpec, ThinkingControl
-from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS
 from protocol.objects import (
     RequestedThinkingLevel,
     Thinking,
@@ -232,6 +231,9 @@ def decide_thinking(
     Raises ``InvalidParams`` for an unknown level, ``UnsupportedThinkingLevel`` under
     ``fallback="error"`` for an explicit level the model does not take.
     """
+    # The vendors' spellings load with the first decision, not on the start-up path.
+    from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS
+
     control = spec.thinking
     asked = parse_level(requested)
     if asked == "default":
