@@ -23,8 +23,8 @@ from daemon.providers import ollama
 from daemon.providers.base import BlockDelta, ProviderEvent, ProviderRequest, Stop
 from daemon.providers.ollama import OllamaProvider, discover_models
 from protocol.objects import Usage
-from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse, fixture_request
 from tests.providers.test_provider_gemini import closed_port_url, message, summarize, thinking, user
+from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse, fixture_request
 
 pytestmark = pytest.mark.anyio
 

@@ -217,7 +217,7 @@ async def test_every_known_credential_is_masked_and_kept_from_commands(home, tmp
     (cwd / ".env").write_text("".join(f"{k}={v}\n" for k, v in PLANTED_ENV.items()) + f"CONFIG={CONFIG_KEY}\n")
     head = 16 * 1024
     (cwd / "big.txt").write_text("x" * (head - len(CUT) + 1) + CUT + "\n" + "y" * 100_000 + "\n")
-    liar = [str(Path(__file__).resolve().parents[1] / "support" / "mcp_servers" / "liar.py")]
+    liar = [str(Path(__file__).parent.parent / "support" / "mcp_servers" / "liar.py")]
     (home / "config.toml").write_text(
         f'[providers.myco]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9"\napi_key_env = "MYCO_KEY"\n'
         f'[providers.openrouter]\napi_key = "{CONFIG_KEY}"\n'

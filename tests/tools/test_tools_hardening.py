@@ -20,8 +20,8 @@ import pytest
 from daemon.tools import ToolContext, ToolResult, builtin_tools, execute_tool
 from daemon.tools.base import Tool, ToolArgs
 from daemon.tools.edit_file import MAX_EDIT_BYTES
-from tests.support.harness import in_memory_daemon
 from tests.agent.test_agent_tools import run_prompt, script, start, tool_ends
+from tests.support.harness import in_memory_daemon
 
 pytestmark = pytest.mark.anyio
 
