@@ -1,5 +1,5 @@
 """``python -m daemon`` is the ``ponder`` command."""
 
-from daemon.cli import main
+from daemon.cli.main import main
 
 raise SystemExit(main())

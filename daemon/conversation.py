@@ -88,3 +88,11 @@ class ChatMessage(msgspec.Struct, kw_only=True):
             status=self.status,
             created_at=self.created_at,
         )
+
+
+class ToolSpec(msgspec.Struct, kw_only=True):
+    """A tool as a provider is told about it: name, description and JSON Schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]

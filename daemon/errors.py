@@ -1,6 +1,6 @@
 """The one exception hierarchy of the daemon; each error knows its wire code and ``error.data``.
 
-Handlers, the agent and the store raise these; ``daemon.rpc.as_wire_error`` turns them into
+Handlers, the agent and the store raise these; ``daemon.jsonrpc.connection.as_wire_error`` turns them into
 JSON-RPC errors in one place. The store raises only its own: ``StoreError`` (and
 ``StoreUnavailable``, ``StoreClosed``) when it fails, ``SessionNotFound``, and
 ``InvalidStoreRequest`` (``InvalidCursor``, ``InvalidLimit``, ``MessageNotInSession``) when a
@@ -152,7 +152,7 @@ class ThinkingLevelRejected(ProviderError):
     ``rejected`` is the ponder level that was refused (None when the error does not say);
     ``allowed`` the ponder levels the provider named (None when it named none, as Gemini's
     generateContent does). Not retryable as is: the agent retries once with
-    ``daemon.thinking.nearest_allowed`` and records the answer in ``LearnedLevels``.
+    ``daemon.models.thinking.nearest_allowed`` and records the answer in ``LearnedLevels``.
     """
 
     def __init__(
@@ -194,7 +194,7 @@ class InvalidStoreRequest(PonderError):
     """A store call asked for what cannot be (a cursor the store never gave, a limit below its
     bound, a message of another session): the caller's mistake, not the store's.
 
-    ``argument`` names the store call's argument at fault; ``daemon.rpc.as_wire_error`` answers it
+    ``argument`` names the store call's argument at fault; ``daemon.jsonrpc.connection.as_wire_error`` answers it
     as ``InvalidParams`` at ``$.<argument>``.
     """
 

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from daemon.home import make_private_dir, open_private
+from daemon.config.home import make_private_dir, open_private
 from daemon.util.redact import MaskingFormatter
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

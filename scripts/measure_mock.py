@@ -16,7 +16,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.client import spawn_daemon
+from daemon.jsonrpc.client import spawn_daemon
 
 
 async def main(turns: int) -> None:

@@ -2,29 +2,16 @@
 module that imports it back (directly or around a longer loop).
 
 A cycle makes the start-up path and the layers hard to reason about, and hides where a
-concept belongs. The few cycles still to break (issue 16) are listed by module below; this
-test fails when a cycle appears anywhere else, and keeps passing as those are broken.
+concept belongs. Issue 16 broke the last ones; this test fails when a cycle appears
+anywhere (the allow-list below is for a cycle someone must keep for a while, with a reason).
 """
 
 from __future__ import annotations
 
 import grimp
 
-# Modules still inside a cycle, each waiting for its own change (not this test's business):
-STILL_IN_A_CYCLE = {
-    # config reads stored device sign-ins; device_login reads config's types
-    "daemon.config",
-    "daemon.providers.device_login",
-    # the scan child runs list_files and search, which start the child
-    "daemon.tools.child",
-    "daemon.tools.list_files",
-    "daemon.tools.search",
-    # ThinkingControl (which ModelSpec holds) and the budgets live in thinking.py, which
-    # types its functions with ModelSpec and picks its fragment builders from thinking_params
-    "daemon.thinking",
-    "daemon.model_spec",
-    "daemon.providers.thinking_params",
-}
+# Modules still inside a cycle, each waiting for its own change (none left since issue 16):
+STILL_IN_A_CYCLE: set[str] = set()
 
 
 def import_cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[set[str]]:

@@ -14,7 +14,7 @@ up what was found.
 import logging
 
 from daemon.acp import types as t
-from daemon.config import Config, load_config
+from daemon.config.settings import Config, load_config
 from daemon.providers.table import DEVICE_LOGIN_PROVIDERS, OFFLINE_PROVIDERS, PROVIDERS
 
 log = logging.getLogger("ponder.acp")

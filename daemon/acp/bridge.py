@@ -39,7 +39,7 @@ from daemon.acp import types as t
 from daemon.acp.config_options import config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
-from daemon.rpc import Connection
+from daemon.jsonrpc.connection import Connection
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev

@@ -14,10 +14,10 @@ by what the provider refused since the daemon started), ``xhigh`` included.
 (``summarized``) or not (``omitted``: the model still thinks, and is billed for it).
 """
 
-from daemon import thinking
 from daemon.acp import types as t
-from daemon.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
+from daemon.models import thinking
+from daemon.models.catalog import Catalog
 from daemon.providers.table import display_name
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow

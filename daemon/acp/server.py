@@ -28,13 +28,13 @@ from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.rpc import Connection, as_wire_error
+from daemon.jsonrpc.connection import Connection, as_wire_error
+from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
-from daemon.transport import Outgoing
 from protocol import methods as m
 from protocol.errors import ErrorCode
 from protocol.objects import ErrorInfo

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import anyio
 
-from daemon.conversation import ChatMessage, Part
-from daemon.providers.base import Provider, StreamLimits, ToolSpec
-from daemon.thinking import LearnedLevels
+from daemon.conversation import ChatMessage, Part, ToolSpec
+from daemon.models.thinking import LearnedLevels
+from daemon.providers.base import Provider, StreamLimits
 from protocol.objects import Thinking, Usage
 
 # How long the last writes and events of a cancelled turn may take once the daemon is

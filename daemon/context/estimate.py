@@ -15,8 +15,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 
-from daemon.conversation import ChatMessage, Part
-from daemon.providers.base import ToolSpec
+from daemon.conversation import ChatMessage, Part, ToolSpec
 
 CHARS_PER_TOKEN = 4
 # Role markers and separators a provider adds around each message and each part.

@@ -30,9 +30,9 @@ import msgspec
 from anyio.abc import Process, TaskGroup
 
 from daemon import __version__
+from daemon.jsonrpc.framing import LineSplitter, _Overlong
 from daemon.mcp.spec import ServerSpec, server_env
 from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group
-from daemon.transport import LineSplitter, _Overlong
 from daemon.util import redact
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.mcp.client import EXIT_SETTLE_S, McpClient, McpConnectionClosed, McpError, McpTimeout, open_stdio_client
 from daemon.mcp.spec import ServerSpec, parse_acp_server, parse_config_server
 from daemon.mcp.tools import McpTool

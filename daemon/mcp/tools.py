@@ -29,13 +29,12 @@ import anyio
 
 from daemon.mcp.client import McpClient, McpConnectionClosed, McpError, McpRemoteError, McpTimeout
 from daemon.mcp.spec import ServerSpec
-from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult, inline_schema
+from daemon.tools.base import MCP_TOOL_PREFIX, Tool, ToolContext, ToolError, ToolResult, inline_schema
 
-__all__ = ["MCP_TOOL_PREFIX", "McpTool", "ToolHost", "qualified_name", "render_result"]
+__all__ = ["McpTool", "ToolHost", "qualified_name", "render_result"]
 
 log = logging.getLogger("ponder.mcp")
 
-MCP_TOOL_PREFIX = "mcp__"  # every MCP tool's name starts so; no built-in tool's does
 MAX_NAME = 64  # the tightest provider limit (OpenAI, Anthropic)
 MAX_RESULT_CHARS = 200_000
 PROGRESS_BUFFER = 64

@@ -29,7 +29,7 @@ import httpx
 import msgspec
 from httpx_sse import SSEError
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.base import (

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from daemon.conversation import ChatMessage, Part
+from daemon.conversation import ChatMessage, Part, ToolSpec
 from protocol.objects import Thinking, Usage
 
 BlockKind = Literal["thinking", "text", "tool_call"]
@@ -61,12 +61,6 @@ class KeepAlive(msgspec.Struct, kw_only=True):
 
 
 ProviderEvent = BlockStart | BlockDelta | BlockEnd | UsageUpdate | Stop | KeepAlive
-
-
-class ToolSpec(msgspec.Struct, kw_only=True):
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 class StreamLimits(msgspec.Struct, frozen=True, kw_only=True):

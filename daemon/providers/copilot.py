@@ -2,7 +2,7 @@
 
 Owns:
 
-* ``CopilotTokens``: exchanges the stored GitHub token (``daemon.providers.device_login``) for a Copilot
+* ``CopilotTokens``: exchanges the stored GitHub token (``daemon.config.stored_login``) for a Copilot
   token at ``GET {github_api}/copilot_internal/v2/token`` (``authorization: token ...``),
   keeps it in memory only, and fetches a new one before it expires (at ``refresh_in``, or
   60 s before ``expires_at``, whichever is sooner). The token names the API base URL for
@@ -35,16 +35,18 @@ from typing import Any
 import anyio
 import httpx
 
-from daemon.config import ProviderConfig, Secret
+from daemon.config.settings import ProviderConfig
+from daemon.config.stored_login import load_github_token
 from daemon.errors import ProviderAuthError, ProviderError, ProviderNotConfigured
 from daemon.providers.base import Provider, ProviderEvent, ProviderRequest
-from daemon.providers.device_login import github_api_url, load_github_token
+from daemon.providers.device_login import github_api_url
 from daemon.providers.http import error_message_from_body, parse_retry_after
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
 from daemon.providers.table import PROVIDERS
 from daemon.util.redact import scrub
+from daemon.util.secret import Secret
 from protocol.objects import Thinking
 
 DEFAULT_API_URL = PROVIDERS["copilot"].base_url

@@ -8,12 +8,13 @@ Owns:
   token in the background (every ``interval`` seconds, slower on ``slow_down``, until
   ``expires_in``), ending with exactly one ``auth/completed`` notification. A newer
   ``auth/login`` for the same provider replaces a pending one, which then ends silently.
-* the token file ``<home>/copilot.json``: written atomically, created with mode 0600;
-  ``apply_stored_login`` makes the copilot provider ``configured`` (source ``login``) from
-  it, unless an environment variable or config.toml already gives it a token (those win,
-  as everywhere else).
-* the OAuth client id and the GitHub URLs of the flow (overridable per
-  ``ProviderConfig.endpoints``, which ``daemon.config`` fills).
+* the GitHub URLs of the flow (overridable per ``ProviderConfig.endpoints``, which
+  ``daemon.config.settings`` fills); the OAuth client id is ``daemon.providers.table``'s.
+
+The token file ``<home>/copilot.json`` is ``daemon.config.stored_login``'s, and
+``daemon.config.settings.apply_stored_login`` makes the copilot provider ``configured``
+(source ``login``) from it, unless an environment variable or config.toml already gives it
+a token (those win, as everywhere else).
 
 The GitHub token is a long-lived credential: it lives in a ``Secret``, goes to GitHub and
 to the token file, and nowhere else: never into a log line, an error message or an event.
@@ -24,20 +25,17 @@ Wire reference: RFC 8628 (device authorization grant) as GitHub implements it.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from daemon.config import Secret
+from daemon.config.stored_login import save_github_token
 from daemon.errors import InvalidParams, ProviderNotConfigured, ShuttingDown
-from daemon.home import make_private_dir
-from daemon.providers.table import DEVICE_LOGIN_PROVIDERS
+from daemon.providers.table import DEVICE_LOGIN_PROVIDERS, GITHUB_CLIENT_ID
+from daemon.util.secret import Secret
 from protocol import methods as m
 from protocol.events import AuthCompleted
 
@@ -45,17 +43,13 @@ if TYPE_CHECKING:
     import httpx
     from anyio.abc import TaskGroup
 
-    from daemon.config import Config, ProviderConfig
+    from daemon.config.settings import Config, ProviderConfig
 
 log = logging.getLogger("ponder.auth")
 
-# The OAuth app of GitHub's own Copilot editor integrations: the Copilot token endpoint
-# only accepts GitHub tokens issued to it. It is public (a device flow has no secret).
-GITHUB_CLIENT_ID = "Iv1.b507a08c87ecfe98"
 GITHUB_SCOPE = "read:user"
 DEFAULT_GITHUB_URL = "https://github.com"
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
-TOKEN_FILE = "copilot.json"
 
 _DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 _DEFAULT_INTERVAL_S = 5.0  # RFC 8628 §3.2, when the server names none
@@ -76,73 +70,6 @@ def github_url(settings: ProviderConfig) -> str:
 def github_api_url(settings: ProviderConfig) -> str:
     """Where the GitHub token is exchanged for a Copilot token (``/copilot_internal/v2/token``)."""
     return (settings.endpoints.get("github_api") or DEFAULT_GITHUB_API_URL).rstrip("/")
-
-
-# --- the token file --------------------------------------------------------------------
-
-
-def token_path(home: Path) -> Path:
-    return home / TOKEN_FILE
-
-
-def load_github_token(home: Path) -> Secret | None:
-    """The stored GitHub token, or None when there is none (or the file is unusable)."""
-    path = token_path(home)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        # Name the file and the kind of failure only: the content is a credential.
-        log.warning("%s is unreadable (%s); sign in again with auth/login", path, type(exc).__name__)
-        return None
-    token = data.get("github_token") if isinstance(data, dict) else None
-    if not isinstance(token, str) or not token:
-        log.warning("%s holds no GitHub token; sign in again with auth/login", path)
-        return None
-    return Secret(token)
-
-
-def save_github_token(home: Path, token: Secret) -> None:
-    """Store the token in ``<home>/copilot.json``, mode 0600, replacing any earlier one.
-
-    The file is created 0600 by ``os.open`` (never written first and narrowed after, which
-    would leave a moment where others can read it) and moved into place atomically, so a
-    crash leaves either the old file or the new one.
-    """
-    make_private_dir(home)  # a sign-in may be the first thing to make the home
-    path = token_path(home)
-    tmp = home / f".{TOKEN_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    data = json.dumps({"github_token": token.reveal(), "client_id": GITHUB_CLIENT_ID}).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def apply_stored_login(config: Config) -> None:
-    """Make the device-login providers' credentials reflect the token file.
-
-    A token from the environment or config.toml wins (as for every provider) and is left
-    alone; otherwise the file is the truth, also when another daemon signed in or out.
-    """
-    for name in DEVICE_LOGIN_PROVIDERS:
-        settings = config.providers.get(name)
-        if settings is None:
-            continue
-        token = load_github_token(config.home)  # read even when unused: as a Secret it is masked in output
-        if settings.key_source in ("env", "config"):
-            continue
-        if token is not None:
-            settings.api_key, settings.key_source = token, "login"
-        elif settings.key_source == "login":
-            settings.api_key, settings.key_source = None, None
 
 
 # --- the device flow -------------------------------------------------------------------
@@ -347,17 +274,11 @@ class DeviceLogins:
 
 
 __all__ = [
-    "DEVICE_LOGIN_PROVIDERS",
-    "GITHUB_CLIENT_ID",
     "DeviceCode",
     "DeviceLogins",
     "LoginFailed",
-    "apply_stored_login",
     "github_api_url",
     "github_url",
-    "load_github_token",
     "poll_for_token",
     "request_device_code",
-    "save_github_token",
-    "token_path",
 ]

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import httpx_sse
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.assembler import BlockAssembler, pieces_of

@@ -3,8 +3,8 @@
 When a provider answers HTTP 400 because of the reasoning level it was sent, some name the
 values they take; ``parse_level_rejection`` turns such a body into a
 ``ThinkingLevelRejected`` (ponder levels: ``none`` becomes ``off``), so the agent can
-retry once with ``daemon.thinking.nearest_allowed`` and remember the answer
-(``daemon.thinking.LearnedLevels``). Any other body is None: the ordinary error stands.
+retry once with ``daemon.models.thinking.nearest_allowed`` and remember the answer
+(``daemon.models.thinking.LearnedLevels``). Any other body is None: the ordinary error stands.
 
 The shapes, verbatim from recorded traffic (research note §9, docs/research/thinking-controls.md):
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import ThinkingLevelRejected
-from daemon.thinking import LEVELS
+from daemon.models.spec import LEVELS
 
 # A provider's reasoning-effort names, and the ponder level each stands for.
 NATIVE_LEVELS: dict[str, str] = {"none": "off", **{level: level for level in LEVELS if level != "off"}}

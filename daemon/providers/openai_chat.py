@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage
 from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 import httpx
 import msgspec
 
-from daemon.config import ProviderConfig
+from daemon.config.settings import ProviderConfig
 from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.providers.base import KeepAlive, Provider, ProviderEvent, ProviderRequest, StreamLimits, decode_arguments

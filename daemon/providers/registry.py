@@ -5,7 +5,7 @@ Which adapter speaks each wire API, and which providers wrap it, is
 daemon that only answers ``initialize`` never imports httpx.
 """
 
-from daemon.config import Config, ProviderConfig
+from daemon.config.settings import Config, ProviderConfig
 from daemon.errors import ProviderNotConfigured
 from daemon.providers.base import Provider
 from daemon.providers.table import PROVIDERS, WIRE_APIS, load

@@ -13,7 +13,7 @@ How a provider's HTTP errors map is its wire API adapter's (the ``map_error`` it
 
 Adding a provider: one ``ProviderInfo`` here (plus an adapter module if it speaks a new
 wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.providers.models``;
-``tests/test_provider_table.py`` walks this table and says what is missing.
+``tests/providers/test_provider_table.py`` walks this table and says what is missing.
 
 A leaf module: standard library only, so reading the table (at start-up, in ``config``)
 never imports an adapter or httpx. Adapters are named as ``"module:attribute"`` strings and
@@ -29,7 +29,7 @@ from typing import Any
 class ThinkingKnob:
     """How a model config.toml declares (by its levels only) steers its thinking.
 
-    ``kind`` and ``param`` become its ``daemon.thinking.ThinkingControl`` (``param`` names a
+    ``kind`` and ``param`` become its ``daemon.models.spec.ThinkingControl`` (``param`` names a
     builder in ``daemon.providers.thinking_params``); ``values`` spell levels the API's way.
     """
 
@@ -259,6 +259,9 @@ FALLBACK_MODEL = next(f"{p.name}/{p.default_model}" for p in PROVIDERS.values() 
 OFFLINE_PROVIDERS = tuple(p.name for p in PROVIDERS.values() if p.offline)
 # Providers that sign in with a device login (auth/login, `ponder login NAME`).
 DEVICE_LOGIN_PROVIDERS = tuple(p.name for p in PROVIDERS.values() if p.login == "device")
+# The OAuth app of GitHub's own Copilot editor integrations: the Copilot token endpoint
+# only accepts GitHub tokens issued to it. It is public (a device flow has no secret).
+GITHUB_CLIENT_ID = "Iv1.b507a08c87ecfe98"
 # Every environment variable that holds a credential ponder knows of: the providers' keys
 # (every alias, not only the one in use), then the other credentials their users hold.
 CREDENTIAL_ENV_VARS = tuple(

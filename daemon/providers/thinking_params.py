@@ -1,6 +1,6 @@
 """How each API spells a thinking level: the request fragment builders, keyed by ``ThinkingControl.param``.
 
-``daemon.thinking.resolve_thinking`` picks the effective level; the builder named by the
+``daemon.models.thinking.resolve_thinking`` picks the effective level; the builder named by the
 model's control turns it into the exact JSON fragment its adapter merges into the request
 body (and the budget it stands for). One builder per spelling: Anthropic's adaptive effort
 and manual budget, Copilot's flat ``thinking_budget``, OpenAI's ``reasoning_effort`` (Chat)
@@ -11,7 +11,7 @@ Ollama's ``think``, DeepSeek's ``thinking`` switch, DashScope's ``enable_thinkin
 Each builder also maps the display switch (``summarized`` / ``omitted``) onto its API:
 Anthropic ``thinking.display``, Responses ``reasoning.summary`` (asked for, or left out),
 Gemini ``includeThoughts``, OpenRouter ``reasoning.exclude``; ``DISPLAY_SWITCHES`` says
-which APIs have none (``daemon.thinking`` then says so in ``reason``). A builder takes a
+which APIs have none (``daemon.models.thinking`` then says so in ``reason``). A builder takes a
 custom budget (already clamped) where its API is budget-steered.
 
 "Absent is not off": a model that thinks unless told not to gets its explicit off form
@@ -21,12 +21,12 @@ model whose ``off_value`` is ``"omit"`` (``values["off"] == ""``) gets nothing f
 
 Reasoning eats the output budget: where the API's default output limit is below the
 model's (Anthropic's required ``max_tokens``, DeepSeek's ``max_tokens``), the fragment
-carries ``daemon.thinking.output_limit`` for the level. APIs whose default is the model's
+carries ``daemon.models.budgets.output_limit`` for the level. APIs whose default is the model's
 own limit (OpenAI, Gemini, Ollama) get no output field: a number there could only lower it.
 
 Anthropic budget mode needs ``budget_tokens < max_tokens``, and ``max_tokens`` caps the
 thinking *and* the answer: its fragment (and Copilot's, for Claude) carries the
-``max_tokens`` of ``daemon.thinking.budget_and_max_tokens``.
+``max_tokens`` of ``daemon.models.budgets.budget_and_max_tokens``.
 
 Pure: no I/O, no adapter imports (resolving a level must not import httpx).
 """
@@ -34,11 +34,11 @@ Pure: no I/O, no adapter imports (resolving a level must not import httpx).
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.thinking import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, output_limit
+from daemon.models.budgets import BASE_MAX_TOKENS, budget_and_max_tokens, budget_for, output_limit
 from protocol.objects import ThinkingDisplay
 
 if TYPE_CHECKING:
-    from daemon.model_spec import ModelSpec
+    from daemon.models.spec import ModelSpec
 
 # Each takes the spec, the *effective* level, the display and a custom budget (clamped;
 # None: the level's own) and returns (request_params, budget_tokens).

@@ -8,13 +8,13 @@ from typing import Any
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from daemon.config import Config
-from daemon.rpc import Connection
+from daemon.config.settings import Config
+from daemon.jsonrpc.connection import Connection
+from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.server.routes import register_methods
 from daemon.server.rpc_bridge import RpcBridge
-from daemon.transport import Outgoing
 
 
 async def serve(

@@ -12,16 +12,15 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from daemon.catalog import Catalog
-from daemon.config import Config
+from daemon.config.home import make_private_dir
+from daemon.config.settings import Config, apply_stored_login
 from daemon.errors import InvalidCursor, InvalidParams
-from daemon.home import make_private_dir
+from daemon.jsonrpc.connection import Connection
 from daemon.mcp import McpManager
+from daemon.models.catalog import Catalog
 from daemon.providers import table as providers_table
-from daemon.providers.device_login import apply_stored_login
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
-from daemon.rpc import Connection
 from daemon.sessions import ClientBridge, SessionManager
 from daemon.store import AsyncStore, SessionRow
 from protocol import methods as m

@@ -3,7 +3,7 @@ changes as ``session/updated``, approvals as ``permission/request`` over the JSO
 
 from typing import Any
 
-from daemon.rpc import Connection
+from daemon.jsonrpc.connection import Connection
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 

@@ -4,31 +4,56 @@ Prompts dropped from the inbox (a cancel, shutdown) still get their ``turn_start
 bracket, so a client waiting on a turn id is never left hanging."""
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
 from daemon import agent
+from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
+from daemon.models.catalog import Catalog
+from daemon.sessions.assembly import TurnAssembly
+from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.emitter import EventNumbers
 from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
+from daemon.sessions.persistence import SessionWrites
+from daemon.store import AsyncStore, SessionRow
 from protocol import events as ev
-
-if TYPE_CHECKING:
-    from daemon.sessions.manager import SessionManager
+from protocol.objects import Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
 
-async def run_actor(
-    manager: "SessionManager", live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED
-) -> None:
+class SessionHost(Protocol):
+    """What an actor needs of the registry that runs it (``SessionManager``), declared here so
+    that the actor does not import the manager that imports it."""
+
+    config: Config
+    catalog: Catalog
+    store: AsyncStore
+    bridge: ClientBridge
+    assembly: TurnAssembly
+    events: EventNumbers
+    writes: SessionWrites
+    task_group: TaskGroup | None
+    shutting_down: bool
+
+    def unload(self, live: LiveSession) -> None: ...
+
+    def wire_session(self, row: SessionRow) -> Session: ...
+
+    def thinking_for(self, row: SessionRow) -> Thinking: ...
+
+
+async def run_actor(manager: SessionHost, live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
     with live.inbox_receive:
         await _serve_inbox(manager, live)
 
 
-async def _serve_inbox(manager: "SessionManager", live: LiveSession) -> None:
+async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
     while True:
         with anyio.move_on_after(manager.config.idle_unload_s) as idle:
             try:
@@ -47,7 +72,7 @@ async def _serve_inbox(manager: "SessionManager", live: LiveSession) -> None:
                     await manager.writes.release_lease(live)
 
 
-async def _run_turn(manager: "SessionManager", live: LiveSession, pending: PendingTurn) -> None:
+async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTurn) -> None:
     message = pending.user_message
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = manager.writes.saver(live)
@@ -79,7 +104,7 @@ async def _run_turn(manager: "SessionManager", live: LiveSession, pending: Pendi
             await manager.bridge.session_updated(manager.wire_session(live.row))
 
 
-def _releasing_emitter(manager: "SessionManager", live: LiveSession, emit: agent.Emit) -> agent.Emit:
+def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit) -> agent.Emit:
     """``emit`` that gives the lease back before a ``turn_end`` when nothing is queued, so a
     client told the turn is over can go on in another ponder process at once."""
 
@@ -92,7 +117,7 @@ def _releasing_emitter(manager: "SessionManager", live: LiveSession, emit: agent
     return release_then_emit
 
 
-def drop_queue(manager: "SessionManager", live: LiveSession) -> int:
+def drop_queue(manager: SessionHost, live: LiveSession) -> int:
     """Drop the session's queued prompts (each still bracketed); how many there were."""
     dropped = 0
     while True:
@@ -114,7 +139,7 @@ def drop_queue(manager: "SessionManager", live: LiveSession) -> int:
             background.start_soon(_bracket_dropped, manager, live, pending, moved)
 
 
-async def _join_dropped(manager: "SessionManager", live: LiveSession) -> None:
+async def _join_dropped(manager: SessionHost, live: LiveSession) -> None:
     """The prompts dropped while the turn that just ended ran: into the history, after it."""
     moved = [message for message in live.dropped if live.take_waiting(message)]
     live.dropped.clear()
@@ -122,7 +147,7 @@ async def _join_dropped(manager: "SessionManager", live: LiveSession) -> None:
         await _save_dropped(manager, live, message)
 
 
-async def _save_dropped(manager: "SessionManager", live: LiveSession, message: ChatMessage) -> None:
+async def _save_dropped(manager: SessionHost, live: LiveSession, message: ChatMessage) -> None:
     """Store a dropped prompt again with the seq it took at the end of the history."""
     if live.unloaded:  # a deleted session's prompts go with it
         return
@@ -132,7 +157,7 @@ async def _save_dropped(manager: "SessionManager", live: LiveSession, message: C
         log.info("a dropped prompt keeps its first seq: %s", exc.message)
 
 
-async def _bracket_dropped(manager: "SessionManager", live: LiveSession, pending: PendingTurn, moved: bool) -> None:
+async def _bracket_dropped(manager: SessionHost, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
     if moved:
         await _save_dropped(manager, live, pending.user_message)
     try:

@@ -6,9 +6,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daemon import agent
-from daemon.catalog import Catalog
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
+from daemon.models.catalog import Catalog
 from daemon.providers.base import StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts

@@ -22,11 +22,11 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from daemon import thinking
-from daemon.catalog import Catalog, ModelSpec
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
+from daemon.models import thinking
+from daemon.models.catalog import Catalog, ModelSpec
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from daemon.catalog import Catalog, ModelSpec
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
+from daemon.models.catalog import Catalog, ModelSpec
+from daemon.models.thinking import LearnedLevels, parse_display, parse_fallback, parse_level
 from daemon.store import SessionRow
-from daemon.thinking import LearnedLevels, parse_display, parse_fallback, parse_level
 from protocol.objects import RequestedThinkingLevel, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 T = TypeVar("T")

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agent import Turn
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.conversation import Part
-from daemon.rpc import ClientRequestError
+from daemon.jsonrpc.connection import ClientRequestError
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from daemon.providers.base import ToolSpec
+from daemon.conversation import ToolSpec
 from daemon.tools.base import Tool, ToolContext, ToolError, ToolResult
 from daemon.tools.child import SCAN_TIME_LIMIT_S
 from daemon.tools.text import escape_surrogates

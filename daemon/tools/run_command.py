@@ -32,7 +32,7 @@ import anyio
 import msgspec
 from anyio.abc import Process
 
-from daemon.config import child_env
+from daemon.config.settings import child_env
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import resolve_in_cwd
 from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group

@@ -1,6 +1,6 @@
 """Processes under measurement: a lean JSON-RPC client for ``ponder serve``, /proc readers.
 
-The bench does not use ``daemon.client.RpcClient`` on the hot path on purpose: a reader
+The bench does not use ``daemon.jsonrpc.client.RpcClient`` on the hot path on purpose: a reader
 *thread* doing blocking reads timestamps each line the moment it arrives (the latency
 measure needs that), and keeps the client's own cost small and off any event loop, so
 the client is not what limits the daemon on a 2-core machine.

@@ -1,7 +1,7 @@
 """Requests sent the way an impatient client sends them: all written at once, in a known
 order, before any answer is read; and a local Ollama that is slow to list its models.
 
-``burst`` works for both dialects over ``daemon.client.RpcClient``; the answers are
+``burst`` works for both dialects over ``daemon.jsonrpc.client.RpcClient``; the answers are
 collected from ``on_message`` (which sees every message before it is dispatched).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from daemon.client import RpcClient
+from daemon.jsonrpc.client import RpcClient
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse
 
 OLLAMA_MODEL = "gpt-oss:20b"

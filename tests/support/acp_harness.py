@@ -1,6 +1,6 @@
 """Run ``ponder acp`` in-process over memory streams for a test, every message validated.
 
-The client is the reference JSON-RPC client (``daemon.client.RpcClient``): ACP is plain
+The client is the reference JSON-RPC client (``daemon.jsonrpc.client.RpcClient``): ACP is plain
 JSON-RPC, so it can speak it; ``session/update`` notifications queue on
 ``client.notifications``. Every message the daemon writes is checked against the
 vendored ACP schema before the client sees it.
@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 
 from daemon.acp import serve_acp
-from daemon.client import RequestHandler, RpcClient, connect_memory
-from daemon.config import load_config
+from daemon.config.settings import load_config
+from daemon.jsonrpc.client import RequestHandler, RpcClient, connect_memory
 from daemon.server import Daemon
 from tests.support.acp_wire import validate_agent_message
 

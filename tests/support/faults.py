@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from daemon.client import RpcClient
+from daemon.jsonrpc.client import RpcClient
 from tests.support.replay import ReplayServer, ScriptedResponse, load_fixture
 
 MODEL = "anthropic/claude-opus-4-6"

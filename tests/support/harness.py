@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from daemon.client import RequestHandler, RpcClient, connect_memory, spawn_daemon
-from daemon.config import load_config
+from daemon.config.settings import load_config
+from daemon.jsonrpc.client import RequestHandler, RpcClient, connect_memory, spawn_daemon
 from daemon.server import Daemon, serve
 from tests.support.wire import validate_message
 

@@ -1,8 +1,12 @@
 """``mcp/list``, ``auth/status`` and ``auth/login``."""
 
-from daemon.providers.device_login import DeviceLogins
+from typing import TYPE_CHECKING
+
 from daemon.server.core import Daemon
 from protocol import methods as m
+
+if TYPE_CHECKING:
+    from daemon.providers.device_login import DeviceLogins
 
 
 class McpAuthHandlers:
@@ -22,6 +26,8 @@ class McpAuthHandlers:
         # Created on first use; its background polls run in the sessions' task group, which
         # lives as long as the daemon serves. The code is answered at once (see daemon.providers.device_login).
         if self._device_logins is None:
+            from daemon.providers.device_login import DeviceLogins  # off the start-up path: few daemons sign in
+
             daemon = self.daemon
             self._device_logins = DeviceLogins(
                 daemon.config, daemon.connection.notify, daemon.sessions.background_task_group

@@ -1,0 +1,129 @@
+"""The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
+``models``.
+
+Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
+real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, get_args
+
+from daemon import __version__
+from protocol.objects import ApprovalPolicy
+
+if TYPE_CHECKING:  # the config module loads only when a command needs it
+    from daemon.config.settings import Config
+
+BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
+    parser.add_argument("--version", action="version", version=f"ponder {__version__}")
+    parser.add_argument(
+        "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
+    )
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
+    serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+
+    acp = sub.add_parser(
+        "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
+    )
+    acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    acp.add_argument(
+        "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
+    )
+
+    ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
+    ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
+    ask.add_argument("--model", help="model id, e.g. mock/thinker or anthropic/claude-sonnet-4-5")
+    ask.add_argument("--thinking", help="off, minimal, low, medium, high, xhigh or max")
+    ask.add_argument(
+        "--thinking-budget",
+        type=int,
+        metavar="N",
+        help="thinking budget in tokens for models that take one (clamped to the model's range)",
+    )
+    group = ask.add_mutually_exclusive_group()
+    group.add_argument("--session", help="continue this session")
+    group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
+    ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
+    ask.add_argument("--approval", choices=get_args(ApprovalPolicy), help="approval policy for a new session")
+    ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+
+    sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
+    sessions.add_argument("session_id", nargs="?", help="show this session's messages")
+    sessions.add_argument("--limit", type=int, default=20)
+
+    login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
+    login.add_argument("provider", choices=["copilot"])
+
+    models = sub.add_parser("models", help="list the models ponder knows")
+    models.add_argument("--provider")
+
+    mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
+    mcp.add_argument("--json", action="store_true", help="print the mcp/list result as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "acp" and args.login:
+        args.command, args.provider = "login", args.login  # what `ponder login` does
+    if args.command in ("serve", "acp"):
+        return run_serve(args)
+    from daemon.jsonrpc.spawn import start_daemon
+
+    # Every client command talks to a daemon: start it first, so that it starts up while
+    # this process imports the client's async stack.
+    daemon = start_daemon(home=args.home, log_level="warning")
+    from daemon.cli import commands
+
+    return commands.run(args, daemon)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from daemon.config.settings import load_config, resolve_home
+    from daemon.logs import setup_logging
+
+    # Keep the protocol channel private: stray prints (ours, a library's, a child
+    # process's) go to stderr, and tools' children cannot read the client's input.
+    protocol_out = os.dup(sys.stdout.fileno())
+    protocol_in = os.dup(sys.stdin.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, sys.stdin.fileno())
+    os.close(devnull)
+
+    home = resolve_home(args.home)
+    config = load_config(home)
+    setup_logging(config.log_dir, args.log_level)
+    backend = os.environ.get(BACKEND_ENV, "asyncio")
+    anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
+    return 0
+
+
+async def _serve_stdio(config: Config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:
+    from daemon.jsonrpc.stdio import open_stdio
+    from daemon.server import serve
+
+    run = serve
+    if dialect == "acp":
+        from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
+
+        run = serve_acp
+    async with open_stdio(max_line_bytes, stdin_fd=in_fd, stdout_fd=out_fd) as (incoming, outgoing):
+        await run(config, incoming, outgoing, handle_signals=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

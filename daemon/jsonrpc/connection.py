@@ -1,0 +1,470 @@
+"""The JSON-RPC 2.0 connection: envelopes, the method table, one task and cancel scope per
+request, ``$/cancelRequest``, batches, daemon → client requests, and the single place where
+exceptions become wire errors.
+
+It knows nothing about sessions or providers: handlers are plain async functions taking a
+validated params Struct and returning a result Struct, registered with their params type.
+"""
+
+import itertools
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from daemon.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    InvalidStoreRequest,
+    MethodNotFound,
+    ParseError,
+    PonderError,
+    RequestCancelled,
+    ShuttingDown,
+)
+from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
+
+log = logging.getLogger("ponder.rpc")
+
+Handler = Callable[[Any], Awaitable[Any]]
+_PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
+_UNSET = object()
+EOF_GRACE_S = 2.0
+MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
+
+
+class _Result(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    result: Any
+
+
+class _ErrorBody(msgspec.Struct):
+    code: int
+    message: str
+    data: dict[str, Any]
+
+
+class _Error(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    error: _ErrorBody
+
+
+class _Notification(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    params: Any
+
+
+class _Request(msgspec.Struct):
+    jsonrpc: str
+    id: Any
+    method: str
+    params: Any
+
+
+class ClientRequestError(PonderError):
+    """The client answered one of our requests with an error, or could not be asked."""
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def encode_error(request_id: Any, exc: PonderError) -> bytes:
+    try:
+        return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(exc.code), exc.message, exc.data)))
+    except (TypeError, ValueError) as failure:  # a bug: data the wire cannot carry; answer all the same
+        log.error("could not encode the error %r", exc, exc_info=failure)
+        internal = InternalError("Internal error in the daemon; details are in its log.")
+        return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(internal.code), internal.message, {})))
+
+
+def decode_line(line: bytes | _Overlong) -> Any:
+    """One incoming line as a JSON value (a batch of at most ``MAX_BATCH``); raises the
+    wire error to answer (id null) when the line cannot be a request or batch."""
+    if isinstance(line, _Overlong):
+        raise InvalidRequest("Line too long; it was discarded.", reason="line_too_long")
+    try:
+        message = _decoder.decode(line)
+    except UnicodeDecodeError:  # msgspec's answer to invalid UTF-8 inside a string
+        raise ParseError("Parse error: the line is not valid UTF-8.") from None
+    except ValueError as exc:  # msgspec.DecodeError and its ValidationError (a number out of range)
+        raise ParseError(f"Parse error: {exc}.") from None
+    except RecursionError:  # msgspec's answer to ``[[[[...`` nested past its limit
+        raise ParseError("Parse error: the JSON is nested too deeply.") from None
+    if isinstance(message, list):
+        if not message:
+            raise InvalidRequest("Invalid request: empty batch.", reason="empty_batch")
+        if len(message) > MAX_BATCH:
+            raise InvalidRequest(
+                f"Invalid request: a batch holds at most {MAX_BATCH} requests and this one has {len(message)};"
+                " send it in smaller batches.",
+                reason="batch_too_long",
+            )
+    return message
+
+
+def _shutdown_part(group: BaseExceptionGroup, what: str) -> BaseExceptionGroup:
+    """trio groups shutdown's Cancelled with a failure in a handler's own tasks: log the
+    failure and keep only the cancellation; any other group is re-raised as it is."""
+    cancelled, failures = group.split(anyio.get_cancelled_exc_class())
+    if cancelled is None or not isinstance(failures, Exception):
+        raise group
+    log.error("%s failed as shutdown cancelled it", what, exc_info=failures)
+    return cancelled
+
+
+def as_wire_error(exc: BaseException) -> PonderError:
+    """The one mapping from any exception to a wire error."""
+    if isinstance(exc, InvalidStoreRequest):
+        return InvalidParams(exc.message, path=f"$.{exc.argument}")
+    if isinstance(exc, PonderError):
+        return exc
+    if isinstance(exc, msgspec.ValidationError):
+        return validation_error(exc)
+    log.error("internal error", exc_info=exc)
+    return InternalError("Internal error in the daemon; details are in its log.")
+
+
+def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> InvalidParams:
+    text = str(exc)
+    match = _PATH_RE.search(text)
+    path = prefix + (match.group("path")[1:] if match else "")
+    message = _PATH_RE.sub("", text)
+    return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
+
+
+class Connection:
+    """One client connection over a pair of streams (stdio in production, memory in tests)."""
+
+    def __init__(
+        self,
+        outgoing: MemoryObjectSendStream[Outgoing],
+        *,
+        cancel_method: str = "$/cancelRequest",
+        cancel_id_field: str = "id",
+    ) -> None:
+        self._outgoing = outgoing
+        # The mark queued after the last big message, set once the writer has written it and
+        # let go of it: until then notifications wait before they are encoded, so a reply's
+        # message_end is never encoded while its text_end is still in memory.
+        self._written: Written | None = None
+        # The request-cancellation notification: ``$/cancelRequest {id}`` in the ponder
+        # protocol, ``$/cancel_request {requestId}`` in ACP.
+        self.cancel_method = cancel_method
+        self.cancel_id_field = cancel_id_field
+        self._methods: dict[str, tuple[type[Any], Handler]] = {}
+        self._in_flight: dict[Any, anyio.CancelScope] = {}
+        self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
+        self._ids = itertools.count(1)
+        self._unanswered = 0  # requests received whose reply has not been queued yet
+        self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
+        self._answered.set()
+        self.shutting_down = False
+
+    def register(self, method: str, params_type: type[Any], handler: Handler) -> None:
+        self._methods[method] = (params_type, handler)
+
+    def unregister_all(self) -> None:
+        """Forget every method: another dialect (ACP) replaces the ponder protocol's table."""
+        self._methods.clear()
+
+    # --- sending ----------------------------------------------------------------------
+
+    async def send_raw(self, data: bytes) -> None:
+        # send() always yields to the loop first; with room in the queue that round trip
+        # is pure overhead on the streaming hot path, so try the synchronous path first.
+        if self._send_nowait(data):
+            return
+        big = len(data) >= BIG_MESSAGE
+        try:
+            await self._outgoing.send(data)
+            if big:
+                del data  # the queue alone holds it now; the writer lets go of it once written
+                written = Written()
+                await self._outgoing.send(written)
+                self._written = written  # only once queued: a mark that never reaches the writer is never set
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("dropped an outgoing message: output is closed")
+
+    def _send_nowait(self, data: bytes) -> bool:
+        """Queue ``data`` if there is room; False when the caller must wait (back-pressure)."""
+        try:
+            if len(data) < BIG_MESSAGE:
+                self._outgoing.send_nowait(data)
+                return True
+            stats = self._outgoing.statistics()
+            if stats.current_buffer_used + 2 > stats.max_buffer_size:  # no room for it and its mark
+                return False
+            self._outgoing.send_nowait(data)
+            written = Written()
+            self._outgoing.send_nowait(written)
+            self._written = written
+        except anyio.WouldBlock:
+            return False
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("dropped an outgoing message: output is closed")
+        return True
+
+    def _writing_big(self) -> bool:
+        return self._written is not None and not self._written.is_set()
+
+    async def notify(self, method: str, params: Any) -> None:
+        if self._writing_big():
+            assert self._written is not None
+            await self._written.wait()
+        await self.send_raw(_encoder.encode(_Notification("2.0", method, params)))
+
+    def notify_nowait(self, method: str, params: Any) -> bool:
+        """Queue a notification without waiting; False (nothing sent) when the queue is full
+        or a big message is still being written (``notify`` waits for it before encoding)."""
+        if self._writing_big():
+            return False
+        return self._send_nowait(_encoder.encode(_Notification("2.0", method, params)))
+
+    async def request(self, method: str, params: Any, result_type: type) -> Any:
+        """Send a daemon → client request and wait for its answer.
+
+        Cancelling the waiting task withdraws the request: the client is told with
+        ``$/cancelRequest`` and a late answer is ignored.
+        """
+        request_id = f"ponder-{next(self._ids)}"
+        done = anyio.Event()
+        slot: list[Any] = []
+        self._pending[request_id] = (done, slot)
+        try:
+            await self.send_raw(_encoder.encode(_Request("2.0", request_id, method, params)))
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self.notify(self.cancel_method, {self.cancel_id_field: request_id})
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+        answer = slot[0]
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            raise ClientRequestError(f"The client answered {method} with an error: {error.get('message', '?')}")
+        try:
+            return msgspec.convert(answer.get("result"), result_type)
+        except msgspec.ValidationError as exc:
+            raise ClientRequestError(f"The client's answer to {method} is invalid: {exc}") from None
+
+    # --- receiving --------------------------------------------------------------------
+
+    async def serve(self, incoming: ObjectReceiveStream[bytes | _Overlong]) -> None:
+        """Dispatch incoming lines until the stream ends; requests run concurrently.
+
+        Nothing a client sends may raise out of here: every line is either answered (an
+        error for what cannot be a request) or handed to ``_handle``, the error boundary.
+        """
+        async with incoming, anyio.create_task_group() as tg:
+            async for line in incoming:
+                try:
+                    message = decode_line(line)
+                except PonderError as exc:
+                    await self.send_raw(encode_error(None, exc))
+                    continue
+                if isinstance(message, list):
+                    tg.start_soon(self._handle_batch, message)
+                else:
+                    self._dispatch(tg, message)
+            # End of input: give requests in flight a moment, then answer them shutting_down.
+            await self.wait_answered(EOF_GRACE_S)
+            tg.cancel_scope.cancel()
+
+    def _dispatch(self, tg: anyio.abc.TaskGroup, message: Any) -> None:
+        if (
+            isinstance(message, dict)
+            and "method" not in message
+            and "id" in message
+            and ("result" in message or "error" in message)
+        ):
+            self._route_answer(message)
+            return
+        tg.start_soon(self._handle_and_send, message)
+
+    def _received(self) -> None:
+        if not self._unanswered:
+            self._answered = anyio.Event()
+        self._unanswered += 1
+
+    def _reply_queued(self) -> None:
+        self._unanswered -= 1
+        if not self._unanswered:
+            self._answered.set()
+
+    async def _handle_and_send(self, message: Any) -> None:
+        self._received()
+        cut_short: list[bytes] = []
+        try:
+            reply = await self._handle(message, cut_short)
+            if reply is not None:
+                await self._send_reply(reply)
+        finally:
+            if cut_short:  # the connection is going away: still answer, exactly once
+                await self._send_reply(cut_short[0])
+            self._reply_queued()
+
+    async def _send_reply(self, reply: bytes) -> None:
+        """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
+        try:
+            await self.send_raw(reply)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self.send_raw(reply)
+            raise
+
+    async def wait_answered(self, timeout_s: float) -> None:
+        """Wait (bounded) until every request received so far has had its reply queued."""
+        with anyio.move_on_after(timeout_s):
+            await self._answered.wait()
+
+    async def _handle_batch(self, messages: list[Any]) -> None:
+        self._received()
+        try:
+            await self._answer_batch(messages)
+        finally:
+            self._reply_queued()
+
+    async def _answer_batch(self, messages: list[Any]) -> None:
+        """Handle a batch's members concurrently and answer them all in one array, also when
+        shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
+        replies: list[bytes | None] = [None] * len(messages)
+
+        async def one(i: int, message: Any) -> None:
+            if isinstance(message, dict) and "method" not in message and "id" in message:
+                self._route_answer(message)
+                return
+            cut_short: list[bytes] = []
+            try:
+                replies[i] = await self._handle(message, cut_short)
+            finally:
+                if cut_short:
+                    replies[i] = cut_short[0]
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, message in enumerate(messages):
+                    tg.start_soon(one, i, message)
+        finally:
+            present = [r for r in replies if r is not None]
+            if present:  # a batch of notifications only gets no answer at all
+                await self._send_reply(b"[" + b",".join(present) + b"]")
+
+    def _route_answer(self, message: dict[str, Any]) -> None:
+        answer_id = message.get("id")
+        # Ours are strings; any other id (a list or object would not even hash) answers nothing.
+        pending = self._pending.get(answer_id) if isinstance(answer_id, str) else None
+        if pending is None:
+            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", message.get("id"))
+            return
+        done, slot = pending
+        if not slot:
+            slot.append(message)
+            done.set()
+
+    async def _handle(self, message: Any, cut_short: list[bytes]) -> bytes | None:
+        """Handle one request or notification; return the encoded reply (None for notifications).
+
+        This is the error boundary: whatever the message or its handler does, the outcome is
+        a reply (or, for a notification, nothing), never an exception. The one exception is
+        the connection's own cancellation (shutdown), which propagates; a request cut short
+        by it puts its ``shutting_down`` answer in ``cut_short`` for the caller to send.
+        """
+        request_id: Any = None
+        try:
+            if not isinstance(message, dict):
+                raise InvalidRequest("Invalid request: expected a JSON-RPC request object.", reason="not_an_object")
+            request_id = message.get("id", _UNSET)
+            if request_id is not _UNSET and (
+                isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None)))
+            ):
+                request_id = None
+                raise InvalidRequest("Invalid request: id must be a string, a number or null.", reason="bad_id")
+            if message.get("jsonrpc") != "2.0":
+                raise InvalidRequest('Invalid request: "jsonrpc" must be "2.0".', reason="bad_jsonrpc")
+            method = message.get("method")
+            if not isinstance(method, str):
+                raise InvalidRequest("Invalid request: method must be a string.", reason="bad_method")
+        except PonderError as exc:
+            return encode_error(None if request_id is _UNSET else request_id, exc)
+
+        is_notification = request_id is _UNSET
+        if method == self.cancel_method:
+            self._cancel_request(message.get("params"))
+            return None
+        if is_notification:
+            # Notifications get no answer, not even an error; unknown ones are ignored.
+            if method in self._methods:
+                try:
+                    await self._call(method, message.get("params", _UNSET))
+                except Exception as exc:
+                    log.warning("notification %s failed: %s", method, as_wire_error(exc).message)
+                except BaseExceptionGroup as group:
+                    raise _shutdown_part(group, f"notification {method}") from None
+            return None
+        if request_id in self._in_flight:
+            return encode_error(
+                request_id,
+                InvalidRequest(
+                    "Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"
+                ),
+            )
+        if self.shutting_down:
+            return encode_error(request_id, ShuttingDown())
+
+        scope = anyio.CancelScope()
+        self._in_flight[request_id] = scope
+        try:
+            with scope:
+                result = await self._call(method, message.get("params", _UNSET))
+                return _encoder.encode(_Result("2.0", request_id, result))
+            # Only reached when our own scope was cancelled by $/cancelRequest.
+            return encode_error(request_id, RequestCancelled())
+        except anyio.get_cancelled_exc_class():
+            # The whole connection is going away (shutdown): the caller answers for us.
+            cut_short.append(encode_error(request_id, ShuttingDown()))
+            raise
+        except Exception as exc:
+            return encode_error(request_id, as_wire_error(exc))
+        except BaseExceptionGroup as group:
+            cancelled = _shutdown_part(group, f"request {request_id!r}")  # still a request cut short
+            cut_short.append(encode_error(request_id, ShuttingDown()))
+            raise cancelled from None
+        finally:
+            self._in_flight.pop(request_id, None)
+
+    async def _call(self, method: str, raw_params: Any) -> Any:
+        entry = self._methods.get(method)
+        if entry is None:
+            raise MethodNotFound(f"Method not found: {method!r}.", method=method)
+        params_type, handler = entry
+        if raw_params is _UNSET or raw_params is None:
+            raw_params = {}
+        if not isinstance(raw_params, dict):
+            raise InvalidParams("Invalid params: params must be an object.", path="$.params")
+        try:
+            params: Any = msgspec.convert(raw_params, params_type)
+        except msgspec.ValidationError as exc:
+            raise validation_error(exc) from None
+        return await handler(params)
+
+    def _cancel_request(self, params: Any) -> None:
+        request_id = params.get(self.cancel_id_field) if isinstance(params, dict) else None
+        # Only a string or an integer can name a request in flight: anything else (a list or
+        # an object would not even hash, ``true`` would find id 1) cancels nothing.
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            log.debug("ignoring %s for an id that names no request: %.200r", self.cancel_method, request_id)
+            return
+        scope = self._in_flight.get(request_id)
+        if scope is not None:
+            scope.cancel()

@@ -1,0 +1,203 @@
+"""Newline-delimited JSON over stdio: the only code that touches stdin and stdout.
+
+``open_stdio()`` yields a receive stream of incoming lines and a send stream of outgoing
+messages. Lines are cut by ``daemon.jsonrpc.framing.LineSplitter`` on a reader thread.
+
+One writer task owns stdout. Outgoing messages queue in a bounded stream, so a client
+that reads slowly slows the daemon down (back-pressure) instead of making it lose or
+reorder anything; the writer drains whatever is queued into one ``write`` call, and sets
+the ``Written`` mark that follows a big message once it is written
+(see ``daemon.jsonrpc.framing``).
+"""
+
+import logging
+import os
+import select
+import stat
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from daemon.jsonrpc.framing import BIG_MESSAGE, DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
+
+log = logging.getLogger("ponder.transport")
+READ_CHUNK = 256 * 1024
+OUTGOING_BUFFER = 4096  # messages queued for stdout before producers wait
+
+
+def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
+    """Read stdin on a daemon thread, handing complete lines to the event loop.
+
+    A read blocked on stdin cannot be interrupted; a daemon thread (unlike a pooled worker
+    thread) never keeps the process alive at exit. Handing lines over blocks the thread
+    while the loop is busy, which is the back-pressure we want.
+    """
+    token = anyio.lowlevel.current_token()
+
+    def deliver(items: list[bytes | _Overlong]) -> None:
+        for item in items:
+            anyio.from_thread.run(send.send, item, token=token)
+
+    def read_forever() -> None:
+        splitter = LineSplitter(max_line_bytes)
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, READ_CHUNK)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    deliver(splitter.finish())
+                    return
+                deliver(splitter.feed(chunk))
+        except Exception:
+            return
+        finally:
+            try:
+                anyio.from_thread.run_sync(send.close, token=token)
+            except Exception:
+                pass
+
+    threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
+
+
+async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
+    direct = _use_nonblocking(fd)
+    writable = True  # until a write finds the client gone; the rest is drained unwritten
+    try:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                del first  # the batch alone holds what is written, and is let go of below
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                marks = [item for item in batch if isinstance(item, Written)]
+                if writable:
+                    writable = await _write_batch(fd, direct, [item for item in batch if not isinstance(item, Written)])
+                del batch  # a big message is freed before its sender hears it was written
+                for mark in marks:
+                    mark.set()
+    finally:
+        if direct:
+            os.set_blocking(fd, True)
+
+
+async def _write_batch(fd: int, direct: bool, batch: list[bytes]) -> bool:
+    """Write the batch; False when the client is gone (nothing more can reach it)."""
+    for data in _writes(batch):
+        if direct:
+            writable = await _write_nonblocking(fd, data)
+        else:
+            writable = await anyio.to_thread.run_sync(_write_all, fd, data)
+        if not writable:
+            return False
+    return True
+
+
+def _writes(batch: list[bytes]) -> list[bytes]:
+    """The batch as few buffers to write: small messages joined with their newlines, large
+    ones (a ``text_end`` or ``message_end`` can hold a whole reply) written as they are,
+    since joining would copy them."""
+    out: list[bytes] = []
+    small: list[bytes] = []
+    for message in batch:
+        if len(message) < BIG_MESSAGE:
+            small.append(message)
+            continue
+        if small:
+            out.append(b"\n".join([*small, b""]))
+            small = []
+        out += [message, b"\n"]
+    if small:
+        out.append(b"\n".join([*small, b""]))
+    return out
+
+
+def _use_nonblocking(fd: int) -> bool:
+    """Pipes and sockets (what a client spawning us provides) are written without a thread.
+
+    A worker-thread hop per batch costs more than the write itself; with the fd in
+    non-blocking mode the loop writes at once and waits for writability only when the
+    client is behind. Terminals and files keep blocking writes on a thread, since their
+    flags are shared with whoever else holds them.
+    """
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return False
+        os.set_blocking(fd, False)
+    except OSError:
+        return False
+    return True
+
+
+async def _write_nonblocking(fd: int, data: bytes) -> bool:
+    """Write all of ``data``; False when the client is gone (nothing more can reach it)."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+            continue
+        except OSError as exc:
+            return _output_gone(exc)
+        view = view[written:]
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:  # a terminal whose flags someone else made non-blocking: wait for room
+            select.select([], [fd], [])
+            continue
+        except OSError as exc:
+            return _output_gone(exc)
+        view = view[written:]
+    return True
+
+
+def _output_gone(exc: OSError) -> bool:
+    """A pipe the client closed (EPIPE), a socket it reset, a terminal hung up (EIO): the daemon
+    does not die of it; shutdown follows from stdin's end."""
+    if not isinstance(exc, BrokenPipeError):
+        log.warning("stdout is gone (%s); nothing more can reach the client", exc)
+    return False
+
+
+@asynccontextmanager
+async def open_stdio(
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    stdin_fd: int | None = None,
+    stdout_fd: int | None = None,
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[bytes | _Overlong], MemoryObjectSendStream[Outgoing]]]:
+    """Run the stdin reader and the stdout writer; yield (incoming lines, outgoing messages).
+
+    Outgoing items are complete JSON documents without the trailing newline (and the
+    ``Written`` marks that follow big ones, set once they are written). On exit the
+    outgoing stream is closed and everything queued is written before returning.
+    """
+    in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
+    out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
+    in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](64)
+    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](OUTGOING_BUFFER)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_pump_output, out_fd, out_receive)
+        _start_reader(in_fd, in_send, max_line_bytes)
+        try:
+            yield in_receive, out_send
+        finally:
+            in_receive.close()  # the reader thread stops at its next line
+            await out_send.aclose()  # the writer drains what is queued, then ends

@@ -1,0 +1,73 @@
+"""Children die with the daemon: SIGKILL a real ``ponder serve`` while a ``run_command``
+with a backgrounded grandchild runs and a stubborn MCP server (it ignores SIGTERM and the
+end of its input, and has a child of its own) is up. Every process of their groups must
+be gone within a couple of seconds: the daemon's group watcher (``daemon.tools.procgroup``)
+ends them, SIGTERM first, SIGKILL after ``WATCHER_GRACE_S``.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from daemon.tools.procgroup import WATCHER_GRACE_S, group_alive
+from tests.support.faults import start_session
+from tests.support.harness import process_of, subprocess_daemon
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SERVERS = Path(__file__).resolve().parents[1] / "support" / "mcp_servers"
+# SIGKILL lands at once for the command's group; the stubborn server needs the grace first.
+WITHIN_S = WATCHER_GRACE_S + 2.0
+
+
+async def wait_for_file(path: Path, timeout: float = 15.0) -> int:
+    with anyio.fail_after(timeout):
+        while not (path.exists() and path.read_text().strip()):
+            await anyio.sleep(0.02)
+    return int(path.read_text())
+
+
+async def test_a_sigkilled_daemon_takes_its_children_along(home, tmp_path, anyio_backend):
+    cwd, state = tmp_path / "project", tmp_path / "state"
+    cwd.mkdir()
+    state.mkdir()
+    stubborn = [str(SERVERS / "misbehaving.py"), "serve", "--stubborn"]
+    (home / "config.toml").write_text(
+        f"[mcp_servers.stubborn]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(stubborn)}\n"
+        f"env = {{ MCP_TEST_DIR = {json.dumps(str(state))} }}\n"
+    )
+    async with subprocess_daemon(home, backend=anyio_backend) as client:
+        [server] = (await client.request("mcp/list"))["servers"]
+        assert server["status"] == "ready", server
+        mcp_group = await wait_for_file(state / "serve.pid")
+        mcp_child = await wait_for_file(state / "child.pid")
+
+        session_id = await start_session(client, str(cwd), model_id="mock/tools")
+        command = "sleep 1000 & echo $! > grandchild; echo $$ > shell; sleep 1000"
+        text = f"tool: run_command {json.dumps({'command': command})}"
+        await client.request("session/prompt", {"session_id": session_id, "text": text})
+        command_group = await wait_for_file(cwd / "shell")
+        grandchild = await wait_for_file(cwd / "grandchild")
+        assert group_alive(command_group) and group_alive(mcp_group)
+        assert Path(f"/proc/{grandchild}").exists() and Path(f"/proc/{mcp_child}").exists()
+
+        process = process_of(client)
+        process.kill()  # SIGKILL: the daemon gets no chance to clean up
+        await process.wait()
+        killed_at = time.monotonic()
+        gone_after: dict[str, float] = {}
+        with anyio.fail_after(WITHIN_S):
+            while len(gone_after) < 2:
+                for name, group in (("run_command", command_group), ("mcp", mcp_group)):
+                    if name not in gone_after and not group_alive(group):
+                        gone_after[name] = time.monotonic() - killed_at
+                await anyio.sleep(0.01)
+        # let the client's reader see the end of stdout, so the pipe is closed, not left to the GC
+        with anyio.fail_after(5):
+            async for _ in client.notifications:
+                pass
+    print("gone after the SIGKILL: " + ", ".join(f"{name} group {s:.2f} s" for name, s in gone_after.items()))
