@@ -6,7 +6,16 @@ reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_hi
 and ``call_ids`` (tool-call ids unique in a session). This module only re-exports.
 """
 
-from daemon.agent.context import SHUTDOWN_GRACE_S, AppendParts, Approve, Emit, RunTool, Turn, TurnSettings
+from daemon.agent.context import (
+    SHUTDOWN_GRACE_S,
+    AppendParts,
+    Approve,
+    CompactionRequest,
+    Emit,
+    RunTool,
+    Turn,
+    TurnSettings,
+)
 from daemon.agent.history import CANCELLED_RESULT, repair_history
 from daemon.agent.reply import add_usage
 from daemon.agent.turn import error_info, run_turn
@@ -18,6 +27,7 @@ __all__ = [
     "SHUTDOWN_GRACE_S",
     "AppendParts",
     "Approve",
+    "CompactionRequest",
     "Emit",
     "RunTool",
     "Turn",

@@ -10,13 +10,16 @@ shutting down (``Turn.hurry``).
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from daemon.conversation import ChatMessage, Part
 from daemon.providers.base import Provider, StreamLimits, ToolSpec
 from protocol.objects import Thinking, Usage
+
+if TYPE_CHECKING:
+    from daemon.agent.compaction import CompactionSetup
 
 # How long the last writes and events of a cancelled turn may take once the daemon is
 # shutting down; until then they wait for the client however long it takes to read.
@@ -52,13 +55,23 @@ class TurnSettings:
     limits: StreamLimits = field(default_factory=StreamLimits)
 
 
+@dataclass(frozen=True)
+class CompactionRequest:
+    """What a compaction turn (``kind: "compaction"``) does: a manual compaction, or one before a prompt."""
+
+    compaction_id: str
+    trigger: str  # "manual" | "threshold"
+    instructions: str | None = None
+    pending: int = 0  # messages at the end of the history not yet answered (the prompt that follows)
+
+
 @dataclass
 class Turn:
     """Everything one turn needs; built by the session actor."""
 
     session_id: str
     turn_id: str
-    user_message: ChatMessage
+    user_message: ChatMessage | None  # None for a compaction turn
     model_id: str
     provider_name: str
     model_name: str
@@ -79,6 +92,9 @@ class Turn:
     prepare: Callable[["Turn"], Awaitable[None]] | None = None
     system_prompt: str | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
+    # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
+    compaction: "CompactionSetup | None" = None
+    compaction_request: CompactionRequest | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S

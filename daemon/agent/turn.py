@@ -13,14 +13,16 @@ import random
 
 import anyio
 
-from daemon.agent.context import Turn
+from daemon.agent import compaction
+from daemon.agent.context import CompactionRequest, Turn
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
+from daemon.context.overflow import is_context_overflow
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError, ProviderError
+from daemon.errors import ContextOverflow, InvalidParams, PonderError, ProviderError
 from protocol import events as ev
 from protocol.errors import ErrorCode
-from protocol.objects import ErrorInfo
+from protocol.objects import CompactionTrigger, ErrorInfo
 
 log = logging.getLogger("ponder.agent")
 
@@ -32,14 +34,22 @@ async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
     await turn.emit(
         ev.TurnStart,
-        {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
+        {
+            "model_id": turn.model_id,
+            "thinking": turn.thinking,
+            "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
+            "kind": "compaction" if turn.compaction_request is not None else "prompt",
+        },
     )
     stop_reason, error = "error", None
     with turn.cancel_scope:
         try:
             if turn.prepare is not None:
                 await turn.prepare(turn)
-            stop_reason = await _tool_loop(turn)
+            if turn.compaction_request is not None:
+                stop_reason, error = await _compaction_turn(turn, turn.compaction_request)
+            else:
+                stop_reason = await _tool_loop(turn)
         except PonderError as exc:
             error = error_info(exc)
         except Exception as exc:
@@ -65,16 +75,43 @@ async def _tool_loop(turn: Turn) -> str:
             # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
             return "end_turn" if stop == "tool_use" else stop
         await run_tools(turn, calls)
+        await compaction.maybe_compact(turn)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
+
+
+async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str, ErrorInfo | None]:
+    """A turn that only compacts: ``end_turn`` when it completed or was skipped, else ``error``."""
+    if turn.compaction is None:
+        raise InvalidParams("This session's model cannot be compacted.")
+    trigger: CompactionTrigger = "manual" if request.trigger == "manual" else "threshold"
+    outcome = await compaction.compact(
+        turn,
+        trigger,
+        compaction_id=request.compaction_id,
+        instructions=request.instructions,
+        pending=request.pending,
+    )
+    if outcome.status in ("completed", "skipped"):
+        return "end_turn", None
+    return "error", outcome.error
 
 
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
+    compacted_for_overflow = False
     while True:
         reply = Reply(turn)
         try:
             return await reply.stream()
         except ProviderError as exc:
+            if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
+                if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
+                    raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc
+                compacted_for_overflow = True  # compact, then retry the request once
+                outcome = await compaction.compact(turn, "overflow")
+                if outcome.status != "completed":
+                    raise ContextOverflow(exc, compacted=False) from exc
+                continue
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise
             delay = _backoff(attempt, exc.retry_after)

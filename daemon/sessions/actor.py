@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from daemon import agent
+from daemon.agent.compaction import should_compact
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
 from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
+from daemon.util.clock import new_id
 from protocol import events as ev
+from protocol.objects import ErrorInfo
 
 if TYPE_CHECKING:
     from daemon.sessions.manager import SessionManager
@@ -52,20 +55,15 @@ async def _run_turn(manager: "SessionManager", live: LiveSession, pending: Pendi
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = manager.writes.saver(live)
     try:
-        if live.take_waiting(message):
+        if message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
             await save(message)
+        if message is not None and await _compact_before_prompt(manager, live) == "cancelled":
+            await _bracket(manager, live, pending, "cancelled")
+            return
         turn = manager.assembly.build(live, pending, emit, save)
     except PonderError as exc:
-        await emit(
-            ev.TurnStart,
-            {
-                "model_id": live.row.model_id,
-                "thinking": no_thinking(live.row.thinking_level),
-                "user_message_id": message.message_id,
-            },
-        )
-        await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent.error_info(exc)})
+        await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
     live.current = turn
     try:
@@ -77,6 +75,25 @@ async def _run_turn(manager: "SessionManager", live: LiveSession, pending: Pendi
         live.row.message_count = live.stored_count
         with anyio.move_on_after(2, shield=True):
             await manager.bridge.session_updated(manager.wire_session(live.row))
+
+
+async def _compact_before_prompt(manager: "SessionManager", live: LiveSession) -> str | None:
+    """Before a prompt (the last message of the history now): when the estimated request exceeds
+    ``window - reserve``, a compaction turn of its own (``kind: "compaction"``). Its stop reason,
+    or None when none was needed."""
+    request = agent.CompactionRequest(compaction_id=new_id("cmp"), trigger="threshold", pending=1)
+    pending = PendingTurn(new_id("turn"), None, request)
+    # Not the releasing emitter: the prompt's turn follows under the same lease.
+    turn = manager.assembly.build(
+        live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.saver(live)
+    )
+    if not should_compact(turn):
+        return None
+    live.current = turn
+    try:
+        return await agent.run_turn(turn)
+    finally:
+        live.turn_done()
 
 
 def _releasing_emitter(manager: "SessionManager", live: LiveSession, emit: agent.Emit) -> agent.Emit:
@@ -105,7 +122,9 @@ def drop_queue(manager: "SessionManager", live: LiveSession) -> int:
         # is one; its turn still gets its bracket so a client waiting on the turn id is
         # never left hanging.
         moved = False
-        if live.current is not None:
+        if pending.user_message is None:
+            pass  # a compaction: nothing was stored
+        elif live.current is not None:
             live.dropped.append(pending.user_message)
         else:
             moved = live.take_waiting(pending.user_message)
@@ -133,19 +152,38 @@ async def _save_dropped(manager: "SessionManager", live: LiveSession, message: C
 
 
 async def _bracket_dropped(manager: "SessionManager", live: LiveSession, pending: PendingTurn, moved: bool) -> None:
-    if moved:
+    if moved and pending.user_message is not None:
         await _save_dropped(manager, live, pending.user_message)
+    await _bracket(manager, live, pending, "cancelled")
+
+
+async def _bracket(
+    manager: "SessionManager",
+    live: LiveSession,
+    pending: PendingTurn,
+    stop_reason: str,
+    error: ErrorInfo | None = None,
+    *,
+    emit: agent.Emit | None = None,
+) -> None:
+    """The ``turn_start``/``turn_end`` of a turn that never ran (dropped, or it could not be built);
+    a compaction turn also gets its one ``compaction_end``."""
     try:
         thinking_now = manager.thinking_for(live.row)
     except PonderError:
         thinking_now = no_thinking(live.row.thinking_level)
-    emit = manager.events.emitter(live, pending.turn_id)
+    emit = emit or manager.events.emitter(live, pending.turn_id)
+    message, compaction = pending.user_message, pending.compaction
     await emit(
         ev.TurnStart,
         {
             "model_id": live.row.model_id,
             "thinking": thinking_now,
-            "user_message_id": pending.user_message.message_id,
+            "user_message_id": message.message_id if message is not None else None,
+            "kind": "compaction" if compaction is not None else "prompt",
         },
     )
-    await emit(ev.TurnEnd, {"stop_reason": "cancelled", "usage": None, "error": None})
+    if compaction is not None:
+        status = "cancelled" if stop_reason == "cancelled" else "failed"
+        await emit(ev.CompactionEnd, {"compaction_id": compaction.compaction_id, "status": status, "error": error})
+    await emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": None, "error": error})

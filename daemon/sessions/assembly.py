@@ -2,14 +2,17 @@
 spec, its provider adapter, the resolved thinking, the tools and the settings of config.toml)."""
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daemon import agent, thinking
-from daemon.catalog import Catalog
+from daemon.agent.compaction import CompactionSetup, Summarizer
+from daemon.catalog import Catalog, ModelSpec
 from daemon.config import Config
 from daemon.conversation import ChatMessage
-from daemon.providers.base import StreamLimits
+from daemon.errors import PonderError
+from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
@@ -17,6 +20,8 @@ from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+
+log = logging.getLogger("ponder.sessions")
 
 
 class TurnAssembly:
@@ -63,6 +68,8 @@ class TurnAssembly:
         return agent.Turn(
             session_id=row.id,
             turn_id=pending.turn_id,
+            compaction=self._compaction_setup(live, spec, provider),
+            compaction_request=pending.compaction,
             user_message=pending.user_message,
             model_id=spec.id,
             provider_name=spec.provider,
@@ -87,4 +94,39 @@ class TurnAssembly:
                     max_event_bytes=self.config.max_event_bytes, max_response_bytes=self.config.max_response_bytes
                 ),
             ),
+        )
+
+    def _compaction_setup(self, live: LiveSession, spec: ModelSpec, provider: Provider) -> CompactionSetup:
+        """``[compaction]`` for this session's model, with its summarizer (``[compaction] model``
+        when that model is known and its provider configured, else the session's own)."""
+        settings = self.config.compaction
+        summarizer_spec, summarizer_provider = spec, provider
+        if settings.model is not None:
+            try:
+                summarizer_spec = self.catalog.get(settings.model)
+                summarizer_provider = self.providers.get(summarizer_spec.provider, summarizer_spec.api)
+            except PonderError as exc:
+                log.warning("[compaction] model %s cannot be used (%s); the session's model summarizes", settings.model,
+                            exc.message)  # fmt: skip
+                summarizer_spec, summarizer_provider = spec, provider
+        level = settings.thinking_level or "off"
+        if level == "default":
+            level = self.catalog.default_level(summarizer_spec)
+        return CompactionSetup(
+            auto=settings.auto,
+            reserve_tokens=settings.reserve_tokens,
+            keep_recent_tokens=settings.keep_recent_tokens,
+            context_window=spec.context_window,
+            strip_thinking=spec.thinking_bound_to_prefix,
+            summarizer=Summarizer(
+                provider=summarizer_provider,
+                provider_name=summarizer_spec.provider,
+                model_name=summarizer_spec.model,
+                model_id=summarizer_spec.id,
+                thinking=thinking.resolve_thinking(summarizer_spec, level),
+                context_window=summarizer_spec.context_window,
+                max_output_tokens=summarizer_spec.max_output_tokens,
+            ),
+            records=live.compactions,
+            save=functools.partial(self.store.save_compaction, live.row.id),
         )

@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from daemon import thinking
+from daemon.agent import CompactionRequest
 from daemon.catalog import Catalog, ModelSpec
 from daemon.config import Config
 from daemon.conversation import ChatMessage, Part
@@ -142,7 +143,9 @@ class SessionManager:
             if row is None:
                 raise SessionNotFound(session_id)
             history = await self.store.get_messages(session_id)
-            return await self._activate(row, history)
+            live = await self._activate(row, history)
+            live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(session_id)]
+            return live
         finally:
             del self._loading[session_id]
             done.set()
@@ -348,6 +351,26 @@ class SessionManager:
             live.inbox_send.send_nowait(PendingTurn(turn_id, message))
             return turn_id, queued
 
+    async def compact(self, session_id: str, instructions: str | None) -> tuple[str, bool]:
+        """Admit a compaction turn (``session/compact``): queued like a prompt while a turn runs."""
+        live = await self.get(session_id)
+        if self.shutting_down:
+            raise ShuttingDown()
+        spec = self.catalog.get(live.row.model_id)
+        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is queued
+        async with live.admit_lock:
+            if live.queued >= self.config.max_queued_prompts:
+                raise SessionBusy(session_id)
+            if not live.lease_held:
+                if not await self.writes.acquire_lease(live):
+                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
+                await self._refresh(live)
+            queued = live.status == "running"
+            compaction_id = new_id("cmp")
+            request = CompactionRequest(compaction_id=compaction_id, trigger="manual", instructions=instructions)
+            live.inbox_send.send_nowait(PendingTurn(new_id("turn"), None, request))
+            return compaction_id, queued
+
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:
         take the stored row, and the stored history when messages were added; a deleted
@@ -359,6 +382,7 @@ class SessionManager:
         if row.message_count != live.stored_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
+            live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]
         live.row = row
 
     async def cancel(self, session_id: str) -> tuple[bool, int]:
