@@ -159,3 +159,187 @@ async def test_the_store_keeps_every_message_and_one_row_per_compaction(home, tm
     assert db.execute("SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0] == 48
     rows = db.execute("SELECT seq, first_kept_seq FROM compactions WHERE session_id = ? ORDER BY seq", (session_id,))
     assert len(rows.fetchall()) >= 2
+
+
+BIG_WINDOW = {"window": 100_000, "extra": "keep_recent_tokens = 500"}
+
+
+async def three_turns(client: RpcClient, session_id: str) -> None:
+    for n in range(3):
+        events = await prompt(client, session_id, f"Turn {n}: look at module {n}.")
+        assert of_type(events, "compaction_start") == []  # far from the window: nothing automatic
+
+
+async def test_manual_compaction_completes_in_its_own_turn_and_later_requests_send_the_summary(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            events = await compact(client, session_id, "Keep the file names.")
+            after = await prompt(client, session_id, "Turn 3: look at module 3.")
+            resumed = await client.request("session/resume", {"session_id": session_id})
+
+    turn_start, start_event, end_event, turn_end = (
+        of_type(events, kind)[0] for kind in ("turn_start", "compaction_start", "compaction_end", "turn_end")
+    )
+    assert (turn_start["kind"], turn_start["user_message_id"]) == ("compaction", None)
+    assert start_event["trigger"] == "manual" and start_event["tokens_before"] > 0
+    assert end_event["status"] == "completed" and "## Goal" in end_event["summary"]
+    assert end_event["tokens_after"] < start_event["tokens_before"]
+    assert end_event["usage"]["input_tokens"] == chat.of_kind("summary")[0].prompt_tokens
+    assert turn_end["stop_reason"] == "end_turn" and turn_end["usage"]["input_tokens"] > 0
+    assert {e["turn_id"] for e in events} == {turn_start["turn_id"]}
+    assert of_type(after, "compaction_start") == []
+    # The summarizer got the instructions; the next request starts with the summary, not the first prompt.
+    summary_body = json.dumps(chat.of_kind("summary")[0].body)
+    assert "Keep the file names." in summary_body and "Turn 0: look at module 0." in summary_body
+    next_body = json.dumps(chat.answers[-2].body["messages"])
+    assert "<summary>" in next_body and "Turn 0: look at module 0." not in next_body
+    assert "Turn 3: look at module 3." in next_body
+    # Nothing is deleted: all 16 messages, and the record between them.
+    kinds = [item["kind"] for item in resumed["items"]]
+    assert len(resumed["messages"]) == 16 and kinds.count("compaction") == 1
+    record = resumed["items"][kinds.index("compaction")]
+    assert record["seq"] == 12 and record["compaction_id"] == end_event["compaction_id"]
+    assert record["trigger"] == "manual" and record["model_id"] == "local/small"
+
+
+async def test_manual_compaction_with_nothing_old_enough_is_skipped_and_stores_nothing(home, tmp_path):
+    cwd = project(tmp_path, 1)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await prompt(client, session_id, "Turn 0: look at module 0.")
+            events = await compact(client, session_id)
+            resumed = await client.request("session/resume", {"session_id": session_id})
+    assert [e["status"] for e in of_type(events, "compaction_end")] == ["skipped"]
+    assert of_type(events, "turn_end")[0]["stop_reason"] == "end_turn"
+    assert chat.of_kind("summary") == []  # no summarizer call for nothing to fold
+    assert [item["kind"] for item in resumed["items"]] == ["message"] * 4
+
+
+async def test_an_overflow_compacts_and_retries_the_request_once_inside_the_turn(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            chat.overflow_next = 1  # the provider refuses the next request as too long
+            events = await prompt(client, session_id, "Turn 3: look at module 3.")
+    turn_ids = {e["turn_id"] for e in events}
+    assert len(turn_ids) == 1  # inside the prompt's own turn
+    starts, ends = of_type(events, "compaction_start"), of_type(events, "compaction_end")
+    assert [s["trigger"] for s in starts] == ["overflow"] and [e["status"] for e in ends] == ["completed"]
+    assert of_type(events, "turn_end")[0] == {
+        **of_type(events, "turn_end")[0],
+        "stop_reason": "end_turn",
+        "error": None,
+    }
+    assert [a.kind for a in chat.answers[-5:]] == ["text", "overflow", "summary", "tool_call", "text"]
+    retried = chat.answers[-2].body["messages"]
+    assert "<summary>" in json.dumps(retried)
+
+
+async def test_auto_off_an_overflow_ends_the_turn_with_an_error_that_says_to_compact(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, auto=False, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            chat.overflow_next = 1
+            events = await prompt(client, session_id, "Turn 3: look at module 3.")
+            resumed = await client.request("session/resume", {"session_id": session_id})
+    assert of_type(events, "compaction_start") == [] and chat.of_kind("summary") == []
+    end = of_type(events, "turn_end")[0]
+    assert end["stop_reason"] == "error" and end["error"]["provider_status"] == 400
+    assert "session/compact" in end["error"]["message"] and "/compact" in end["error"]["message"]
+    assert len(resumed["messages"]) == 13 and all(i["kind"] == "message" for i in resumed["items"])
+
+
+async def test_auto_off_never_compacts_on_the_threshold(home, tmp_path):
+    cwd = project(tmp_path, 10)
+    chat = SmallWindowChat(window=8_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, auto=False)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            ends = []
+            for n in range(10):
+                events = await prompt(client, session_id, f"Turn {n}: look at module {n}.")
+                assert of_type(events, "compaction_start") == []
+                ends.append(of_type(events, "turn_end")[-1])
+    # Past the window the provider's overflow ends the turn with the error that says how to compact.
+    assert ends[0]["stop_reason"] == "end_turn"
+    assert ends[-1]["stop_reason"] == "error" and "compact" in ends[-1]["error"]["message"]
+    assert chat.of_kind("summary") == []
+
+
+async def test_fork_copies_the_compactions_in_range_and_delete_removes_them(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            await compact(client, session_id)
+            await prompt(client, session_id, "Turn 3: look at module 3.")
+            messages = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+            whole = (await client.request("session/fork", {"session_id": session_id}))["session"]["session_id"]
+            early_id = messages[11]["message_id"]  # seq 12: the compaction's own seq
+            before_id = messages[10]["message_id"]
+            at = await client.request("session/fork", {"session_id": session_id, "message_id": early_id})
+            before = await client.request("session/fork", {"session_id": session_id, "message_id": before_id})
+
+            async def records(sid: str) -> list[dict[str, Any]]:
+                items = (await client.request("session/messages", {"session_id": sid}))["items"]
+                return [i for i in items if i["kind"] == "compaction"]
+
+            original = await records(session_id)
+            assert len(original) == 1
+            forked = await records(whole)
+            assert [(r["seq"], r["summary"]) for r in forked] == [(r["seq"], r["summary"]) for r in original]
+            assert forked[0]["compaction_id"] != original[0]["compaction_id"]
+            assert len(await records(at["session"]["session_id"])) == 1
+            assert await records(before["session"]["session_id"]) == []
+            # The fork's next request is folded at its copy of the compaction.
+            await prompt(client, whole, "Turn 4: look at module 3.")
+            assert "<summary>" in json.dumps(chat.answers[-2].body["messages"])
+            await client.request("session/delete", {"session_id": session_id})
+    db = sqlite3.connect(home / "sessions.db")
+    assert db.execute("SELECT count(*) FROM compactions WHERE session_id = ?", (session_id,)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM compactions WHERE session_id = ?", (whole,)).fetchone()[0] == 1
+
+
+async def test_session_messages_pages_carry_the_compactions_of_their_range(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            await compact(client, session_id)
+            await prompt(client, session_id, "Turn 3: look at module 3.")
+            first = await client.request("session/messages", {"session_id": session_id, "limit": 8})
+            second = await client.request(
+                "session/messages", {"session_id": session_id, "after_seq": first["next_seq"], "limit": 8}
+            )
+    assert [i["kind"] for i in first["items"]] == ["message"] * 8
+    assert [i["kind"] for i in second["items"]] == ["message"] * 4 + ["compaction"] + ["message"] * 4
