@@ -55,6 +55,7 @@ class SmallWindowChat:
     window: int = 8_000
     answers: list[Answered] = field(default_factory=list)
     overflow_next: int = 0  # answer this many more requests with the overflow 400 whatever their size
+    summary_delay_s: float = 0.0  # hold each summary this long before its headers (a slow summarizer)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, server: ReplayServer) -> None:
@@ -85,7 +86,9 @@ class SmallWindowChat:
             )
         messages = body["messages"]
         if messages and messages[0].get("role") == "system" and messages[0].get("content") == SUMMARIZER_SYSTEM_PROMPT:
-            return self._text(body, tokens, "summary", self._summary(json.dumps(messages)))
+            answer = self._text(body, tokens, "summary", self._summary(json.dumps(messages)))
+            answer.headers_delay_s = self.summary_delay_s
+            return answer
         last = messages[-1]
         if last["role"] == "user":
             modules = MODULE.findall(str(last.get("content")))
