@@ -14,6 +14,9 @@ Translation, event by event:
   ``in_progress``, then ``completed``/``failed`` with the result (edits as a diff). Calls
   a cancelled turn never finished are closed as ``failed``.
 - an assistant message's usage becomes ``usage_update`` (tokens in context / window).
+- a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
+  extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
+  else one short agent message when it ends.
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
   other event of the turn, so the prompt's answer follows all of its updates.
 - ``session_updated`` sends ``session_info_update`` when the title changed and
@@ -93,6 +96,7 @@ class _Turn:
     context_window: int | None
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
+    compactions: dict[str, int] = field(default_factory=dict)  # compaction id -> tokens before
 
 
 class AcpBridge:
@@ -109,6 +113,9 @@ class AcpBridge:
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
+        # The client advertised ``clientCapabilities.session.compaction`` (unstable): compaction_update
+        # notifications; otherwise a compaction is told as a short agent message.
+        self.compaction_updates = False
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -271,6 +278,12 @@ class AcpBridge:
                 used = context_used(message.usage)
                 if used is not None:
                     await self.update(sid, t.UsageUpdate(used=used, size=turn.context_window))
+        elif isinstance(event, ev.CompactionStart):
+            turn.compactions[event.compaction_id] = event.tokens_before
+            if self.compaction_updates:
+                await self.update(sid, t.CompactionUpdate(compaction_id=event.compaction_id, status="in_progress"))
+        elif isinstance(event, ev.CompactionEnd):
+            await self._compaction_end(turn, sid, event)
         elif isinstance(event, ev.TurnEnd):
             await self._turn_end(turn, sid, event)
 
@@ -323,6 +336,32 @@ class AcpBridge:
                 content = [diff]
         status = "failed" if event.is_error else "completed"
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
+
+    async def _compaction_end(self, turn: _Turn, sid: str, event: ev.CompactionEnd) -> None:
+        before = turn.compactions.pop(event.compaction_id, None)
+        error = event.error.message if event.error is not None else None
+        if self.compaction_updates:
+            update = t.CompactionUpdate(compaction_id=event.compaction_id, status=event.status)
+            if event.status == "skipped":
+                update.status = "_skipped"  # no ACP status for "nothing old enough to fold"
+            elif event.status == "completed" and event.summary:
+                update.summary = [t.TextContent(text=event.summary)]
+            elif event.status == "failed" and error:
+                update.error = error
+            await self.update(sid, update)
+            return
+        if event.status == "completed" and before is not None and event.tokens_after is not None:
+            text = f"Compacted the conversation into a summary: about {before:,} → {event.tokens_after:,} tokens."
+        elif event.status == "completed":
+            text = "Compacted the conversation into a summary."
+        elif event.status == "skipped":
+            text = "Nothing to compact yet: the conversation is all recent."
+        elif event.status == "failed":
+            text = f"Compaction failed: {error or 'no summary was written'}"
+        else:
+            text = "Compaction cancelled."
+        message_id = f"compaction-{event.compaction_id}"
+        await self.update(sid, t.AgentMessageChunk(content=t.TextContent(text=text), message_id=message_id))
 
     async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
         for call_id, call in turn.calls.items():

@@ -9,14 +9,14 @@ in one write only when it shrinks the estimate. Messages are never changed.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import anyio
 
-from daemon.agent.context import Turn
+from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info
 from daemon.agent.history import repair_history
+from daemon.context.budget import add_usage
 from daemon.context.cut import choose_cut
 from daemon.context.estimate import next_request_estimate, request_estimate
 from daemon.context.history import compaction_shrinks, history_for_request
@@ -24,56 +24,14 @@ from daemon.context.summary import SummaryRequest, summary_request
 from daemon.context.window import effective_keep_recent, needs_compaction
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError, ProviderError
-from daemon.providers.base import BlockEnd, Provider, ProviderRequest, UsageUpdate
+from daemon.providers.base import BlockEnd, ProviderRequest, UsageUpdate
 from daemon.util.clock import new_id
 from protocol import events as ev
-from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Thinking, Usage
+from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Usage
 
 log = logging.getLogger("ponder.agent")
 
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
-# Room kept for the summary itself: an eighth of the summarizer's window, within these bounds.
-SUMMARY_OUTPUT_MIN = 1024
-SUMMARY_OUTPUT_MAX = 8192
-
-
-@dataclass
-class Summarizer:
-    """The model that writes summaries: the session's, or ``[compaction] model``."""
-
-    provider: Provider
-    provider_name: str
-    model_name: str
-    model_id: str
-    thinking: Thinking  # ``[compaction] thinking_level``, else the lowest the model takes
-    context_window: int | None
-    max_output_tokens: int | None
-
-    @property
-    def output_room(self) -> int:
-        window = self.context_window or SUMMARY_OUTPUT_MAX * 8
-        room = max(SUMMARY_OUTPUT_MIN, min(SUMMARY_OUTPUT_MAX, window // 8))
-        return min(room, self.max_output_tokens) if self.max_output_tokens else room
-
-
-SaveCompaction = Callable[[Compaction, Usage | None], Awaitable[Compaction]]
-
-
-@dataclass
-class CompactionSetup:
-    """What a turn needs to compact: ``[compaction]`` settings, the model's window, the summarizer,
-    the session's compaction records (shared with the live session; appended to) and their save."""
-
-    auto: bool
-    reserve_tokens: int
-    keep_recent_tokens: int
-    context_window: int | None
-    strip_thinking: bool  # ``ModelSpec.thinking_bound_to_prefix`` of the session's model
-    summarizer: Summarizer
-    records: list[Compaction]
-    save: SaveCompaction
-    # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
-    on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
 
 
 @dataclass(frozen=True)
@@ -159,8 +117,6 @@ async def compact(
             await turn.emit(ev.CompactionEnd, {**end, "status": "cancelled"})
         raise
     except PonderError as exc:
-        from daemon.agent.turn import error_info  # turn imports this module
-
         error = error_info(exc)
         log.info("compaction %s failed: %s", compaction_id, exc.message)
         await turn.emit(ev.CompactionEnd, {**end, "status": "failed", "error": error})
@@ -270,8 +226,6 @@ async def _account_summary_call(turn: Turn, setup: CompactionSetup, usage: Usage
     """
     if usage is None:
         return
-    from daemon.agent.reply import add_usage  # reply imports this module
-
     turn.usage = add_usage(turn.usage, usage)
     if setup.on_summary_usage is not None:
         await setup.on_summary_usage(usage)

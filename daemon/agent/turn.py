@@ -14,7 +14,7 @@ import random
 import anyio
 
 from daemon.agent import compaction
-from daemon.agent.context import CompactionRequest, Turn
+from daemon.agent.context import CompactionRequest, Turn, error_info
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.context.overflow import is_context_overflow
@@ -60,11 +60,6 @@ async def run_turn(turn: Turn) -> str:
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
-
-
-def error_info(exc: PonderError) -> ErrorInfo:
-    status = exc.status if isinstance(exc, ProviderError) else None
-    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)
 
 
 async def _tool_loop(turn: Turn) -> str:

@@ -351,8 +351,9 @@ class SessionManager:
             live.inbox_send.send_nowait(PendingTurn(turn_id, message))
             return turn_id, queued
 
-    async def compact(self, session_id: str, instructions: str | None) -> tuple[str, bool]:
-        """Admit a compaction turn (``session/compact``): queued like a prompt while a turn runs."""
+    async def compact(self, session_id: str, instructions: str | None) -> tuple[str, str, bool]:
+        """Admit a compaction turn (``session/compact``), queued like a prompt while a turn runs:
+        (turn_id, compaction_id, queued)."""
         live = await self.get(session_id)
         if self.shutting_down:
             raise ShuttingDown()
@@ -368,8 +369,9 @@ class SessionManager:
             queued = live.status == "running"
             compaction_id = new_id("cmp")
             request = CompactionRequest(compaction_id=compaction_id, trigger="manual", instructions=instructions)
-            live.inbox_send.send_nowait(PendingTurn(new_id("turn"), None, request))
-            return compaction_id, queued
+            turn_id = new_id("turn")
+            live.inbox_send.send_nowait(PendingTurn(turn_id, None, request))
+            return turn_id, compaction_id, queued
 
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:

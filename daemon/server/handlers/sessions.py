@@ -61,7 +61,7 @@ class SessionHandlers:
         return m.SessionMessagesResult(messages=wire, next_seq=next_seq, items=history_items(wire, compactions))
 
     async def session_compact(self, params: m.SessionCompactParams) -> m.SessionCompactResult:
-        compaction_id, queued = await self.sessions.compact(params.session_id, params.instructions)
+        _turn_id, compaction_id, queued = await self.sessions.compact(params.session_id, params.instructions)
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
