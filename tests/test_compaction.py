@@ -9,14 +9,16 @@ then retry, ``auto = false``, and fork/delete with compactions.
 
 import json
 import sqlite3
+import sys
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from daemon.client import RpcClient
-from tests.support.harness import in_memory_daemon
+from tests.support.harness import in_memory_daemon, subprocess_env
 from tests.support.replay import ReplayServer
 from tests.support.small_window import SmallWindowChat, small_window_config
 
@@ -343,3 +345,30 @@ async def test_session_messages_pages_carry_the_compactions_of_their_range(home,
             )
     assert [i["kind"] for i in first["items"]] == ["message"] * 8
     assert [i["kind"] for i in second["items"]] == ["message"] * 4 + ["compaction"] + ["message"] * 4
+
+
+async def test_ponder_compact_on_the_command_line(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+        command = [sys.executable, "-m", "daemon", "--home", str(home)]
+        env = subprocess_env(home)
+        compacted = await anyio.run_process([*command, "compact", session_id, "keep", "the", "paths"], env=env,
+                                            check=False)  # fmt: skip
+        again = await anyio.run_process([*command, "compact", session_id], env=env, check=False)
+        shown = await anyio.run_process([*command, "sessions", session_id], env=env, check=False)
+        unknown = await anyio.run_process([*command, "compact", "ses_nope"], env=env, check=False)
+    assert compacted.returncode == 0, compacted.stderr
+    assert compacted.stdout.decode().startswith("Compacted cmp_") and "→" in compacted.stdout.decode()
+    assert "keep the paths" in json.dumps(chat.of_kind("summary")[0].body)
+    assert (again.returncode, again.stdout.decode().strip()) == (
+        0,
+        "Nothing to compact yet: the conversation is all recent.",
+    )
+    assert "[12] compaction (manual, about " in shown.stdout.decode()
+    assert unknown.returncode != 0 and b"ses_nope" in unknown.stderr
