@@ -372,3 +372,85 @@ async def test_ponder_compact_on_the_command_line(home, tmp_path):
     )
     assert "[12] compaction (manual, about " in shown.stdout.decode()
     assert unknown.returncode != 0 and b"ses_nope" in unknown.stderr
+
+
+async def test_a_tool_batch_past_the_threshold_compacts_inside_its_turn(home, tmp_path):
+    cwd = project(tmp_path, 3)
+    big = "".join(f"    value_{i} = compute_{i}(value_{i - 1})  # step {i} of the big module\n" for i in range(200))
+    (cwd / "src" / "m2.py").write_text(f"def big():\n{big}")
+    chat = SmallWindowChat(window=8_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            for n in range(2):
+                assert (
+                    of_type(await prompt(client, session_id, f"Turn {n}: look at module {n}."), "compaction_start")
+                    == []
+                )
+            events = await prompt(client, session_id, "Turn 2: look at module 2.")
+            resumed = await client.request("session/resume", {"session_id": session_id})
+    assert len({e["turn_id"] for e in events}) == 1  # inside the prompt's own brackets
+    types = [e["type"] for e in events]
+    assert types.index("tool_execution_end") < types.index("compaction_start") < types.index("compaction_end")
+    assert types.index("compaction_end") < types.index("turn_end")
+    [start_event], [end_event] = of_type(events, "compaction_start"), of_type(events, "compaction_end")
+    assert start_event["trigger"] == "threshold" and end_event["status"] == "completed"
+    assert of_type(events, "turn_end")[0]["stop_reason"] == "end_turn"
+    [record] = [i for i in resumed["items"] if i["kind"] == "compaction"]
+    assert record["seq"] == 11 and record["first_kept_seq"] == 9  # after the tool result; turn 2 is kept whole
+    # The answer after the tool batch was asked with the summary and turn 2 only.
+    after = json.dumps(chat.answers[-1].body["messages"])
+    assert "<summary>" in after and "Turn 0: look at module 0." not in after and "Turn 2: look at module 2." in after
+
+
+async def test_a_compaction_asked_for_during_a_turn_is_queued_and_runs_after_it(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
+            queued = await client.request("session/compact", {"session_id": session_id})
+            events = []
+            async with aclosing(client.events()) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if event["type"] == "turn_end" and event["turn_id"] != turn["turn_id"]:
+                        break
+    assert queued["queued"] is True
+    prompt_end = next(i for i, e in enumerate(events) if e["type"] == "turn_end")
+    assert events[prompt_end]["turn_id"] == turn["turn_id"]
+    compaction_events = events[prompt_end + 1 :]
+    assert [e["type"] for e in compaction_events] == ["turn_start", "compaction_start", "compaction_end", "turn_end"]
+    assert compaction_events[1]["compaction_id"] == queued["compaction_id"]
+    assert compaction_events[2]["status"] == "completed"
+
+
+async def test_cancelling_a_compaction_ends_it_cancelled_and_stores_nothing(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000, summary_delay_s=5.0)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            await client.request("session/compact", {"session_id": session_id})
+            events = []
+            async with aclosing(client.events()) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if event["type"] == "compaction_start":
+                        cancelled = await client.request("session/cancel", {"session_id": session_id})
+                    if event["type"] == "turn_end":
+                        break
+            resumed = await client.request("session/resume", {"session_id": session_id})
+    assert cancelled["cancelled"] is True
+    assert [e["status"] for e in of_type(events, "compaction_end")] == ["cancelled"]
+    assert of_type(events, "turn_end")[0]["stop_reason"] == "cancelled"
+    assert [i["kind"] for i in resumed["items"]] == ["message"] * 12
