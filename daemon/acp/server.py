@@ -277,8 +277,9 @@ class AcpServer:
         return t.NewSessionResponse(session_id=live.row.id, config_options=await self._open_fresh(live.row))
 
     def _announce_commands(self, session_id: str) -> None:
-        """``available_commands_update`` once the session's answer is out (the client knows the id by then):
-        queued from a task that runs after this handler returned."""
+        """``available_commands_update`` for a new session once its answer is out (the client knows the id
+        by then): queued from a task that runs after this handler returned. A loaded or resumed session,
+        which the client already knows, gets it before the answer."""
         background = self.sessions.background_task_group()
         if background is not None:
             update = t.AvailableCommandsUpdate(available_commands=COMMANDS)
@@ -290,14 +291,14 @@ class AcpServer:
         await self._attach_mcp(live.row, params.mcp_servers)
         for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
             await self.bridge.update(live.row.id, update)
-        self._announce_commands(live.row.id)
+        await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        self._announce_commands(live.row.id)
+        await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
 
     async def session_list(self, params: t.ListSessionsRequest) -> t.ListSessionsResponse:
