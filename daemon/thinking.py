@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, get_args
 
+import msgspec
+
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from protocol.objects import (
     RequestedThinkingLevel,
@@ -505,3 +507,16 @@ def output_limit(spec: "ModelSpec", level: str) -> int | None:
     if not cap or level == "off":
         return None
     return min(cap, max(BASE_MAX_TOKENS, int(cap * OUTPUT_FRACTIONS[level])))
+
+
+def with_budget(spec: "ModelSpec", decided: Thinking, budget: int, output_cap: int, reason: str) -> Thinking:
+    """``decided`` with a smaller thinking ``budget`` (a budget-mode model near its context window):
+    the fragment rebuilt for it, its ``max_tokens`` (where the fragment has one) capped at
+    ``output_cap``, and ``reason`` added to ``Thinking.reason``."""
+    from daemon.providers.thinking_params import FRAGMENTS  # they build on this module's budgets
+
+    params, budget_sent = FRAGMENTS[spec.thinking.param](spec, decided.effective, decided.display, budget)
+    if isinstance(params.get("max_tokens"), int):
+        params["max_tokens"] = min(params["max_tokens"], output_cap)
+    notes = " ".join(note for note in (decided.reason, reason) if note)
+    return msgspec.structs.replace(decided, budget_tokens=budget_sent, request_params=params, reason=notes)

@@ -116,3 +116,58 @@ async def test_other_models_keep_their_thinking_after_a_compaction(home: Path) -
 async def test_without_a_compaction_a_prefix_bound_model_keeps_its_thinking(home: Path) -> None:
     body = await request_body(home, "ses_plain", "claude-fable-5-1", compacted=False)
     assert thinking_blocks(body) == ["sig-1", "sig-3"]
+
+
+BUDGET_CONFIG = """
+[providers.claude]
+api = "anthropic"
+base_url = "{url}"
+
+[[providers.claude.models]]
+model = "claude-budget"
+context_window = 40000
+max_output_tokens = 32000
+thinking_levels = ["off", "low", "high"]
+
+[compaction]
+auto = false
+"""
+
+
+async def budget_request(home: Path, session_id: str, history_chars: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request body and ``turn_start.thinking`` of a prompt at level high after ``history_chars`` of history."""
+    with Store(home / "sessions.db") as store:
+        store.create_session(
+            SessionRow(id=session_id, cwd=str(home), model_id="claude/claude-budget", thinking_level="high")
+        )
+        for seq, role, text in ((1, "user", "x" * history_chars), (2, "assistant", "Noted.")):
+            part = Part(type="text", text=text)
+            store.save_message(ChatMessage(message_id=f"{session_id}-{seq}", session_id=session_id, seq=seq,
+                                           role=role, parts=[part], status="complete"))  # type: ignore[arg-type]  # fmt: skip
+    with ReplayServer() as server:
+        (home / "config.toml").write_text(BUDGET_CONFIG.format(url=server.url))
+        server.enqueue_fixture("anthropic", "thinking-text")
+        async with in_memory_daemon(home) as (client, _daemon):
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "And now?"})
+            events = await client.collect_turn(turn["turn_id"])
+    assert events[-1]["stop_reason"] == "end_turn", events[-1]
+    [request] = [r for r in server.requests if r.path == "/v1/messages"]
+    return request.json(), events[0]["thinking"]
+
+
+async def test_near_the_window_a_budget_models_thinking_budget_shrinks_with_a_reason(home: Path) -> None:
+    body, thinking = await budget_request(home, "ses_near", 120_000)  # about 30,000 of 40,000 tokens
+    budget = body["thinking"]["budget_tokens"]
+    assert 1024 <= budget < 10_000
+    # turn_start tells it (estimated before the tool schemas were known: the request's can be a bit lower).
+    assert thinking["budget_tokens"] >= budget and "lowered" in thinking["reason"]
+    assert "40,000-token context window" in thinking["reason"]
+    # Budget and answer fit what the request leaves of the window.
+    assert body["max_tokens"] == budget + 40_000 // 8
+    assert 30_000 + body["max_tokens"] <= 40_000 + 100
+
+
+async def test_far_from_the_window_the_budget_is_the_levels_own(home: Path) -> None:
+    body, thinking = await budget_request(home, "ses_far", 4_000)
+    assert body["thinking"]["budget_tokens"] == thinking["budget_tokens"] > 10_000
+    assert thinking["reason"] is None

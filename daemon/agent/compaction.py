@@ -21,13 +21,14 @@ from daemon.context.cut import choose_cut
 from daemon.context.estimate import next_request_estimate, request_estimate
 from daemon.context.history import compaction_shrinks, history_for_request
 from daemon.context.summary import SummaryRequest, summary_request
-from daemon.context.window import effective_keep_recent, needs_compaction
+from daemon.context.window import effective_keep_recent, fit_thinking_budget, needs_compaction
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import BlockEnd, ProviderRequest, UsageUpdate
+from daemon.thinking import ANSWER_ROOM
 from daemon.util.clock import new_id
 from protocol import events as ev
-from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Usage
+from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Thinking, Usage
 
 log = logging.getLogger("ponder.agent")
 
@@ -71,6 +72,25 @@ def next_estimate(turn: Turn) -> int:
         if message.role == "assistant" and usage is not None and usage.input_tokens:
             return next_request_estimate(usage.input_tokens, usage.output_tokens or 0, turn.history[index + 1 :])
     return full_estimate(turn)
+
+
+def fitted_thinking(turn: Turn) -> Thinking:
+    """The turn's thinking for its next request: a budget-mode model's budget shrinks when the request
+    is close to the window, so that budget and answer fit (with the reason in ``Thinking.reason``)."""
+    setup, decided = turn.compaction, turn.thinking
+    if setup is None or setup.refit_thinking is None or decided.budget_tokens is None or not setup.context_window:
+        return decided
+    answer = min(ANSWER_ROOM, setup.context_window // 8)
+    budget, reason = fit_thinking_budget(
+        budget_tokens=decided.budget_tokens,
+        budget_min=setup.budget_min,
+        answer_tokens=answer,
+        request_estimate=next_estimate(turn),
+        context_window=setup.context_window,
+    )
+    if reason is None:
+        return decided
+    return setup.refit_thinking(budget, budget + answer, reason)
 
 
 def should_compact(turn: Turn) -> bool:

@@ -20,7 +20,7 @@ import anyio
 import msgspec
 
 from daemon.agent.call_ids import ReplyCallIds, for_provider
-from daemon.agent.compaction import request_messages
+from daemon.agent.compaction import fitted_thinking, request_messages
 from daemon.agent.context import Turn, TurnSettings
 from daemon.agent.history import record_cancelled_results, save_and_end
 from daemon.conversation import ChatMessage, MessageStatus, Part
@@ -119,7 +119,7 @@ class Reply:
         return ProviderRequest(
             provider=self.turn.provider_name,
             model=self.turn.model_name,
-            thinking=self.turn.thinking,
+            thinking=fitted_thinking(self.turn),  # a budget shrunk near the window
             # Folded at the latest compaction (summary + kept messages), every call answered.
             messages=for_provider(request_messages(self.turn), self.turn.provider_name),
             system_prompt=self.turn.system_prompt,

@@ -32,6 +32,7 @@ BACKOFF_CAP_S = 30.0
 
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
+    turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
     await turn.emit(
         ev.TurnStart,
         {

@@ -20,6 +20,7 @@ from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+from protocol.objects import Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -100,6 +101,7 @@ class TurnAssembly:
         """``[compaction]`` for this session's model, with its summarizer (``[compaction] model``
         when that model is known and its provider configured, else the session's own)."""
         settings = self.config.compaction
+        row_level = live.row.thinking_level
         summarizer_spec, summarizer_provider = spec, provider
         if settings.model is not None:
             try:
@@ -129,4 +131,12 @@ class TurnAssembly:
             ),
             records=live.compactions,
             save=functools.partial(self.store.save_compaction, live.row.id),
+            refit_thinking=functools.partial(self._refit_thinking, spec, row_level)
+            if spec.thinking.takes_budget
+            else None,
+            budget_min=spec.thinking.budget_min or 1024,  # the minimum daemon.thinking assumes too
         )
+
+    @staticmethod
+    def _refit_thinking(spec: ModelSpec, level: str, budget: int, output_cap: int, reason: str) -> Thinking:
+        return thinking.with_budget(spec, thinking.resolve_thinking(spec, level), budget, output_cap, reason)
