@@ -98,3 +98,27 @@ async def test_a_client_with_the_compaction_capability_gets_compaction_updates(h
     }
     assert done["status"] == "completed" and "## Goal" in done["summary"][0]["text"]
     assert updates(received, "agent_message_chunk") == []
+
+
+async def test_load_replays_a_stored_compaction_at_its_place(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url)
+        async with acp_daemon(home) as (client, _daemon):
+            session_id = (await client.request("session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
+            await three_turns(client, session_id)
+            assert await prompt(client, session_id, "/compact") == {"stopReason": "end_turn"}
+            await prompt(client, session_id, "Turn 3: module 3.")
+        async with acp_daemon(home) as (client, _daemon):
+            drain(client)
+            await client.request("session/load", {"sessionId": session_id, "cwd": str(cwd), "mcpServers": []})
+            replayed = [p["update"] for m, p in drain(client) if m == "session/update"]
+    users = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
+    assert users == ["Turn 0: module 0.", "Turn 1: module 1.", "Turn 2: module 2.", "Turn 3: module 3."]
+    at = next(i for i, u in enumerate(replayed) if u.get("messageId", "").startswith("compaction-"))
+    assert replayed[at]["content"]["text"].startswith("Compacted the conversation into a summary: about ")
+    before = [u for u in replayed[:at] if u["sessionUpdate"] == "user_message_chunk"]
+    assert len(before) == 3  # after turn 2's messages, before turn 3's prompt
+    assert replayed[at - 1]["sessionUpdate"] == "agent_message_chunk"  # turn 2's answer

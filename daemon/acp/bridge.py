@@ -35,6 +35,7 @@ import msgspec
 
 from daemon.acp import toolcalls
 from daemon.acp import types as t
+from daemon.acp.compaction import compaction_ended, compaction_started
 from daemon.acp.config_options import config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
@@ -281,7 +282,7 @@ class AcpBridge:
         elif isinstance(event, ev.CompactionStart):
             turn.compactions[event.compaction_id] = event.tokens_before
             if self.compaction_updates:
-                await self.update(sid, t.CompactionUpdate(compaction_id=event.compaction_id, status="in_progress"))
+                await self.update(sid, compaction_started(event.compaction_id))
         elif isinstance(event, ev.CompactionEnd):
             await self._compaction_end(turn, sid, event)
         elif isinstance(event, ev.TurnEnd):
@@ -338,30 +339,16 @@ class AcpBridge:
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
 
     async def _compaction_end(self, turn: _Turn, sid: str, event: ev.CompactionEnd) -> None:
-        before = turn.compactions.pop(event.compaction_id, None)
-        error = event.error.message if event.error is not None else None
-        if self.compaction_updates:
-            update = t.CompactionUpdate(compaction_id=event.compaction_id, status=event.status)
-            if event.status == "skipped":
-                update.status = "_skipped"  # no ACP status for "nothing old enough to fold"
-            elif event.status == "completed" and event.summary:
-                update.summary = [t.TextContent(text=event.summary)]
-            elif event.status == "failed" and error:
-                update.error = error
-            await self.update(sid, update)
-            return
-        if event.status == "completed" and before is not None and event.tokens_after is not None:
-            text = f"Compacted the conversation into a summary: about {before:,} → {event.tokens_after:,} tokens."
-        elif event.status == "completed":
-            text = "Compacted the conversation into a summary."
-        elif event.status == "skipped":
-            text = "Nothing to compact yet: the conversation is all recent."
-        elif event.status == "failed":
-            text = f"Compaction failed: {error or 'no summary was written'}"
-        else:
-            text = "Compaction cancelled."
-        message_id = f"compaction-{event.compaction_id}"
-        await self.update(sid, t.AgentMessageChunk(content=t.TextContent(text=text), message_id=message_id))
+        update = compaction_ended(
+            capable=self.compaction_updates,
+            compaction_id=event.compaction_id,
+            status=event.status,
+            summary=event.summary,
+            tokens_before=turn.compactions.pop(event.compaction_id, None),
+            tokens_after=event.tokens_after,
+            error=event.error.message if event.error is not None else None,
+        )
+        await self.update(sid, update)
 
     async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
         for call_id, call in turn.calls.items():

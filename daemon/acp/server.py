@@ -24,10 +24,12 @@ from daemon import __version__
 from daemon.acp import types as t
 from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
 from daemon.acp.bridge import AcpBridge, PromptWaiter
+from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config import Config
+from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
 from daemon.rpc import Connection, as_wire_error
 from daemon.server.core import Daemon, open_daemon
@@ -35,7 +37,7 @@ from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
-from protocol.objects import ErrorInfo
+from protocol.objects import Compaction, ErrorInfo
 
 log = logging.getLogger("ponder.acp")
 
@@ -289,10 +291,23 @@ class AcpServer:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
+        for update in self._replay(live.history, live.compactions, live.row.cwd):
             await self.bridge.update(live.row.id, update)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
+
+    def _replay(self, history: list[ChatMessage], compactions: list[Compaction], cwd: str) -> list[t.SessionUpdate]:
+        """The stored history's updates, each stored compaction at its place (after the message of its seq)."""
+        updates: list[t.SessionUpdate] = []
+        done = 0
+        for compaction in compactions:
+            upto = done
+            while upto < len(history) and history[upto].seq <= compaction.seq:
+                upto += 1
+            updates += replay_updates(history[done:upto], self.sessions.tools, cwd)
+            updates.append(stored_compaction(compaction, capable=self.bridge.compaction_updates))
+            done = upto
+        return updates + replay_updates(history[done:], self.sessions.tools, cwd)
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
