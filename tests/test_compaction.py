@@ -135,14 +135,17 @@ async def test_forty_turns_on_an_8k_window_compact_automatically_and_lose_nothin
         (starts[r["compaction_id"]]["trigger"], r["tokens_before"], r["tokens_after"], r["first_kept_seq"])
         for r in records
     ]
+    # What the server counted for the first request after each compaction (its JSON, 4 characters a token).
+    served_after = [chat.answers[i + 1].prompt_tokens for i, a in enumerate(chat.answers) if a.kind == "summary"]
+    assert all(served < record["tokens_before"] for served, record in zip(served_after, records, strict=True))
     summary_in = sum(a.prompt_tokens for a in summaries)
     summary_out = sum(a.completion_tokens for a in summaries)
     with capsys.disabled():
         print(
             f"\n40 turns, 8k window: {len(records)} compactions (trigger, tokens_before, tokens_after, first_kept_seq):"
         )
-        for figure in figures:
-            print("  ", figure)
+        for figure, served in zip(figures, served_after, strict=True):
+            print("  ", figure, "next request as served:", served)
         print(f"summary calls: {len(summaries)}, {summary_in} input + {summary_out} output tokens; "
               f"all calls: {sum(a.prompt_tokens for a in chat.answers)} input tokens")  # fmt: skip
 
