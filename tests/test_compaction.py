@@ -457,3 +457,19 @@ async def test_cancelling_a_compaction_ends_it_cancelled_and_stores_nothing(home
     assert [e["status"] for e in of_type(events, "compaction_end")] == ["cancelled"]
     assert of_type(events, "turn_end")[0]["stop_reason"] == "cancelled"
     assert [i["kind"] for i in resumed["items"]] == ["message"] * 12
+
+
+async def test_a_rate_limited_summarizer_is_retried_like_a_reply(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000, summary_rate_limited=2)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            events = await compact(client, session_id)
+    retries = of_type(events, "retry")
+    assert [r["attempt"] for r in retries] == [2, 3] and retries[0]["error"]["provider_status"] == 429
+    assert [e["status"] for e in of_type(events, "compaction_end")] == ["completed"]
+    assert [a.kind for a in chat.answers[-3:]] == ["rate_limited", "rate_limited", "summary"]

@@ -9,6 +9,7 @@ in one write only when it shrinks the estimate. Messages are never changed.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,6 +34,7 @@ from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Thinking,
 log = logging.getLogger("ponder.agent")
 
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
+Backoff = Callable[[int, float | None], float]  # (attempt, retry_after) -> seconds before the next attempt
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,11 @@ def should_compact(turn: Turn) -> bool:
     return needs_compaction(next_estimate(turn), setup.context_window, setup.reserve_tokens)
 
 
-async def maybe_compact(turn: Turn) -> CompactionOutcome | None:
+async def maybe_compact(turn: Turn, *, backoff: Backoff | None = None) -> CompactionOutcome | None:
     """Compact (trigger ``threshold``) when ``should_compact``; None when it did not."""
     if not should_compact(turn):
         return None
-    return await compact(turn, "threshold")
+    return await compact(turn, "threshold", backoff=backoff)
 
 
 async def compact(
@@ -115,12 +117,14 @@ async def compact(
     compaction_id: str | None = None,
     instructions: str | None = None,
     pending: int = 0,
+    backoff: Backoff | None = None,
 ) -> CompactionOutcome:
     """One compaction, bracketed by ``compaction_start`` and exactly one ``compaction_end``.
 
     ``pending``: how many messages at the end of the history are the input not yet answered (a
-    prompt about to be sent): the record's ``seq`` is the last message before them. Cancelling
-    reports ``cancelled`` and re-raises.
+    prompt about to be sent): the record's ``seq`` is the last message before them. ``backoff``
+    (attempt, retry_after) -> seconds: the turn's, to retry the summarizer (None: no retry).
+    Cancelling reports ``cancelled`` and re-raises.
     """
     setup = turn.compaction
     assert setup is not None
@@ -131,7 +135,7 @@ async def compact(
     )
     end: dict[str, object] = {"compaction_id": compaction_id, "status": "failed"}
     try:
-        outcome = await _run(turn, setup, compaction_id, trigger, tokens_before, instructions, pending, end)
+        outcome = await _run(turn, setup, compaction_id, trigger, tokens_before, instructions, pending, end, backoff)
     except anyio.get_cancelled_exc_class():
         with turn.finishing():
             await turn.emit(ev.CompactionEnd, {**end, "status": "cancelled"})
@@ -154,6 +158,7 @@ async def _run(
     instructions: str | None,
     pending: int,
     end: dict[str, object],
+    backoff: Backoff | None,
 ) -> CompactionOutcome:
     previous = latest(turn)
     history = repair_history(turn.history)
@@ -170,7 +175,7 @@ async def _run(
         context_window=summarizer.context_window,
         max_output_tokens=summarizer.output_room,
     )
-    summary, usage = await _summarize(turn, summarizer, request)
+    summary, usage = await _summarize(turn, summarizer, request, backoff)
     end["usage"] = usage
     await _account_summary_call(turn, setup, usage)
     if not summary.strip():
@@ -207,7 +212,28 @@ async def _run(
     return CompactionOutcome("completed")
 
 
-async def _summarize(turn: Turn, summarizer: Summarizer, request: SummaryRequest) -> tuple[str, Usage | None]:
+async def _summarize(
+    turn: Turn, summarizer: Summarizer, request: SummaryRequest, backoff: Backoff | None
+) -> tuple[str, Usage | None]:
+    """The summarizer's answer, retried like a reply (``retry`` events, ``backoff`` between attempts, up to
+    ``TurnSettings.max_attempts``) when the provider fails in a way worth retrying. Nothing of a failed
+    attempt reached the client, so a failure mid-stream is retried too."""
+    attempt = 1
+    while True:
+        try:
+            return await _summarize_once(turn, summarizer, request)
+        except ProviderError as exc:
+            if backoff is None or not exc.retryable or attempt >= turn.settings.max_attempts:
+                raise
+            delay = backoff(attempt, exc.retry_after)
+            attempt += 1
+            log.info("retrying the summary in %.1fs (attempt %d): %s", delay, attempt, exc.message)
+            retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
+            await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
+            await anyio.sleep(delay)
+
+
+async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRequest) -> tuple[str, Usage | None]:
     """The summarizer's answer (its text parts) and usage; no tools, its own thinking level."""
     provider_request = ProviderRequest(
         provider=summarizer.provider_name,

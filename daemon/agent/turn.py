@@ -71,7 +71,7 @@ async def _tool_loop(turn: Turn) -> str:
             # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
             return "end_turn" if stop == "tool_use" else stop
         await run_tools(turn, calls)
-        await compaction.maybe_compact(turn)  # after each tool batch, inside this turn's brackets
+        await compaction.maybe_compact(turn, backoff=_backoff)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
 
 
@@ -86,6 +86,7 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
         compaction_id=request.compaction_id,
         instructions=request.instructions,
         pending=request.pending,
+        backoff=_backoff,
     )
     if outcome.status in ("completed", "skipped"):
         return "end_turn", None
@@ -104,7 +105,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
                     raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc
                 compacted_for_overflow = True  # compact, then retry the request once
-                outcome = await compaction.compact(turn, "overflow")
+                outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
                 if outcome.status != "completed":
                     raise ContextOverflow(exc, compacted=False) from exc
                 continue

@@ -56,6 +56,7 @@ class SmallWindowChat:
     answers: list[Answered] = field(default_factory=list)
     overflow_next: int = 0  # answer this many more requests with the overflow 400 whatever their size
     summary_delay_s: float = 0.0  # hold each summary this long before its headers (a slow summarizer)
+    summary_rate_limited: int = 0  # answer this many more summary requests with a 429 (retry-after: 0)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, server: ReplayServer) -> None:
@@ -86,6 +87,16 @@ class SmallWindowChat:
             )
         messages = body["messages"]
         if messages and messages[0].get("role") == "system" and messages[0].get("content") == SUMMARIZER_SYSTEM_PROMPT:
+            with self._lock:
+                limited = self.summary_rate_limited > 0
+                self.summary_rate_limited -= limited
+            if limited:
+                self.answers.append(Answered(body, tokens, "rate_limited"))
+                error = {
+                    "error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit"}
+                }
+                return ScriptedResponse(status=429, headers={"content-type": "application/json", "retry-after": "0"},
+                                        body=json.dumps(error).encode())  # fmt: skip
             answer = self._text(body, tokens, "summary", self._summary(json.dumps(messages)))
             answer.headers_delay_s = self.summary_delay_s
             return answer
