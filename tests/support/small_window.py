@@ -57,6 +57,7 @@ class SmallWindowChat:
     overflow_next: int = 0  # answer this many more requests with the overflow 400 whatever their size
     summary_delay_s: float = 0.0  # hold each summary this long before its headers (a slow summarizer)
     summary_rate_limited: int = 0  # answer this many more summary requests with a 429 (retry-after: 0)
+    summary_requested: threading.Event = field(default_factory=threading.Event)  # set at each summary request
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, server: ReplayServer) -> None:
@@ -87,6 +88,7 @@ class SmallWindowChat:
             )
         messages = body["messages"]
         if messages and messages[0].get("role") == "system" and messages[0].get("content") == SUMMARIZER_SYSTEM_PROMPT:
+            self.summary_requested.set()
             with self._lock:
                 limited = self.summary_rate_limited > 0
                 self.summary_rate_limited -= limited
