@@ -475,3 +475,33 @@ async def test_a_rate_limited_summarizer_is_retried_like_a_reply(home, tmp_path)
     assert [r["attempt"] for r in retries] == [2, 3] and retries[0]["error"]["provider_status"] == 429
     assert [e["status"] for e in of_type(events, "compaction_end")] == ["completed"]
     assert [a.kind for a in chat.answers[-3:]] == ["rate_limited", "rate_limited", "summary"]
+
+
+async def test_a_queued_compaction_dropped_by_a_cancel_still_ends_once(home, tmp_path):
+    cwd = project(tmp_path, 4)
+    chat = SmallWindowChat(window=100_000)
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **BIG_WINDOW)
+        async with in_memory_daemon(home) as (client, _daemon):
+            session_id = await start(client, cwd)
+            await three_turns(client, session_id)
+            chat.reply_delay_s = 2.0
+            chat.reply_requested.clear()
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
+            queued = await client.request("session/compact", {"session_id": session_id})
+            assert await anyio.to_thread.run_sync(chat.reply_requested.wait, 5)  # the turn waits for its answer
+            cancelled = await client.request("session/cancel", {"session_id": session_id})
+            events = []
+            async with aclosing(client.events()) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if len(of_type(events, "turn_end")) == 2:
+                        break
+    assert queued["queued"] is True and cancelled == {"cancelled": True, "dropped_queued": 1}
+    dropped = [e for e in events if e["turn_id"] != turn["turn_id"]]
+    assert [e["type"] for e in dropped] == ["turn_start", "compaction_end", "turn_end"]
+    assert dropped[0]["kind"] == "compaction" and dropped[0]["user_message_id"] is None
+    assert dropped[1]["compaction_id"] == queued["compaction_id"] and dropped[1]["status"] == "cancelled"
+    assert dropped[2]["stop_reason"] == "cancelled"
+    assert chat.of_kind("summary") == []

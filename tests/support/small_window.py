@@ -58,6 +58,8 @@ class SmallWindowChat:
     summary_delay_s: float = 0.0  # hold each summary this long before its headers (a slow summarizer)
     summary_rate_limited: int = 0  # answer this many more summary requests with a 429 (retry-after: 0)
     summary_requested: threading.Event = field(default_factory=threading.Event)  # set at each summary request
+    reply_delay_s: float = 0.0  # hold each answer that is not a summary this long before its headers
+    reply_requested: threading.Event = field(default_factory=threading.Event)  # set at each other request
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def install(self, server: ReplayServer) -> None:
@@ -134,7 +136,10 @@ class SmallWindowChat:
         self.answers.append(Answered(body, tokens, kind, out))
         usage = {"prompt_tokens": tokens, "completion_tokens": out, "total_tokens": tokens + out}
         chunks = [_chunk(delta) for delta in deltas] + [_chunk(finish=finish), _chunk(usage=usage)]
-        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks))
+        delay = self.reply_delay_s if kind != "summary" else 0.0
+        if kind != "summary":
+            self.reply_requested.set()
+        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks), headers_delay_s=delay)
 
 
 def small_window_config(base_url: str, *, window: int = 8_000, auto: bool = True, extra: str = "") -> str:
