@@ -146,6 +146,25 @@ class ProviderError(PonderError):
         self.kind = kind  # the provider's own error type, e.g. "overloaded_error"
 
 
+class ContextOverflow(ProviderError):
+    """The request did not fit the model's context window and compaction could not make it fit:
+    automatic compaction is off, or the retry after compacting overflowed too."""
+
+    def __init__(self, cause: ProviderError, *, compacted: bool) -> None:
+        if compacted:
+            what = "still does not fit the model's context window after compacting it"
+        else:
+            what = "does not fit the model's context window and was not compacted"
+        detail = cause.message.rstrip(".")
+        super().__init__(
+            f"The conversation {what} ({detail}). Compact the session (session/compact, or /compact in an editor; "
+            "with instructions to keep less) and send the prompt again.",
+            provider=cause.provider,
+            status=cause.status,
+            kind=cause.kind,
+        )
+
+
 class ThinkingLevelRejected(ProviderError):
     """A provider refused the thinking level it was sent (HTTP 400), naming what it takes where it does.
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -138,6 +138,7 @@ class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     session: Session
     thinking: Thinking
     messages: list[Message]
+    items: list[HistoryItem]  # messages and compaction records in seq order
 
 
 class SessionCompactParams(msgspec.Struct, kw_only=True):
@@ -175,6 +176,7 @@ class SessionMessagesParams(msgspec.Struct, kw_only=True):
 class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     messages: list[Message]
     next_seq: int | None
+    items: list[HistoryItem]  # messages and compaction records in seq order
 
 
 class SessionPromptParams(msgspec.Struct, kw_only=True):
@@ -302,6 +304,7 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),
     "session/prompt": (SessionPromptParams, SessionPromptResult),
+    "session/compact": (SessionCompactParams, SessionCompactResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),
     "session/fork": (SessionForkParams, SessionOnlyResult),
     "session/rename": (SessionRenameParams, SessionOnlyResult),

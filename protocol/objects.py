@@ -212,6 +212,4 @@ class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
 
 
 # session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
-# Not on those results yet: the engineer who stores compactions adds ``items: list[HistoryItem]`` there
-# (an empty list beside a full ``messages`` would tell clients the wrong history).
 HistoryItem = MessageItem | CompactionItem

@@ -108,6 +108,20 @@ export interface CompactionEnd {
   seq: number;
 }
 
+/** A Compaction in a history's ``items``, with ``kind: "compaction"``. */
+export interface CompactionItem {
+  kind: "compaction";
+  compaction_id: string;
+  seq: number;
+  trigger: "manual" | "overflow" | "threshold";
+  summary: string;
+  first_kept_seq: number;
+  tokens_before: number;
+  tokens_after: number;
+  model_id: string | null;
+  created_at: string;
+}
+
 export interface CompactionStart {
   type: "compaction_start";
   compaction_id: string;
@@ -261,6 +275,24 @@ export interface MessageEnd {
   seq: number;
 }
 
+/** A Message in a history's ``items``, with ``kind: "message"``. */
+export interface MessageItem {
+  kind: "message";
+  message_id: string;
+  session_id: string;
+  seq: number;
+  role: Role;
+  content: Block[];
+  thinking: string | null;
+  model_id: string | null;
+  thinking_level: ThinkingLevel | null;
+  /** Set on assistant messages; null on user and tool messages, and on an assistant message that a daemon saved mid-stream and never finished (it stopped): that one has `status: interrupted`. */
+  stop_reason: MessageStopReason | null;
+  usage: Usage | null;
+  status: MessageStatus;
+  created_at: string;
+}
+
 export interface MessageStart {
   type: "message_start";
   message_id: string;
@@ -290,6 +322,7 @@ export interface Methods {
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
   "session/prompt": SessionPromptMethod;
+  "session/compact": SessionCompactMethod;
   "session/cancel": SessionCancelMethod;
   "session/fork": SessionForkMethod;
   "session/rename": SessionRenameMethod;
@@ -462,6 +495,23 @@ export interface SessionCancelResult {
   dropped_queued: number;
 }
 
+/** `session/compact`: its params and result. */
+export interface SessionCompactMethod {
+  method: "session/compact";
+  params: SessionCompactParams;
+  result: SessionCompactResult;
+}
+
+export interface SessionCompactParams {
+  session_id: string;
+  instructions?: string | null;
+}
+
+export interface SessionCompactResult {
+  compaction_id: string;
+  queued: boolean;
+}
+
 /** `session/delete`: its params and result. */
 export interface SessionDeleteMethod {
   method: "session/delete";
@@ -531,6 +581,7 @@ export interface SessionMessagesParams {
 export interface SessionMessagesResult {
   messages: Message[];
   next_seq: number | null;
+  items: (MessageItem | CompactionItem)[];
 }
 
 /** Result of ``session/fork`` and ``session/rename``. */
@@ -585,6 +636,7 @@ export interface SessionResumeResult {
   session: Session;
   thinking: Thinking;
   messages: Message[];
+  items: (MessageItem | CompactionItem)[];
 }
 
 /** `session/start`: its params and result. */

@@ -18,6 +18,9 @@ Translation, event by event:
   (``usage_update_of``). ACP requires a window size: a model whose window is unknown sends none.
 - a ``retry`` re-checks the config options: a provider that refused the thinking level
   narrowed the levels the thought-level selector offers (``config_option_update``).
+- a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
+  extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
+  else one short agent message when it ends.
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
   other event of the turn, so the prompt's answer follows all of its updates.
 - ``session_updated`` sends ``session_info_update`` when the title changed and
@@ -36,6 +39,7 @@ import msgspec
 
 from daemon.acp import toolcalls
 from daemon.acp import types as t
+from daemon.acp.compaction import compaction_ended, compaction_started
 from daemon.acp.config_options import config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
@@ -96,6 +100,7 @@ class _Turn:
     cwd: str
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
+    compactions: dict[str, int] = field(default_factory=dict)  # compaction id -> tokens before
 
 
 class AcpBridge:
@@ -112,6 +117,9 @@ class AcpBridge:
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
+        # The client advertised ``clientCapabilities.session.compaction`` (unstable): compaction_update
+        # notifications; otherwise a compaction is told as a short agent message.
+        self.compaction_updates = False
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -279,6 +287,12 @@ class AcpBridge:
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
             await self._refresh(sid)
+        elif isinstance(event, ev.CompactionStart):
+            turn.compactions[event.compaction_id] = event.tokens_before
+            if self.compaction_updates:
+                await self.update(sid, compaction_started(event.compaction_id))
+        elif isinstance(event, ev.CompactionEnd):
+            await self._compaction_end(turn, sid, event)
         elif isinstance(event, ev.TurnEnd):
             await self._turn_end(turn, sid, event)
 
@@ -326,6 +340,18 @@ class AcpBridge:
                 content = [diff]
         status = "failed" if event.is_error else "completed"
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
+
+    async def _compaction_end(self, turn: _Turn, sid: str, event: ev.CompactionEnd) -> None:
+        update = compaction_ended(
+            capable=self.compaction_updates,
+            compaction_id=event.compaction_id,
+            status=event.status,
+            summary=event.summary,
+            tokens_before=turn.compactions.pop(event.compaction_id, None),
+            tokens_after=event.tokens_after,
+            error=event.error.message if event.error is not None else None,
+        )
+        await self.update(sid, update)
 
     async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
         for call_id, call in turn.calls.items():

@@ -25,10 +25,12 @@ from daemon import __version__
 from daemon.acp import types as t
 from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
 from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
+from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
+from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
 from daemon.jsonrpc.connection import Connection, as_wire_error
 from daemon.jsonrpc.framing import Outgoing
@@ -37,7 +39,7 @@ from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
-from protocol.objects import ErrorInfo
+from protocol.objects import Compaction, ErrorInfo
 
 log = logging.getLogger("ponder.acp")
 
@@ -57,6 +59,23 @@ STOP_REASONS = {
 }
 EXTENSION_METHODS = ["_ponder/models/list", "_ponder/auth/status", "_ponder/session/rename", "_ponder/session/fork"]
 LIST_PAGE = 50
+# ACP slash commands (sent as prompt text, e.g. "/compact keep the test names").
+COMMANDS = [
+    t.AvailableCommand(
+        name="compact",
+        description="Fold the older conversation into a summary to free context (nothing is deleted).",
+        input=t.UnstructuredCommandInput(hint="optional: what the summary should keep"),
+    )
+]
+_COMPACT = re.compile(r"^\s*/compact(?:\s+(.*))?\s*$", re.DOTALL)
+
+
+def compact_command(text: str) -> str | None:
+    """The instructions of a ``/compact [instructions]`` prompt ("" without any); None for any other prompt."""
+    match = _COMPACT.match(text)
+    if match is None:
+        return None
+    return (match.group(1) or "").strip()
 
 
 class AcpError(PonderError):
@@ -164,6 +183,10 @@ class AcpServer:
             client.version if client else "",
             params.protocol_version,
         )
+        session_capabilities = (params.client_capabilities or {}).get("session")
+        self.bridge.compaction_updates = (
+            isinstance(session_capabilities, dict) and session_capabilities.get("compaction") is not None
+        )
         # Version negotiation: ponder speaks ACP 1 only; a client asking for anything else
         # hears 1 and decides whether it can go on.
         return t.InitializeResponse(
@@ -255,21 +278,46 @@ class AcpServer:
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
         await self._attach_mcp(live.row, params.mcp_servers)
+        self._announce_commands(live.row.id)
         return t.NewSessionResponse(session_id=live.row.id, config_options=await self._open_fresh(live.row))
+
+    def _announce_commands(self, session_id: str) -> None:
+        """``available_commands_update`` for a new session once its answer is out (the client knows the id
+        by then): queued from a task that runs after this handler returned. A loaded or resumed session,
+        which the client already knows, gets it before the answer."""
+        background = self.sessions.background_task_group()
+        if background is not None:
+            update = t.AvailableCommandsUpdate(available_commands=COMMANDS)
+            background.start_soon(self.bridge.update, session_id, update)
 
     async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        for update in replay_updates(list(live.history), self.sessions.tools, live.row.cwd):
+        for update in self._replay(live.history, live.compactions, live.row.cwd):
             await self.bridge.update(live.row.id, update)
+        await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
+
+    def _replay(self, history: list[ChatMessage], compactions: list[Compaction], cwd: str) -> list[t.SessionUpdate]:
+        """The stored history's updates, each stored compaction at its place (after the message of its seq)."""
+        updates: list[t.SessionUpdate] = []
+        done = 0
+        for compaction in compactions:
+            upto = done
+            while upto < len(history) and history[upto].seq <= compaction.seq:
+                upto += 1
+            updates += replay_updates(history[done:upto], self.sessions.tools, cwd)
+            updates.append(stored_compaction(compaction, capable=self.bridge.compaction_updates))
+            done = upto
+        return updates + replay_updates(history[done:], self.sessions.tools, cwd)
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
+        await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
 
@@ -320,16 +368,18 @@ class AcpServer:
         text = prompt_text(params.prompt)
         session_id = params.session_id
         waiter = self.bridge.begin_prompt(session_id)  # before anything is awaited
+        instructions = compact_command(text)
         try:
             try:
-                turn_id, _queued = await self.sessions.prompt(session_id, text)
+                turn_id = await self._admit(session_id, text, instructions)
             except ProviderNotConfigured:
                 # A key added to config.toml, or a terminal sign-in, since start-up.
                 if not await self.reload_credentials():
                     raise
-                turn_id, _queued = await self.sessions.prompt(session_id, text)
+                turn_id = await self._admit(session_id, text, instructions)
             await self.bridge.admitted(waiter, turn_id)
-            await self._title_if_untitled(session_id, params.prompt)
+            if instructions is None:
+                await self._title_if_untitled(session_id, params.prompt)
             await waiter.done.wait()
         except anyio.get_cancelled_exc_class():
             # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn.
@@ -340,6 +390,14 @@ class AcpServer:
         finally:
             self.bridge.end_prompt(waiter)
         return prompt_answer(waiter)
+
+    async def _admit(self, session_id: str, text: str, compact_instructions: str | None) -> str:
+        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, anything else a prompt."""
+        if compact_instructions is not None:
+            turn_id, _compaction_id, _queued = await self.sessions.compact(session_id, compact_instructions or None)
+            return turn_id
+        turn_id, _queued = await self.sessions.prompt(session_id, text)
+        return turn_id
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
         """Name an untitled session after its first prompt (ACP has no rename of its own)."""

@@ -349,6 +349,30 @@ class UsageUpdate(_Out, tag_field="sessionUpdate", tag="usage_update"):
     cost: Cost | None = None
 
 
+class UnstructuredCommandInput(_Out):
+    hint: str
+
+
+class AvailableCommand(_Out):
+    name: str
+    description: str
+    input: UnstructuredCommandInput | None = None
+
+
+class AvailableCommandsUpdate(_Out, tag_field="sessionUpdate", tag="available_commands_update"):
+    available_commands: list[AvailableCommand]
+
+
+class CompactionUpdate(_Out, tag_field="sessionUpdate", tag="compaction_update"):
+    """UNSTABLE (ACP RFD session-compaction, ``schema.unstable.json``): sent only to a client that
+    advertises ``clientCapabilities.session.compaction``."""
+
+    compaction_id: str
+    status: str  # in_progress | completed | failed | cancelled | _skipped (an extension status)
+    summary: list[TextContent] | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
 SessionUpdate = (
     UserMessageChunk
     | AgentMessageChunk
@@ -358,6 +382,8 @@ SessionUpdate = (
     | ConfigOptionUpdate
     | SessionInfoUpdate
     | UsageUpdate
+    | AvailableCommandsUpdate
+    | CompactionUpdate
 )
 
 

@@ -11,17 +11,19 @@ from daemon.agent.context import (
     AppendParts,
     Approve,
     BudgetSpent,
+    CompactionRequest,
+    CompactionSetup,
     Emit,
     RecordUsage,
     RunTool,
+    Summarizer,
     Turn,
     TurnSettings,
+    error_info,
 )
 from daemon.agent.history import CANCELLED_RESULT, repair_history
 from daemon.agent.reply import add_usage
-from daemon.agent.turn import error_info, run_turn
-
-# ``daemon.sessions`` still calls it by its old private name.
+from daemon.agent.turn import run_turn
 
 __all__ = [
     "CANCELLED_RESULT",
@@ -29,9 +31,12 @@ __all__ = [
     "AppendParts",
     "Approve",
     "BudgetSpent",
+    "CompactionRequest",
+    "CompactionSetup",
     "Emit",
     "RecordUsage",
     "RunTool",
+    "Summarizer",
     "Turn",
     "TurnSettings",
     "add_usage",

@@ -1,6 +1,7 @@
-"""What one turn is made of: the ``Turn`` the session actor builds, its settings, and the
-callbacks through which the agent reaches the client (``Emit``), the store (``save``,
-``AppendParts``) and the tools (``Approve``, ``RunTool``).
+"""What one turn is made of: the ``Turn`` the session actor builds, its settings, how it
+compacts (``CompactionSetup``, ``Summarizer``, ``CompactionRequest``), and the callbacks
+through which the agent reaches the client (``Emit``), the store (``save``, ``AppendParts``)
+and the tools (``Approve``, ``RunTool``).
 
 It also owns how a cancelled or failed turn finishes: ``Turn.finishing`` shields the last
 writes and events from cancellation, bounded by ``SHUTDOWN_GRACE_S`` once the daemon is
@@ -15,9 +16,10 @@ from typing import Any, Protocol
 import anyio
 
 from daemon.conversation import ChatMessage, Part, ToolSpec
+from daemon.errors import PonderError, ProviderError
 from daemon.models.thinking import LearnedLevels
 from daemon.providers.base import Provider, StreamLimits
-from protocol.objects import Thinking, Usage
+from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 
 # How long the last writes and events of a cancelled turn may take once the daemon is
 # shutting down; until then they wait for the client however long it takes to read.
@@ -58,13 +60,71 @@ class TurnSettings:
     limits: StreamLimits = field(default_factory=StreamLimits)
 
 
+# Room kept for a summary itself: an eighth of the summarizer's window, within these bounds.
+SUMMARY_OUTPUT_MIN = 1024
+SUMMARY_OUTPUT_MAX = 8192
+
+
+@dataclass
+class Summarizer:
+    """The model that writes summaries: the session's, or ``[compaction] model``."""
+
+    provider: Provider
+    provider_name: str
+    model_name: str
+    model_id: str
+    thinking: Thinking  # ``[compaction] thinking_level``, else the lowest the model takes
+    context_window: int | None
+    max_output_tokens: int | None
+
+    @property
+    def output_room(self) -> int:
+        window = self.context_window or SUMMARY_OUTPUT_MAX * 8
+        room = max(SUMMARY_OUTPUT_MIN, min(SUMMARY_OUTPUT_MAX, window // 8))
+        return min(room, self.max_output_tokens) if self.max_output_tokens else room
+
+
+SaveCompaction = Callable[[Compaction, Usage | None], Awaitable[Compaction]]
+
+
+@dataclass
+class CompactionSetup:
+    """What a turn needs to compact: ``[compaction]`` settings, the model's window, the summarizer,
+    the session's compaction records (shared with the live session; appended to) and their save."""
+
+    auto: bool
+    reserve_tokens: int
+    keep_recent_tokens: int
+    context_window: int | None
+    strip_thinking: bool  # ``ModelSpec.thinking_bound_to_prefix`` of the session's model
+    summarizer: Summarizer
+    records: list[Compaction]
+    save: SaveCompaction
+    # A budget-mode model's thinking with a smaller budget near the window: (budget, output cap, reason);
+    # None for a model whose thinking is not a token budget.
+    refit_thinking: Callable[[int, int, str], Thinking] | None = None
+    budget_min: int = 1024
+    # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
+    on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """What a compaction turn (``kind: "compaction"``) does: a manual compaction, or one before a prompt."""
+
+    compaction_id: str
+    trigger: str  # "manual" | "threshold"
+    instructions: str | None = None
+    pending: int = 0  # messages at the end of the history not yet answered (the prompt that follows)
+
+
 @dataclass
 class Turn:
     """Everything one turn needs; built by the session actor."""
 
     session_id: str
     turn_id: str
-    user_message: ChatMessage
+    user_message: ChatMessage | None  # None for a compaction turn
     model_id: str
     provider_name: str
     model_name: str
@@ -91,6 +151,9 @@ class Turn:
     record_usage: RecordUsage | None = None
     budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
+    # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
+    compaction: CompactionSetup | None = None
+    compaction_request: CompactionRequest | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
@@ -116,3 +179,9 @@ class Turn:
                 yield
             finally:
                 self._final_scopes.discard(scope)
+
+
+def error_info(exc: PonderError) -> ErrorInfo:
+    """A failure as reported inside an event (``turn_end.error``, ``retry.error``, ``compaction_end.error``)."""
+    status = exc.status if isinstance(exc, ProviderError) else None
+    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)

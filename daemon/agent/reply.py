@@ -20,8 +20,9 @@ import anyio
 import msgspec
 
 from daemon.agent.call_ids import ReplyCallIds, for_provider
+from daemon.agent.compaction import fitted_thinking, request_messages
 from daemon.agent.context import Turn, TurnSettings
-from daemon.agent.history import record_cancelled_results, repair_history, save_and_end
+from daemon.agent.history import record_cancelled_results, save_and_end
 from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
@@ -120,8 +121,9 @@ class Reply:
         return ProviderRequest(
             provider=self.turn.provider_name,
             model=self.turn.model_name,
-            thinking=self.turn.thinking,
-            messages=for_provider(repair_history(self.turn.history), self.turn.provider_name),
+            thinking=fitted_thinking(self.turn),  # a budget shrunk near the window
+            # Folded at the latest compaction (summary + kept messages), every call answered.
+            messages=for_provider(request_messages(self.turn), self.turn.provider_name),
             system_prompt=self.turn.system_prompt,
             tools=self.turn.tools,
             limits=self.turn.settings.limits,

@@ -14,16 +14,24 @@ import random
 
 import anyio
 
-from daemon.agent import level_retry
-from daemon.agent.context import Turn
+from daemon.agent import compaction, level_retry
+from daemon.agent.context import CompactionRequest, Turn, error_info
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
+from daemon.context.overflow import is_context_overflow
 from daemon.conversation import ChatMessage
-from daemon.errors import BudgetExceeded, PonderError, ProviderError, ThinkingLevelRejected
+from daemon.errors import (
+    BudgetExceeded,
+    ContextOverflow,
+    InvalidParams,
+    PonderError,
+    ProviderError,
+    ThinkingLevelRejected,
+)
 from daemon.util.redact import scrub
 from protocol import events as ev
 from protocol.errors import ErrorCode
-from protocol.objects import ErrorInfo
+from protocol.objects import CompactionTrigger, ErrorInfo
 
 log = logging.getLogger("ponder.agent")
 
@@ -33,9 +41,15 @@ BACKOFF_CAP_S = 30.0
 
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
+    turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
     await turn.emit(
         ev.TurnStart,
-        {"model_id": turn.model_id, "thinking": turn.thinking, "user_message_id": turn.user_message.message_id},
+        {
+            "model_id": turn.model_id,
+            "thinking": turn.thinking,
+            "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
+            "kind": "compaction" if turn.compaction_request is not None else "prompt",
+        },
     )
     stop_reason, error = "error", None
     with turn.cancel_scope:
@@ -43,9 +57,12 @@ async def run_turn(turn: Turn) -> str:
             log_decision(turn)
             if turn.prepare is not None:
                 await turn.prepare(turn)
-            stop_reason = await _tool_loop(turn)
-            if stop_reason == "max_tokens":
-                error = cut_off(turn)
+            if turn.compaction_request is not None:
+                stop_reason, error = await _compaction_turn(turn, turn.compaction_request)
+            else:
+                stop_reason = await _tool_loop(turn)
+                if stop_reason == "max_tokens":
+                    error = cut_off(turn)
         except BudgetExceeded as exc:
             stop_reason, error = "budget", error_info(exc)
         except PonderError as exc:
@@ -92,11 +109,6 @@ def cut_off(turn: Turn) -> ErrorInfo:
     return ErrorInfo(code=int(ErrorCode.INVALID_PARAMS), message=f"{what}; {', or '.join(steps)}.")
 
 
-def error_info(exc: PonderError) -> ErrorInfo:
-    status = exc.status if isinstance(exc, ProviderError) else None
-    return ErrorInfo(code=int(exc.code), message=exc.message, provider_status=status)
-
-
 async def _tool_loop(turn: Turn) -> str:
     for _step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
@@ -109,12 +121,32 @@ async def _tool_loop(turn: Turn) -> str:
             # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
             return "end_turn" if stop == "tool_use" else stop
         await run_tools(turn, calls)
+        await compaction.maybe_compact(turn, backoff=_backoff)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
+
+
+async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str, ErrorInfo | None]:
+    """A turn that only compacts: ``end_turn`` when it completed or was skipped, else ``error``."""
+    if turn.compaction is None:
+        raise InvalidParams("This session's model cannot be compacted.")
+    trigger: CompactionTrigger = "manual" if request.trigger == "manual" else "threshold"
+    outcome = await compaction.compact(
+        turn,
+        trigger,
+        compaction_id=request.compaction_id,
+        instructions=request.instructions,
+        pending=request.pending,
+        backoff=_backoff,
+    )
+    if outcome.status in ("completed", "skipped"):
+        return "end_turn", None
+    return "error", outcome.error
 
 
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
     level_refused: str | None = None  # the level a provider refused in this reply, once retried
+    compacted_for_overflow = False
     while True:
         reply = Reply(turn)
         try:
@@ -143,6 +175,14 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 },
             )
         except ProviderError as exc:
+            if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
+                if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
+                    raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc
+                compacted_for_overflow = True  # compact, then retry the request once
+                outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
+                if outcome.status != "completed":
+                    raise ContextOverflow(exc, compacted=False) from exc
+                continue
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise
             delay = _backoff(attempt, exc.retry_after)

@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any, TypeVar, cast
 
 import anyio
 
@@ -78,6 +80,8 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
             code = await _login(client, args)
         elif args.command == "sessions":
             code = await _sessions(client, args)
+        elif args.command == "compact":
+            code = await _compact(client, args)
         elif args.command == "mcp":
             code = await _mcp(client, args)
         else:
@@ -293,7 +297,15 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
             f"thinking={session['thinking_level']}"
         )
         print(f"Totals: {totals_text(session).strip()}  {usage_line(session) or ''}".rstrip())
-        for message in resumed["messages"]:
+        for item in resumed["items"]:
+            if item["kind"] == "compaction":
+                print(
+                    f"[{item['seq']}] compaction ({item['trigger']}, about {item['tokens_before']:,} → "
+                    f"{item['tokens_after']:,} tokens; kept from [{item['first_kept_seq']}]): "
+                    f"{' '.join(item['summary'].split())[:100]}"
+                )
+                continue
+            message = item
             for block in message["content"]:
                 text = (
                     block.get("text")
@@ -310,6 +322,38 @@ async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
             f"{totals_text(session)}  {session['model_id']}  {session['title'] or ''}  {session['cwd']}"
         )
     return 0
+
+
+async def _compact(client: RpcClient, args: argparse.Namespace) -> int:
+    """``ponder compact SESSION [instructions]``: run a compaction turn and say how it ended."""
+    instructions = " ".join(args.instructions).strip() or None
+    params = {"session_id": args.session_id} | ({"instructions": instructions} if instructions else {})
+    started = await client.request("session/compact", params)
+    compaction_id, turn_id, before = started["compaction_id"], None, None
+    # An async generator (closed on leaving, so nothing is left to the GC); typed as an iterator.
+    async with aclosing(cast(AsyncGenerator[dict[str, Any], None], client.events())) as events:
+        async for event in events:
+            if event.get("compaction_id") == compaction_id:
+                turn_id = event["turn_id"]
+                before = event.get("tokens_before", before)
+                if event["type"] == "compaction_end":
+                    return _compaction_said(event, before)
+            elif turn_id is not None and event["turn_id"] == turn_id and event["type"] == "turn_end":
+                break
+    print("The compaction ended without a result.", file=sys.stderr)
+    return 1
+
+
+def _compaction_said(end: dict[str, Any], before: int | None) -> int:
+    if end["status"] == "completed":
+        print(f"Compacted {end['compaction_id']}: about {before or 0:,} → {end['tokens_after']:,} tokens.")
+        return 0
+    if end["status"] == "skipped":
+        print("Nothing to compact yet: the conversation is all recent.")
+        return 0
+    error = (end.get("error") or {}).get("message") or end["status"]
+    print(f"Compaction {end['status']}: {error}", file=sys.stderr)
+    return 1
 
 
 async def _login(client: RpcClient, args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
-``models``.
+``compact``, ``models``.
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
     sessions.add_argument("--limit", type=int, default=20)
+
+    compact = sub.add_parser("compact", help="fold a session's older messages into a summary (nothing is deleted)")
+    compact.add_argument("session_id", help="the session to compact")
+    compact.add_argument("instructions", nargs="*", help="what the summary should keep (optional)")
 
     login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
     login.add_argument("provider", choices=["copilot"])

@@ -78,6 +78,8 @@ def builtin_specs() -> tuple[ModelSpec, ...]:
 
 
 def _spec_from_row(row: "ModelRow") -> ModelSpec:
+    from daemon.providers.models import thinking_bound_to_prefix  # imported with the rows
+
     spec = ModelSpec(
         provider=row.provider,
         model=row.model,
@@ -87,6 +89,7 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
         max_output_tokens=row.vendor_max_output_tokens or row.max_output_tokens,
         supports_tools=row.supports_tools,
         thinking=row.thinking,
+        thinking_bound_to_prefix=thinking_bound_to_prefix(row.api, row.model),
     )
     md_id = row.models_dev_id or row.model
     md = models_dev_model(row.provider, md_id)
@@ -141,7 +144,20 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
         max_output_tokens=max_output,
         supports_tools=bool(tools) if tools is not None else (bool(md.tool_call) if md else True),
         thinking=_declared_control(api, sorted(canonical, key=LEVELS.index), thinking_param, off_value),
+        thinking_bound_to_prefix=_declared_prefix_binding(entry, api, model),
     )
+
+
+def _declared_prefix_binding(entry: dict[str, Any], api: str, model: str) -> bool:
+    """``thinking_bound_to_prefix = true|false`` in the model's table, else what ponder knows of the model."""
+    declared = entry.get("thinking_bound_to_prefix")
+    if declared is None:
+        from daemon.providers.models import thinking_bound_to_prefix  # deferred like the rows
+
+        return thinking_bound_to_prefix(api, model)
+    if not isinstance(declared, bool):
+        raise ValueError("thinking_bound_to_prefix must be true or false")
+    return declared
 
 
 def _declared_control(

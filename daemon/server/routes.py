@@ -29,6 +29,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/get": sessions.session_get,
         "session/messages": sessions.session_messages,
         "session/prompt": sessions.session_prompt,
+        "session/compact": sessions.session_compact,
         "session/cancel": sessions.session_cancel,
         "session/fork": sessions.session_fork,
         "session/rename": sessions.session_rename,

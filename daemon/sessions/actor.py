@@ -10,6 +10,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from daemon import agent
+from daemon.agent.compaction import should_compact
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
@@ -19,9 +20,11 @@ from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.emitter import EventNumbers
 from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
 from daemon.sessions.persistence import SessionWrites
+from daemon.sessions.thinking_settings import ThinkingRequest
 from daemon.store import AsyncStore, SessionRow
+from daemon.util.clock import new_id
 from protocol import events as ev
-from protocol.objects import Session, Thinking
+from protocol.objects import ErrorInfo, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
 
@@ -77,20 +80,15 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = manager.writes.saver(live)
     try:
-        if live.take_waiting(message):
+        if message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
             await save(message)
+        if message is not None and await _compact_before_prompt(manager, live, pending.thinking) == "cancelled":
+            await _bracket(manager, live, pending, "cancelled")
+            return
         turn = manager.assembly.build(live, pending, emit, save)
     except PonderError as exc:
-        await emit(
-            ev.TurnStart,
-            {
-                "model_id": live.row.model_id,
-                "thinking": no_thinking(pending.thinking.level),
-                "user_message_id": message.message_id,
-            },
-        )
-        await emit(ev.TurnEnd, {"stop_reason": "error", "usage": None, "error": agent.error_info(exc)})
+        await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
     live.current = turn
     try:
@@ -102,6 +100,25 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
         live.row.message_count = live.stored_count
         with anyio.move_on_after(2, shield=True):
             await manager.bridge.session_updated(manager.wire_session(live.row))
+
+
+async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> str | None:
+    """Before a prompt (the last message of the history now): when the estimated request exceeds
+    ``window - reserve``, a compaction turn of its own (``kind: "compaction"``). Its stop reason,
+    or None when none was needed."""
+    request = agent.CompactionRequest(compaction_id=new_id("cmp"), trigger="threshold", pending=1)
+    pending = PendingTurn(new_id("turn"), None, thinking, request)
+    # Not the releasing emitter: the prompt's turn follows under the same lease.
+    turn = manager.assembly.build(
+        live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.saver(live)
+    )
+    if not should_compact(turn):
+        return None
+    live.current = turn
+    try:
+        return await agent.run_turn(turn)
+    finally:
+        live.turn_done()
 
 
 def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit) -> agent.Emit:
@@ -130,7 +147,9 @@ def drop_queue(manager: SessionHost, live: LiveSession) -> int:
         # is one; its turn still gets its bracket so a client waiting on the turn id is
         # never left hanging.
         moved = False
-        if live.current is not None:
+        if pending.user_message is None:
+            pass  # a compaction: nothing was stored
+        elif live.current is not None:
             live.dropped.append(pending.user_message)
         else:
             moved = live.take_waiting(pending.user_message)
@@ -158,19 +177,38 @@ async def _save_dropped(manager: SessionHost, live: LiveSession, message: ChatMe
 
 
 async def _bracket_dropped(manager: SessionHost, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
-    if moved:
+    if moved and pending.user_message is not None:
         await _save_dropped(manager, live, pending.user_message)
+    await _bracket(manager, live, pending, "cancelled")
+
+
+async def _bracket(
+    manager: SessionHost,
+    live: LiveSession,
+    pending: PendingTurn,
+    stop_reason: str,
+    error: ErrorInfo | None = None,
+    *,
+    emit: agent.Emit | None = None,
+) -> None:
+    """The ``turn_start``/``turn_end`` of a turn that never ran (dropped, or it could not be built);
+    a compaction turn also gets its one ``compaction_end``."""
     try:
         thinking_now = pending.thinking.decide(manager.catalog, manager.catalog.get(live.row.model_id))
     except PonderError:
         thinking_now = no_thinking(pending.thinking.level)
-    emit = manager.events.emitter(live, pending.turn_id)
+    emit = emit or manager.events.emitter(live, pending.turn_id)
+    message, compaction = pending.user_message, pending.compaction
     await emit(
         ev.TurnStart,
         {
             "model_id": live.row.model_id,
             "thinking": thinking_now,
-            "user_message_id": pending.user_message.message_id,
+            "user_message_id": message.message_id if message is not None else None,
+            "kind": "compaction" if compaction is not None else "prompt",
         },
     )
-    await emit(ev.TurnEnd, {"stop_reason": "cancelled", "usage": None, "error": None})
+    if compaction is not None:
+        status = "cancelled" if stop_reason == "cancelled" else "failed"
+        await emit(ev.CompactionEnd, {"compaction_id": compaction.compaction_id, "status": status, "error": error})
+    await emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": None, "error": error})

@@ -2,14 +2,18 @@
 spec, its provider adapter, the resolved thinking, the tools and the settings of config.toml)."""
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daemon import agent
+from daemon.agent import CompactionSetup, Summarizer
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
-from daemon.models.catalog import Catalog
-from daemon.providers.base import StreamLimits
+from daemon.errors import PonderError
+from daemon.models import thinking
+from daemon.models.catalog import Catalog, ModelSpec
+from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
@@ -18,6 +22,10 @@ from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+from protocol import events as ev
+from protocol.objects import Thinking, Usage
+
+log = logging.getLogger("ponder.sessions")
 
 
 class TurnAssembly:
@@ -67,6 +75,8 @@ class TurnAssembly:
         return agent.Turn(
             session_id=row.id,
             turn_id=pending.turn_id,
+            compaction=self._compaction_setup(live, spec, provider, emit),
+            compaction_request=pending.compaction,
             user_message=pending.user_message,
             model_id=spec.id,
             provider_name=spec.provider,
@@ -100,3 +110,57 @@ class TurnAssembly:
                 ),
             ),
         )
+
+    def _compaction_setup(
+        self, live: LiveSession, spec: ModelSpec, provider: Provider, emit: agent.Emit
+    ) -> CompactionSetup:
+        """``[compaction]`` for this session's model, with its summarizer (``[compaction] model``
+        when that model is known and its provider configured, else the session's own)."""
+        settings = self.config.compaction
+        row_level = live.row.thinking_level
+        summarizer_spec, summarizer_provider = spec, provider
+        if settings.model is not None:
+            try:
+                summarizer_spec = self.catalog.get(settings.model)
+                summarizer_provider = self.providers.get(summarizer_spec.provider, summarizer_spec.api)
+            except PonderError as exc:
+                log.warning("[compaction] model %s cannot be used (%s); the session's model summarizes", settings.model,
+                            exc.message)  # fmt: skip
+                summarizer_spec, summarizer_provider = spec, provider
+        level = settings.thinking_level or "off"
+        if level == "default":
+            level = self.catalog.default_level(summarizer_spec)
+        return CompactionSetup(
+            auto=settings.auto,
+            reserve_tokens=settings.reserve_tokens,
+            keep_recent_tokens=settings.keep_recent_tokens,
+            context_window=spec.context_window,
+            strip_thinking=spec.thinking_bound_to_prefix,
+            summarizer=Summarizer(
+                provider=summarizer_provider,
+                provider_name=summarizer_spec.provider,
+                model_name=summarizer_spec.model,
+                model_id=summarizer_spec.id,
+                thinking=thinking.resolve_thinking(summarizer_spec, level),
+                context_window=summarizer_spec.context_window,
+                max_output_tokens=summarizer_spec.max_output_tokens,
+            ),
+            records=live.compactions,
+            save=functools.partial(self.store.save_compaction, live.row.id),
+            refit_thinking=functools.partial(self._refit_thinking, spec, row_level)
+            if spec.thinking.takes_budget
+            else None,
+            budget_min=spec.thinking.budget_min or 1024,  # the minimum daemon.models.budgets assumes too
+            on_summary_usage=functools.partial(self._record_summary_call, live, summarizer_spec, emit),
+        )
+
+    async def _record_summary_call(self, live: LiveSession, spec: ModelSpec, emit: agent.Emit, usage: Usage) -> None:
+        """A summary call counts in the session's totals and against its budget like any model
+        call, and is told as a ``usage`` event; the session's context fill stays the last one (the
+        summarizer's own request is not the session's context)."""
+        fields = await self.accounts.record_call(live, spec, usage, context=live.row.context)
+        await emit(ev.UsageEvent, fields)
+
+    @staticmethod
+    def _refit_thinking(spec: ModelSpec, level: str, budget: int, output_cap: int, reason: str) -> Thinking:
+        return thinking.with_budget(spec, thinking.resolve_thinking(spec, level), budget, output_cap, reason)

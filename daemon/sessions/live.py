@@ -11,16 +11,17 @@ from daemon import agent
 from daemon.conversation import ChatMessage
 from daemon.sessions.thinking_settings import ThinkingRequest
 from daemon.store import SessionRow
-from protocol.objects import Thinking
+from protocol.objects import Compaction, Thinking
 
 
 @dataclass
 class PendingTurn:
     turn_id: str
-    user_message: ChatMessage
+    user_message: ChatMessage | None  # None for a compaction turn
     # The thinking settings in force when the prompt was sent (a per-turn level included):
     # a queued prompt keeps them, whatever changes before its turn starts.
     thinking: ThinkingRequest
+    compaction: agent.CompactionRequest | None = None  # what a compaction turn does (session/compact)
 
 
 @dataclass
@@ -29,6 +30,8 @@ class LiveSession:
     history: list[ChatMessage]
     inbox_send: Any
     inbox_receive: Any
+    # The session's compaction records in seq order; requests fold the history at the last one.
+    compactions: list[Compaction] = field(default_factory=list)
     emit_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     # Admission (lease, catching up with the store, storing the prompt) is one step per
     # session: two prompts interleaving there could reload the history under each other.

@@ -22,6 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from daemon.agent import CompactionRequest
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
@@ -148,7 +149,9 @@ class SessionManager:
             if row is None:
                 raise SessionNotFound(session_id)
             history = await self.store.get_messages(session_id)
-            return await self._activate(row, history)
+            live = await self._activate(row, history)
+            live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(session_id)]
+            return live
         finally:
             del self._loading[session_id]
             done.set()
@@ -427,6 +430,28 @@ class SessionManager:
             live.inbox_send.send_nowait(PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level)))
             return turn_id, queued
 
+    async def compact(self, session_id: str, instructions: str | None) -> tuple[str, str, bool]:
+        """Admit a compaction turn (``session/compact``), queued like a prompt while a turn runs:
+        (turn_id, compaction_id, queued)."""
+        live = await self.get(session_id)
+        if self.shutting_down:
+            raise ShuttingDown()
+        spec = self.catalog.get(live.row.model_id)
+        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is queued
+        async with live.admit_lock:
+            if live.queued >= self.config.max_queued_prompts:
+                raise SessionBusy(session_id)
+            if not live.lease_held:
+                if not await self.writes.acquire_lease(live):
+                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
+                await self._refresh(live)
+            queued = live.status == "running"
+            compaction_id = new_id("cmp")
+            request = CompactionRequest(compaction_id=compaction_id, trigger="manual", instructions=instructions)
+            turn_id = new_id("turn")
+            live.inbox_send.send_nowait(PendingTurn(turn_id, None, self.thinking_request(live.row), request))
+            return turn_id, compaction_id, queued
+
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:
         take the stored row, and the stored history when messages were added; a deleted
@@ -438,6 +463,7 @@ class SessionManager:
         if row.message_count != live.stored_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
+            live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]
         live.row = row
 
     async def cancel(self, session_id: str) -> tuple[bool, int]:

@@ -17,9 +17,10 @@ import anyio
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import StoreClosed, StoreUnavailable
 from daemon.store.batch import Batch
+from daemon.store.compactions import StoredCompaction
 from daemon.store.sessions import SessionRow
 from daemon.store.store import Store
-from protocol.objects import Budget, ContextFill, Cost, Usage
+from protocol.objects import Budget, Compaction, ContextFill, Cost, Usage
 
 T = TypeVar("T")
 
@@ -140,3 +141,9 @@ class AsyncStore:
 
     async def release_lease(self, session_id: str, owner: str) -> bool:
         return await self._call(self.store.release_lease, session_id, owner)
+
+    async def save_compaction(self, session_id: str, compaction: Compaction, usage: Usage | None = None) -> Compaction:
+        return await self._call(self.store.save_compaction, session_id, compaction, usage)
+
+    async def get_compactions(self, session_id: str) -> list[StoredCompaction]:
+        return await self._call(self.store.get_compactions, session_id)

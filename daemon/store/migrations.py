@@ -191,6 +191,32 @@ def m004_session_accounts(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
 
 
+@migration
+def m005_compactions(db: sqlite3.Connection) -> None:
+    # A compaction record (PROTOCOL "Context, cost and compaction"): the summary that stands in
+    # for the messages before ``first_kept_seq``. One row, written in one transaction: a crash
+    # leaves the whole record or none. Messages are never touched by it. ``seq`` is the seq of
+    # the last message that existed when it happened (it sorts after that message).
+    db.execute(
+        """
+        CREATE TABLE compactions (
+            id             TEXT PRIMARY KEY,
+            session_id     TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq            INTEGER NOT NULL,
+            trigger        TEXT NOT NULL,
+            summary        TEXT NOT NULL,
+            first_kept_seq INTEGER NOT NULL,
+            tokens_before  INTEGER NOT NULL,
+            tokens_after   INTEGER NOT NULL,
+            model_id       TEXT,
+            usage_json     TEXT,
+            created_at     TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX compactions_by_session ON compactions (session_id, seq)")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

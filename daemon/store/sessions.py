@@ -237,7 +237,8 @@ class SessionQueries(Database):
         """Create ``new_row`` (its parent_id set to ``source_id``) with a copy of the history.
 
         Messages up to and including ``up_to_message_id`` (default: all) are copied with
-        their parts, keeping their seq, under fresh message ids.
+        their parts, keeping their seq, under fresh message ids; so are the compaction
+        records among them (``seq`` up to that message's).
         """
 
         def body(db: sqlite3.Connection) -> SessionRow:
@@ -279,6 +280,18 @@ class SessionQueries(Database):
                 "SELECT ?1, position, text FROM part_appends WHERE message_id = ?2 ORDER BY id",
                 mapping,
             )
+            # Compaction records within the copied range go along (fresh ids, same seqs).
+            rowids = db.execute(
+                f"SELECT rowid FROM compactions WHERE session_id = ?{seq_filter} ORDER BY rowid", params
+            ).fetchall()
+            for (rowid,) in rowids:
+                db.execute(
+                    "INSERT INTO compactions (id, session_id, seq, trigger, summary, first_kept_seq, tokens_before, "
+                    "tokens_after, model_id, usage_json, created_at) "
+                    "SELECT ?, ?, seq, trigger, summary, first_kept_seq, tokens_before, tokens_after, model_id, "
+                    "usage_json, created_at FROM compactions WHERE rowid = ?",
+                    (new_id("cmp"), new_row.id, rowid),
+                )
             forked = self._fetch_session(db, new_row.id)
             assert forked is not None
             return forked

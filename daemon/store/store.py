@@ -8,12 +8,13 @@ async code use ``daemon.store.async_store.AsyncStore``.
 from __future__ import annotations
 
 from daemon.store.accounts import AccountQueries
+from daemon.store.compactions import CompactionQueries
 from daemon.store.leases import LeaseQueries
 from daemon.store.messages import MessageQueries
 from daemon.store.sessions import SessionQueries
 
 
-class Store(SessionQueries, MessageQueries, LeaseQueries, AccountQueries):
+class Store(SessionQueries, MessageQueries, LeaseQueries, AccountQueries, CompactionQueries):
     """One SQLite connection; every public method is a complete transaction.
 
     Safe to call from any thread (calls are serialized by a lock), but each call blocks:

@@ -185,7 +185,7 @@ async def test_values_the_store_cannot_hold_are_invalid_params(home):
             assert error.value.data["errors"][0]["path"] == f"$.params.{field}"
         largest = {"session_id": session_id, "after_seq": 2**63 - 1, "limit": 2**63 - 1}
         page = await client.request("session/messages", largest)
-        assert page == {"messages": [], "next_seq": None}
+        assert page == {"messages": [], "next_seq": None, "items": []}
 
 
 async def test_a_cwd_that_cannot_be_a_directory_is_invalid_params(home):

@@ -1,5 +1,6 @@
 """The ``session/*`` methods."""
 
+from daemon.context.history import history_items
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
 from daemon.sessions.accounts import budget_from
@@ -33,10 +34,12 @@ class SessionHandlers:
 
     async def session_resume(self, params: m.SessionIdParams) -> m.SessionResumeResult:
         live = await self.sessions.get(params.session_id)
+        messages = [message.to_wire() for message in live.stored_messages]
         return m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
-            messages=[message.to_wire() for message in live.stored_messages],
+            messages=messages,
+            items=history_items(messages, live.compactions),
         )
 
     async def session_list(self, params: m.SessionListParams) -> m.SessionListResult:
@@ -51,7 +54,19 @@ class SessionHandlers:
             raise InvalidParams("limit must be at least 1.", path="$.params.limit")
         messages = await self.daemon.store.get_messages(params.session_id, params.after_seq, params.limit)
         next_seq = messages[-1].seq if messages and params.limit is not None and len(messages) == params.limit else None
-        return m.SessionMessagesResult(messages=[message.to_wire() for message in messages], next_seq=next_seq)
+        # The compaction records of this page: after after_seq, up to its last message (to the end on the last page).
+        after, until = params.after_seq, next_seq
+        compactions = [
+            stored.compaction
+            for stored in await self.daemon.store.get_compactions(params.session_id)
+            if (after is None or stored.compaction.seq > after) and (until is None or stored.compaction.seq <= until)
+        ]
+        wire = [message.to_wire() for message in messages]
+        return m.SessionMessagesResult(messages=wire, next_seq=next_seq, items=history_items(wire, compactions))
+
+    async def session_compact(self, params: m.SessionCompactParams) -> m.SessionCompactResult:
+        _turn_id, compaction_id, queued = await self.sessions.compact(params.session_id, params.instructions)
+        return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
         turn_id, queued = await self.sessions.prompt(params.session_id, params.text, params.thinking_level)
