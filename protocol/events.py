@@ -25,74 +25,76 @@ TurnKind = Literal["prompt", "compaction"]
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 
 
-class _Event(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
+class BaseEvent(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
+    """What every ``agent/event`` carries; each type below adds its own fields."""
+
     session_id: str
     turn_id: str
     seq: int
 
 
-class TurnStart(_Event, tag="turn_start"):
+class TurnStart(BaseEvent, tag="turn_start"):
     model_id: str
     thinking: Thinking
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
 
 
-class MessageStart(_Event, tag="message_start"):
+class MessageStart(BaseEvent, tag="message_start"):
     message_id: str
     role: ReplyRole
 
 
-class ThinkingStart(_Event, tag="thinking_start"):
+class ThinkingStart(BaseEvent, tag="thinking_start"):
     message_id: str
     index: int
 
 
-class ThinkingDelta(_Event, tag="thinking_delta"):
+class ThinkingDelta(BaseEvent, tag="thinking_delta"):
     message_id: str
     index: int
     delta: str
 
 
-class ThinkingEnd(_Event, tag="thinking_end"):
+class ThinkingEnd(BaseEvent, tag="thinking_end"):
     message_id: str
     index: int
     text: str
     redacted: bool
 
 
-class TextStart(_Event, tag="text_start"):
+class TextStart(BaseEvent, tag="text_start"):
     message_id: str
     index: int
 
 
-class TextDelta(_Event, tag="text_delta"):
+class TextDelta(BaseEvent, tag="text_delta"):
     message_id: str
     index: int
     delta: str
 
 
-class TextEnd(_Event, tag="text_end"):
+class TextEnd(BaseEvent, tag="text_end"):
     message_id: str
     index: int
     text: str
 
 
-class ToolCallStart(_Event, tag="tool_call_start"):
+class ToolCallStart(BaseEvent, tag="tool_call_start"):
     message_id: str
     index: int
     call_id: str
     name: str
 
 
-class ToolCallDelta(_Event, tag="tool_call_delta"):
+class ToolCallDelta(BaseEvent, tag="tool_call_delta"):
     message_id: str
     index: int
     call_id: str
     delta: str
 
 
-class ToolCallEnd(_Event, tag="tool_call_end"):
+class ToolCallEnd(BaseEvent, tag="tool_call_end"):
     message_id: str
     index: int
     call_id: str
@@ -100,22 +102,22 @@ class ToolCallEnd(_Event, tag="tool_call_end"):
     arguments: dict[str, Any]
 
 
-class MessageEnd(_Event, tag="message_end"):
+class MessageEnd(BaseEvent, tag="message_end"):
     message: Message
 
 
-class ToolExecutionStart(_Event, tag="tool_execution_start"):
+class ToolExecutionStart(BaseEvent, tag="tool_execution_start"):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
-class ToolExecutionOutput(_Event, tag="tool_execution_output"):
+class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
     call_id: str
     chunk: str
 
 
-class ToolExecutionEnd(_Event, tag="tool_execution_end"):
+class ToolExecutionEnd(BaseEvent, tag="tool_execution_end"):
     call_id: str
     name: str
     is_error: bool
@@ -123,14 +125,14 @@ class ToolExecutionEnd(_Event, tag="tool_execution_end"):
     message_id: str
 
 
-class Retry(_Event, tag="retry"):
+class Retry(BaseEvent, tag="retry"):
     attempt: int
     max_attempts: int
     delay_ms: int
     error: ErrorInfo
 
 
-class UsageEvent(_Event, tag="usage"):
+class UsageEvent(BaseEvent, tag="usage"):
     """After every model call, summaries included: the context fill, the call's usage, the
     session's running totals, and their cost (null where no price is known)."""
 
@@ -141,13 +143,13 @@ class UsageEvent(_Event, tag="usage"):
     totals_cost: Cost | None = None
 
 
-class CompactionStart(_Event, tag="compaction_start"):
+class CompactionStart(BaseEvent, tag="compaction_start"):
     compaction_id: str
     trigger: CompactionTrigger
     tokens_before: int
 
 
-class CompactionEnd(_Event, tag="compaction_end"):
+class CompactionEnd(BaseEvent, tag="compaction_end"):
     compaction_id: str
     status: CompactionStatus
     summary: str | None = None
@@ -156,7 +158,7 @@ class CompactionEnd(_Event, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
-class TurnEnd(_Event, tag="turn_end"):
+class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
     error: ErrorInfo | None = None

@@ -244,11 +244,11 @@ class AcpBridge:
 
     # --- events -------------------------------------------------------------------------
 
-    def emit_nowait(self, event: Any) -> bool:
+    def emit_nowait(self, event: ev.BaseEvent) -> bool:
         """Never at once: each event is translated first, which may await (the session's row, a snapshot)."""
         return False
 
-    async def emit(self, event: Any) -> None:
+    async def emit(self, event: ev.BaseEvent) -> None:
         try:
             await self._translate(event)
         except PonderError as exc:  # e.g. the session vanished mid-turn; never break the turn

@@ -19,13 +19,14 @@ from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
 from daemon.models.thinking import LearnedLevels
 from daemon.providers.base import Provider, StreamLimits
+from protocol import events as ev
 from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 
 # How long the last writes and events of a cancelled turn may take once the daemon is
 # shutting down; until then they wait for the client however long it takes to read.
 SHUTDOWN_GRACE_S = 2.0
 
-Emit = Callable[[type, dict[str, Any]], Awaitable[None]]
+Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 # (call part) -> (allowed, message shown to the model when denied)
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 # (name, arguments, emit_output) -> (text, is_error)

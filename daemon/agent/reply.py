@@ -329,7 +329,7 @@ class Reply:
                 },
             )
 
-    async def _emit(self, kind: type, fields: dict[str, Any]) -> None:
+    async def _emit(self, kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
         await self._emit_late_end()
         await self.turn.emit(kind, fields)
 

@@ -125,7 +125,7 @@ def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit
     """``emit`` that gives the lease back before a ``turn_end`` when nothing is queued, so a
     client told the turn is over can go on in another ponder process at once."""
 
-    async def release_then_emit(kind: type, fields: dict[str, Any]) -> None:
+    async def release_then_emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
         if kind is ev.TurnEnd and live.lease_held and not live.queued:
             with anyio.move_on_after(2, shield=True):
                 await manager.writes.release_lease(live)

@@ -2,8 +2,9 @@
 come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bridge: ``daemon.server.rpc_bridge``
 for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from protocol import events as ev
 from protocol.methods import PermissionRequestParams
 from protocol.objects import Session
 
@@ -13,10 +14,10 @@ class ClientBridge(Protocol):
 
     can_ask: bool  # whether the client answers permission requests
 
-    async def emit(self, event: Any) -> None:
+    async def emit(self, event: ev.BaseEvent) -> None:
         """Deliver one ``agent/event`` (a ``protocol.events`` Struct with its seq)."""
 
-    def emit_nowait(self, event: Any) -> bool:
+    def emit_nowait(self, event: ev.BaseEvent) -> bool:
         """Deliver ``event`` without yielding if that can be done now; False if not (then
         nothing was sent and the caller awaits ``emit``)."""
 

@@ -6,6 +6,7 @@ from typing import Any
 from daemon import agent
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession
+from protocol import events as ev
 
 
 class EventNumbers:
@@ -22,7 +23,7 @@ class EventNumbers:
         lock = live.emit_lock
         event_seq = self._seq
 
-        async def emit(kind: type, fields: dict[str, Any]) -> None:
+        async def emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
             # Fast path (the common case): nobody else is emitting and the outgoing queue
             # has room, so the event is numbered and queued without yielding to the loop.
