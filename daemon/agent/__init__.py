@@ -1,8 +1,10 @@
 """The agent: one turn of a session, dialect-free and vendor-free.
 
-``context`` (what a turn is made of), ``turn`` (``run_turn``: the tool loop, retries and
-backoff), ``reply`` (one streamed reply: watchdog, checkpoints, finish), ``tools`` (one
-reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_history``)
+``context`` (what a turn is made of), ``turn`` (``run_turn``: the tool loop, the budget check
+before each model call, retries and backoff), ``reply`` (one streamed reply: watchdog,
+checkpoints, usage, finish), ``compaction`` (the history a request sends, when to compact, one
+compaction), ``level_retry`` (the retry after a provider refuses a thinking level), ``tools``
+(one reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_history``)
 and ``call_ids`` (tool-call ids unique in a session). This module only re-exports.
 """
 

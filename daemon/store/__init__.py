@@ -1,5 +1,5 @@
 """The session store: sessions, their messages and parts, model/thinking changes, turn leases,
-in ``sessions.db`` (SQLite).
+accounts and compaction records, in ``sessions.db`` (SQLite).
 
 ``Store`` is synchronous and holds one connection; ``AsyncStore`` runs every call on a worker
 thread, one at a time, so the event loop (asyncio or trio) never blocks on disk. Several
@@ -10,8 +10,8 @@ daemon's own exception hierarchy only (``daemon.errors``).
 
 Modules: ``db`` (opening, pragmas, file modes, transactions, lock retries), ``migrations``
 (the schema), ``sessions``, ``messages`` (with incremental checkpoints), ``leases``, ``accounts``
-(a session's totals, cost, context fill and budget) (queries
-and row mapping, one concern each), ``store`` (``Store`` built from them), ``batch`` (calls
+(a session's totals, cost, context fill and budget), ``compactions`` (one row per compaction
+record) (queries and row mapping, one concern each), ``store`` (``Store`` built from them), ``batch`` (calls
 that arrive together share a transaction), ``async_store`` (``AsyncStore``). This module only
 re-exports.
 """
