@@ -223,6 +223,7 @@ def check_turn(turn: Turn, n: int, th: int | None = None, first_seq: int | None 
         "text_start",
         "text_end",
         "message_end",
+        "usage",  # after every model call (issue 19)
         "turn_end",
     ]
     if th == 0:
