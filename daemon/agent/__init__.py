@@ -22,7 +22,6 @@ from daemon.agent.context import (
     error_info,
 )
 from daemon.agent.history import CANCELLED_RESULT, repair_history
-from daemon.agent.reply import add_usage
 from daemon.agent.turn import run_turn
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "Summarizer",
     "Turn",
     "TurnSettings",
-    "add_usage",
     "error_info",
     "repair_history",
     "run_turn",

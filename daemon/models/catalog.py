@@ -34,7 +34,6 @@ from daemon.models.thinking import (
     decide_thinking,
     nearest_level,
     parse_level,
-    resolve_thinking,
 )
 from daemon.providers import table as providers_table
 from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
@@ -353,11 +352,6 @@ class Catalog:
             config=self.config.default_thinking_level,
             provider=settings.default_thinking_level if settings else None,
         )
-
-    def resolve(self, spec: ModelSpec, requested: str) -> Thinking:
-        """``resolve_thinking`` with this configuration's default level for ``"default"`` and what
-        providers have refused since the daemon started."""
-        return resolve_thinking(spec, requested, default_level=self.default_level(spec), learned=self.learned)
 
     def decide(
         self,
