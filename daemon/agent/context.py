@@ -19,6 +19,7 @@ from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
 from daemon.models.thinking import LearnedLevels
 from daemon.providers.base import Provider, StreamLimits
+from protocol import events as ev
 from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 
 # How long the last writes and events of a cancelled turn may take once the daemon is
@@ -179,6 +180,13 @@ class Turn:
                 yield
             finally:
                 self._final_scopes.discard(scope)
+
+
+async def wait_to_retry(turn: Turn, attempt: int, delay: float, exc: ProviderError) -> None:
+    """Tell the client (a ``retry`` event) that attempt ``attempt`` follows ``exc`` in ``delay`` seconds; then wait."""
+    retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
+    await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
+    await anyio.sleep(delay)
 
 
 def error_info(exc: PonderError) -> ErrorInfo:
