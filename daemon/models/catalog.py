@@ -32,6 +32,7 @@ from daemon.models.thinking import (
     LearnedLevels,
     ThinkingDefaults,
     decide_thinking,
+    follow_defaults,
     nearest_level,
     parse_level,
 )
@@ -321,16 +322,8 @@ class Catalog:
 
     def default_level(self, spec: ModelSpec) -> str:
         """The provider's ``default_thinking_level`` from config (if valid), else the model's default."""
-        settings = self.config.providers.get(spec.provider)
-        override = settings.default_thinking_level if settings else None
-        if override:
-            try:
-                level = parse_level(override)
-            except InvalidParams:
-                level = "default"
-            if level != "default":
-                return level
-        return spec.default_thinking_level
+        level, _ = follow_defaults(spec.thinking, ThinkingDefaults(provider=self.thinking_defaults(spec).provider))
+        return level
 
     # -- prices ---------------------------------------------------------------------
 

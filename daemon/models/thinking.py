@@ -57,6 +57,7 @@ __all__ = [
     "LearnedLevels",
     "ThinkingDefaults",
     "decide_thinking",
+    "follow_defaults",
     "nearest_allowed",
     "nearest_level",
     "parse_display",
@@ -199,7 +200,8 @@ class ThinkingDefaults:
     provider: str | None = None  # [providers.X] default_thinking_level
 
 
-def _follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
+def follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
+    """The level ``default`` stands for, and which link of the chain gave it."""
     chain: tuple[tuple[str | None, ThinkingSource], ...] = (
         (defaults.config, "config_default"),
         (defaults.provider, "provider_default"),
@@ -245,7 +247,7 @@ def decide_thinking(
     control = spec.thinking
     asked = parse_level(requested)
     if asked == "default":
-        level, source = _follow_defaults(control, defaults)
+        level, source = follow_defaults(control, defaults)
     else:
         level = asked
     supported = control.levels
