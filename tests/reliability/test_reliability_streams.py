@@ -27,6 +27,7 @@ from tests.support.faults import (
     PING,
     SSE_HEADERS,
     anthropic_env,
+    arguments_delta,
     block_stop,
     message_end,
     of_type,
@@ -38,6 +39,7 @@ from tests.support.faults import (
     text_delta,
     text_reply,
     text_start,
+    tool_use_start,
 )
 from tests.support.harness import in_memory_daemon
 from tests.support.replay import ScriptedResponse
@@ -384,16 +386,8 @@ async def test_a_client_that_stops_reading_is_not_a_stalled_provider(home, tmp_p
 def tool_use(arguments_json: str) -> bytes:
     return sse(
         MESSAGE_START,
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": arguments_json},
-        },
+        tool_use_start(),
+        arguments_delta(arguments_json),
         block_stop(),
         *message_end("tool_use"),
     )
@@ -443,23 +437,9 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
     (tmp_path / "notes.txt").write_text("the notes", encoding="utf-8")
     calling = [
         sse(MESSAGE_START),
-        sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-            }
-        ),
-        sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
-            }
-        ),
-        sse(
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '.txt"}'}}
-        ),
+        sse(tool_use_start()),
+        sse(arguments_delta('{"path": "notes')),
+        sse(arguments_delta('.txt"}')),
         sse(block_stop(), *message_end("tool_use")),
     ]
     cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
@@ -504,20 +484,8 @@ async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_
     its result (a provider refuses that history, and the session could not go on)."""
     calling = [
         sse(MESSAGE_START),
-        sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-            }
-        ),
-        sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
-            }
-        ),
+        sse(tool_use_start()),
+        sse(arguments_delta('{"path": "notes')),
         sse(block_stop(), *message_end("tool_use")),
     ]
     cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]

@@ -50,6 +50,19 @@ def text_delta(text: str, index: int = 0) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}
 
 
+def tool_use_start(name: str = "read_file", call_id: str = "toolu_1", index: int = 0) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def arguments_delta(partial_json: str, index: int = 0) -> dict[str, Any]:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": partial_json},
+    }
+
+
 def block_stop(index: int = 0) -> dict[str, Any]:
     return {"type": "content_block_stop", "index": index}
 
