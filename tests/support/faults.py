@@ -3,6 +3,7 @@ on an Anthropic model driven through the in-memory daemon against the replay ser
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -81,6 +82,19 @@ def text_reply(*pieces: str) -> bytes:
 
 def streamed(body: bytes, **kwargs: Any) -> ScriptedResponse:
     return ScriptedResponse(status=200, headers=dict(SSE_HEADERS), body=body, **kwargs)
+
+
+def in_chunks(chunks: list[bytes], chunk_delay_s: float) -> ScriptedResponse:
+    """One streamed body made of ``chunks``, each sent on its own, ``chunk_delay_s`` apart."""
+    cuts = list(itertools.accumulate(len(chunk) for chunk in chunks))
+    return streamed(b"".join(chunks), split_at=cuts, chunk_delay_s=chunk_delay_s)
+
+
+def text_in_pieces(pieces: list[str], chunk_delay_s: float) -> ScriptedResponse:
+    """``text_reply(*pieces)`` with each piece's delta sent on its own (the first with the message's start)."""
+    deltas = [sse(text_delta(piece)) for piece in pieces]
+    deltas[0] = sse(MESSAGE_START, text_start()) + deltas[0]
+    return in_chunks([*deltas, sse(block_stop(), *message_end())], chunk_delay_s)
 
 
 def fixture_response(name: str, **header_overrides: str) -> ScriptedResponse:
