@@ -10,7 +10,7 @@ then retry, ``auto = false``, and fork/delete with compactions.
 import json
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -46,34 +46,36 @@ async def start(client: RpcClient, cwd: Path) -> str:
     return result["session"]["session_id"]
 
 
-async def until_turn_end(client: RpcClient, turn_id: str) -> list[dict[str, Any]]:
-    """Every event (any turn: a compaction turn before a prompt has its own id) up to ``turn_id``'s end."""
+async def events_until(client: RpcClient, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Every event (any turn: a compaction turn before a prompt has its own id) until ``done(events)``."""
     events = []
     async with aclosing(client.events()) as stream:
         async for event in stream:
             events.append(event)
-            if event["turn_id"] == turn_id and event["type"] == "turn_end":
+            if done(events):
                 return events
     raise AssertionError("the event stream ended")
 
 
 async def prompt(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    turn = await client.request("session/prompt", {"session_id": session_id, "text": text})
-    return await until_turn_end(client, turn["turn_id"])
+    turn_id = (await client.request("session/prompt", {"session_id": session_id, "text": text}))["turn_id"]
+    return await events_until(
+        client, lambda events: events[-1]["type"] == "turn_end" and events[-1]["turn_id"] == turn_id
+    )
 
 
 async def compact(client: RpcClient, session_id: str, instructions: str | None = None) -> list[dict[str, Any]]:
+    """The events up to the end of the compaction's turn."""
     params = {"session_id": session_id} | ({"instructions": instructions} if instructions else {})
-    result = await client.request("session/compact", params)
-    events = []
-    async with aclosing(client.events()) as stream:
-        async for event in stream:
-            events.append(event)
-            if event["type"] == "turn_end" and any(
-                e.get("compaction_id") == result["compaction_id"] and e["turn_id"] == event["turn_id"] for e in events
-            ):
-                return events
-    raise AssertionError("the event stream ended")
+    compaction_id = (await client.request("session/compact", params))["compaction_id"]
+
+    def ended(events: list[dict[str, Any]]) -> bool:
+        end = events[-1]
+        return end["type"] == "turn_end" and any(
+            e.get("compaction_id") == compaction_id and e["turn_id"] == end["turn_id"] for e in events
+        )
+
+    return await events_until(client, ended)
 
 
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
