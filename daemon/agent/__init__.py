@@ -24,7 +24,6 @@ from daemon.agent.context import (
     error_info,
 )
 from daemon.agent.history import CANCELLED_RESULT, repair_history
-from daemon.agent.reply import add_usage
 from daemon.agent.turn import run_turn
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "Summarizer",
     "Turn",
     "TurnSettings",
-    "add_usage",
     "error_info",
     "repair_history",
     "run_turn",

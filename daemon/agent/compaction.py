@@ -15,7 +15,7 @@ from typing import Literal
 
 import anyio
 
-from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info
+from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, wait_to_retry
 from daemon.agent.history import repair_history
 from daemon.context.budget import add_usage
 from daemon.context.cut import choose_cut
@@ -228,9 +228,7 @@ async def _summarize(
             delay = backoff(attempt, exc.retry_after)
             attempt += 1
             log.info("retrying the summary in %.1fs (attempt %d): %s", delay, attempt, exc.message)
-            retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
-            await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
-            await anyio.sleep(delay)
+            await wait_to_retry(turn, attempt, delay, exc)
 
 
 async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRequest) -> tuple[str, Usage | None]:

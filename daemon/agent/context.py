@@ -182,6 +182,13 @@ class Turn:
                 self._final_scopes.discard(scope)
 
 
+async def wait_to_retry(turn: Turn, attempt: int, delay: float, exc: ProviderError) -> None:
+    """Tell the client (a ``retry`` event) that attempt ``attempt`` follows ``exc`` in ``delay`` seconds; then wait."""
+    retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
+    await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
+    await anyio.sleep(delay)
+
+
 def error_info(exc: PonderError) -> ErrorInfo:
     """A failure as reported inside an event (``turn_end.error``, ``retry.error``, ``compaction_end.error``)."""
     status = exc.status if isinstance(exc, ProviderError) else None

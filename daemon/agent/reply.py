@@ -23,6 +23,7 @@ from daemon.agent.call_ids import ReplyCallIds, for_provider
 from daemon.agent.compaction import fitted_thinking, request_messages
 from daemon.agent.context import Turn, TurnSettings
 from daemon.agent.history import record_cancelled_results, save_and_end
+from daemon.context.budget import add_usage
 from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
@@ -418,8 +419,7 @@ class Reply:
         message.status = status
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage
-        if self.usage is not None:
-            self.turn.usage = add_usage(self.turn.usage, self.usage)
+        self.turn.usage = add_usage(self.turn.usage, self.usage)
         if self.stored:
             try:
                 await self._persist(final=True)  # a long reply is not rewritten whole at its end
@@ -447,16 +447,3 @@ class Reply:
             return
         estimate = None if reported else request_estimate(turn.system_prompt, turn.tools, turn.history)
         await turn.record_usage(usage, estimate)
-
-
-def add_usage(total: Usage, more: Usage) -> Usage:
-    def plus(a: int | None, b: int | None) -> int | None:
-        return None if a is None and b is None else (a or 0) + (b or 0)
-
-    return Usage(
-        input_tokens=plus(total.input_tokens, more.input_tokens),
-        output_tokens=plus(total.output_tokens, more.output_tokens),
-        reasoning_tokens=plus(total.reasoning_tokens, more.reasoning_tokens),
-        cache_read_tokens=plus(total.cache_read_tokens, more.cache_read_tokens),
-        cache_write_tokens=plus(total.cache_write_tokens, more.cache_write_tokens),
-    )

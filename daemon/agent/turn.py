@@ -12,10 +12,8 @@ import json
 import logging
 import random
 
-import anyio
-
 from daemon.agent import compaction, level_retry
-from daemon.agent.context import CompactionRequest, Turn, error_info
+from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.context.overflow import is_context_overflow
@@ -188,16 +186,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
             delay = _backoff(attempt, exc.retry_after)
             attempt += 1
             log.info("retrying %s in %.1fs (attempt %d): %s", turn.provider_name, delay, attempt, exc.message)
-            await turn.emit(
-                ev.Retry,
-                {
-                    "attempt": attempt,
-                    "max_attempts": turn.settings.max_attempts,
-                    "delay_ms": int(delay * 1000),
-                    "error": error_info(exc),
-                },
-            )
-            await anyio.sleep(delay)
+            await wait_to_retry(turn, attempt, delay, exc)
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:

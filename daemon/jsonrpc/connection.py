@@ -173,10 +173,6 @@ class Connection:
     def register(self, method: str, params_type: type[Any], handler: Handler) -> None:
         self._methods[method] = (params_type, handler)
 
-    def unregister_all(self) -> None:
-        """Forget every method: another dialect (ACP) replaces the ponder protocol's table."""
-        self._methods.clear()
-
     # --- sending ----------------------------------------------------------------------
 
     async def send_raw(self, data: bytes) -> None:

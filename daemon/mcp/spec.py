@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from daemon.util import redact
 
 __all__ = ["INHERITED_ENV", "ServerSpec", "parse_acp_server", "parse_config_server", "server_env"]
@@ -123,10 +121,6 @@ def parse_config_server(name: str, raw: Any) -> ServerSpec | str:
 
 def parse_acp_server(raw: Any, cwd: str | None = None) -> ServerSpec | str | None:
     """A spec from an ACP ``mcpServers`` entry; None for a non-stdio entry (skipped)."""
-    if isinstance(raw, msgspec.Struct):  # daemon.acp's own types rather than plain JSON
-        raw = msgspec.to_builtins(raw)
-    elif hasattr(raw, "model_dump"):  # the ACP library's pydantic models
-        raw = raw.model_dump(by_alias=True)
     if not isinstance(raw, dict):
         return "an ACP mcpServers entry must be an object."
     if raw.get("type") not in (None, "stdio") or ("url" in raw and "command" not in raw):

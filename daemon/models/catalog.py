@@ -32,9 +32,9 @@ from daemon.models.thinking import (
     LearnedLevels,
     ThinkingDefaults,
     decide_thinking,
+    follow_defaults,
     nearest_level,
     parse_level,
-    resolve_thinking,
 )
 from daemon.providers import table as providers_table
 from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
@@ -322,16 +322,8 @@ class Catalog:
 
     def default_level(self, spec: ModelSpec) -> str:
         """The provider's ``default_thinking_level`` from config (if valid), else the model's default."""
-        settings = self.config.providers.get(spec.provider)
-        override = settings.default_thinking_level if settings else None
-        if override:
-            try:
-                level = parse_level(override)
-            except InvalidParams:
-                level = "default"
-            if level != "default":
-                return level
-        return spec.default_thinking_level
+        level, _ = follow_defaults(spec.thinking, ThinkingDefaults(provider=self.thinking_defaults(spec).provider))
+        return level
 
     # -- prices ---------------------------------------------------------------------
 
@@ -353,11 +345,6 @@ class Catalog:
             config=self.config.default_thinking_level,
             provider=settings.default_thinking_level if settings else None,
         )
-
-    def resolve(self, spec: ModelSpec, requested: str) -> Thinking:
-        """``resolve_thinking`` with this configuration's default level for ``"default"`` and what
-        providers have refused since the daemon started."""
-        return resolve_thinking(spec, requested, default_level=self.default_level(spec), learned=self.learned)
 
     def decide(
         self,

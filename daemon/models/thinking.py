@@ -2,16 +2,14 @@
 
 This module owns the level names and their aliases (the scale itself, ``LEVELS``, and
 ``ThinkingControl``, how one model lets its thinking be steered, are ``daemon.models.spec``'s)
-and ``resolve_thinking``, a pure function that turns a
-requested level into the wire ``Thinking``: the level that will really be used, why it
-differs from the request, and the exact provider-side JSON fragment the adapter merges
-into its request body (``request_params``). Adapters send that fragment as given, so what
-a client sees in ``Thinking`` is what goes over the wire.
-
-``decide_thinking`` is the full decision of PROTOCOL.md "Thinking controls": the level
-(with ``default`` followed through the defaults chain and its ``source`` recorded), the
-fallback policy, the display switch, a custom budget, and what a provider's rejection
-taught us (``LearnedLevels``). ``resolve_thinking`` is its older, narrower form.
+and ``decide_thinking``, a pure function that turns a requested level into the wire
+``Thinking``: the level that will really be used, why it differs from the request, and the
+exact provider-side JSON fragment the adapter merges into its request body
+(``request_params``). Adapters send that fragment as given, so what a client sees in
+``Thinking`` is what goes over the wire. It is the full decision of PROTOCOL.md "Thinking
+controls": the level (with ``default`` followed through the defaults chain and its
+``source`` recorded), the fallback policy, the display switch, a custom budget, and what a
+provider's rejection taught us (``LearnedLevels``).
 
 Resolution rules (PROTOCOL.md "Thinking levels", fallback ``nearest``):
 
@@ -59,12 +57,12 @@ __all__ = [
     "LearnedLevels",
     "ThinkingDefaults",
     "decide_thinking",
+    "follow_defaults",
     "nearest_allowed",
     "nearest_level",
     "parse_display",
     "parse_fallback",
     "parse_level",
-    "resolve_thinking",
 ]
 
 
@@ -202,7 +200,8 @@ class ThinkingDefaults:
     provider: str | None = None  # [providers.X] default_thinking_level
 
 
-def _follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
+def follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
+    """The level ``default`` stands for, and which link of the chain gave it."""
     chain: tuple[tuple[str | None, ThinkingSource], ...] = (
         (defaults.config, "config_default"),
         (defaults.provider, "provider_default"),
@@ -248,7 +247,7 @@ def decide_thinking(
     control = spec.thinking
     asked = parse_level(requested)
     if asked == "default":
-        level, source = _follow_defaults(control, defaults)
+        level, source = follow_defaults(control, defaults)
     else:
         level = asked
     supported = control.levels
@@ -305,19 +304,6 @@ def _apply_fallback(
     if fallback == "default":
         return nearest_level(supported, spec.thinking.default)
     return nearest_level(supported, level)
-
-
-def resolve_thinking(
-    spec: ModelSpec, requested: str, *, default_level: str | None = None, learned: LearnedLevels | None = None
-) -> Thinking:
-    """``decide_thinking`` with the older contract: ``default_level`` is the provider's default,
-    and ``requested`` in the result records the level ``"default"`` stood for.
-    """
-    thinking = decide_thinking(spec, requested, defaults=ThinkingDefaults(provider=default_level), learned=learned)
-    if thinking.requested == "default":
-        level, _ = _follow_defaults(spec.thinking, ThinkingDefaults(provider=default_level))
-        thinking.requested = level_of_scale(level)
-    return thinking
 
 
 def _reason(spec: ModelSpec, requested: str, effective: str, levels: tuple[str, ...], policy: str) -> str | None:

@@ -1,6 +1,6 @@
 """How each API spells a thinking level: the request fragment builders, keyed by ``ThinkingControl.param``.
 
-``daemon.models.thinking.resolve_thinking`` picks the effective level; the builder named by the
+``daemon.models.thinking.decide_thinking`` picks the effective level; the builder named by the
 model's control turns it into the exact JSON fragment its adapter merges into the request
 body (and the budget it stands for). One builder per spelling: Anthropic's adaptive effort
 and manual budget, Copilot's flat ``thinking_budget``, OpenAI's ``reasoning_effort`` (Chat)
@@ -225,7 +225,6 @@ FRAGMENTS: dict[str, Builder] = {
     "dashscope": _dashscope,
     "openrouter": _openrouter,
 }
-PARAMS = tuple(FRAGMENTS)
 
 # Research note §10.2 (docs/research/thinking-controls.md): which APIs can hide thinking.
 DISPLAY_SWITCHES: dict[str, DisplaySwitch] = {

@@ -141,7 +141,7 @@ class TurnAssembly:
                 provider_name=summarizer_spec.provider,
                 model_name=summarizer_spec.model,
                 model_id=summarizer_spec.id,
-                thinking=thinking.resolve_thinking(summarizer_spec, level),
+                thinking=thinking.decide_thinking(summarizer_spec, level),
                 context_window=summarizer_spec.context_window,
                 max_output_tokens=summarizer_spec.max_output_tokens,
             ),
@@ -163,4 +163,4 @@ class TurnAssembly:
 
     @staticmethod
     def _refit_thinking(spec: ModelSpec, level: str, budget: int, output_cap: int, reason: str) -> Thinking:
-        return thinking.with_budget(spec, thinking.resolve_thinking(spec, level), budget, output_cap, reason)
+        return thinking.with_budget(spec, thinking.decide_thinking(spec, level), budget, output_cap, reason)

@@ -390,21 +390,12 @@ class SessionManager:
         """Admit a prompt; ``thinking_level`` applies to its turn only. The prompt keeps the
         thinking settings in force now, also while it waits behind another turn."""
         turn_level = None if thinking_level is None else thinking.parse_level(thinking_level, "$.params.thinking_level")
-        live = await self.get(session_id)
-        if self.shutting_down:
-            raise ShuttingDown()
-        spec = self.catalog.get(live.row.model_id)
-        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is stored
+        live, spec = await self._live_for_turn(session_id)
         # Fallback "error": a level the model does not take is refused before anything is stored.
         path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"
         self.thinking_request(live.row, turn_level).check(self.catalog, spec, path)
         async with live.admit_lock:
-            if live.queued >= self.config.max_queued_prompts:
-                raise SessionBusy(session_id)
-            if not live.lease_held:
-                if not await self.writes.acquire_lease(live):
-                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
-                await self._refresh(live)
+            await self._make_room(live)
             if live.unsaved:
                 await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
             queued = live.status == "running"
@@ -433,24 +424,35 @@ class SessionManager:
     async def compact(self, session_id: str, instructions: str | None) -> tuple[str, str, bool]:
         """Admit a compaction turn (``session/compact``), queued like a prompt while a turn runs:
         (turn_id, compaction_id, queued)."""
-        live = await self.get(session_id)
-        if self.shutting_down:
-            raise ShuttingDown()
-        spec = self.catalog.get(live.row.model_id)
-        self.providers.get(spec.provider, spec.api)  # provider_not_configured before anything is queued
+        live, _ = await self._live_for_turn(session_id)
         async with live.admit_lock:
-            if live.queued >= self.config.max_queued_prompts:
-                raise SessionBusy(session_id)
-            if not live.lease_held:
-                if not await self.writes.acquire_lease(live):
-                    raise SessionBusy(session_id, "another ponder process is running a turn in it")
-                await self._refresh(live)
+            await self._make_room(live)
             queued = live.status == "running"
             compaction_id = new_id("cmp")
             request = CompactionRequest(compaction_id=compaction_id, trigger="manual", instructions=instructions)
             turn_id = new_id("turn")
             live.inbox_send.send_nowait(PendingTurn(turn_id, None, self.thinking_request(live.row), request))
             return turn_id, compaction_id, queued
+
+    async def _live_for_turn(self, session_id: str) -> tuple[LiveSession, ModelSpec]:
+        """The live session a new turn is admitted to, and its model; refuses while shutting down,
+        and says provider_not_configured before anything is stored or queued."""
+        live = await self.get(session_id)
+        if self.shutting_down:
+            raise ShuttingDown()
+        spec = self.catalog.get(live.row.model_id)
+        self.providers.get(spec.provider, spec.api)
+        return live, spec
+
+    async def _make_room(self, live: LiveSession) -> None:
+        """Under ``admit_lock``: room in the inbox, and the turn lease (catching up with what another
+        daemon did while we held none); ``SessionBusy`` otherwise."""
+        if live.queued >= self.config.max_queued_prompts:
+            raise SessionBusy(live.row.id)
+        if not live.lease_held:
+            if not await self.writes.acquire_lease(live):
+                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+            await self._refresh(live)
 
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:

@@ -37,11 +37,6 @@ def anyio_backend() -> str:
     return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def daemon_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     path = tmp_path / "work"

@@ -20,11 +20,6 @@ def anyio_backend() -> str:
     return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def daemon_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
 async def test_thought_level_lists_the_models_real_levels_and_display_is_an_option(
     home: Path, tmp_path: Path, daemon_backend: str
 ) -> None:

@@ -2,6 +2,8 @@
 compaction is told with the unstable ``compaction_update`` to a client that advertises
 ``session.compaction``, else as one short agent message. Real HTTP to a local chat server."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,18 @@ pytestmark = pytest.mark.anyio
 DEFAULTS = '[defaults]\nmodel = "local/small"\napproval_policy = "auto"\n'
 
 
-def write_config(home: Path, url: str) -> None:
-    config = small_window_config(url, window=100_000, extra="keep_recent_tokens = 500")
-    (home / "config.toml").write_text(DEFAULTS + config)
+@contextmanager
+def serving(home: Path, chat: SmallWindowChat) -> Iterator[None]:
+    """``chat`` on a local server, configured as the default model."""
+    with ReplayServer() as server:
+        chat.install(server)
+        config = small_window_config(server.url, window=100_000, extra="keep_recent_tokens = 500")
+        (home / "config.toml").write_text(DEFAULTS + config)
+        yield
+
+
+async def new_session(client: RpcClient, cwd: Path) -> str:
+    return (await client.request("session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
 
 
 async def prompt(client: RpcClient, session_id: str, text: str) -> dict[str, Any]:
@@ -41,11 +52,9 @@ async def three_turns(client: RpcClient, session_id: str) -> None:
 async def test_compact_is_a_slash_command_and_its_result_an_agent_message(home, tmp_path):
     cwd = project(tmp_path, 3)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
+    with serving(home, chat):
         async with acp_daemon(home) as (client, _daemon):
-            session_id = (await client.request("session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
+            session_id = await new_session(client, cwd)
             await three_turns(client, session_id)
             drained = drain(client)
             [commands] = updates(drained, "available_commands_update")
@@ -78,14 +87,12 @@ async def test_a_client_with_the_compaction_capability_gets_compaction_updates(h
         if not (isinstance(update, dict) and update.get("sessionUpdate") == "compaction_update"):
             validate_agent_message(message, method_of_id)
 
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
+    with serving(home, chat):
         async with acp_daemon(home) as (client, _daemon):
             client.on_message = validate
             capabilities = {"fs": {"readTextFile": False, "writeTextFile": False}, "session": {"compaction": {}}}
             await client.request("initialize", {"protocolVersion": 1, "clientCapabilities": capabilities})
-            session_id = (await client.request("session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
+            session_id = await new_session(client, cwd)
             await three_turns(client, session_id)
             drain(client)
             assert await prompt(client, session_id, "/compact") == {"stopReason": "end_turn"}
@@ -103,11 +110,9 @@ async def test_a_client_with_the_compaction_capability_gets_compaction_updates(h
 async def test_load_replays_a_stored_compaction_at_its_place(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
+    with serving(home, chat):
         async with acp_daemon(home) as (client, _daemon):
-            session_id = (await client.request("session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
+            session_id = await new_session(client, cwd)
             await three_turns(client, session_id)
             assert await prompt(client, session_id, "/compact") == {"stopReason": "end_turn"}
             await prompt(client, session_id, "Turn 3: module 3.")

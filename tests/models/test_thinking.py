@@ -22,7 +22,6 @@ from daemon.models.thinking import (
     parse_display,
     parse_fallback,
     parse_level,
-    resolve_thinking,
 )
 from daemon.providers.models import ollama_spec
 from daemon.providers.thinking_params import DISPLAY_SWITCHES
@@ -160,7 +159,7 @@ CASES = [
 
 @pytest.mark.parametrize(("model_id", "requested", "effective", "has_reason", "params", "budget"), CASES)
 def test_resolution_table(model_id, requested, effective, has_reason, params, budget):
-    thinking = resolve_thinking(spec(model_id), requested)
+    thinking = decide_thinking(spec(model_id), requested)
     assert thinking.requested == requested
     assert thinking.effective == effective
     assert (thinking.reason is not None) == has_reason
@@ -211,14 +210,14 @@ def test_table_covers_every_family_and_rule():
     ],
 )
 def test_reason_sentences(model_id, requested, reason):
-    assert resolve_thinking(spec(model_id), requested).reason == reason
+    assert decide_thinking(spec(model_id), requested).reason == reason
 
 
 def test_thinking_request_is_never_downgraded_to_off():
     # deepseek-reasoner has high, max only: "minimal" has nothing below it, so it goes up.
-    assert resolve_thinking(spec("deepseek/deepseek-reasoner"), "minimal").effective == "high"
+    assert decide_thinking(spec("deepseek/deepseek-reasoner"), "minimal").effective == "high"
     # deepseek-v4 has off, low, high, max: "minimal" has only "off" below it, which is not thinking.
-    assert resolve_thinking(spec("deepseek/deepseek-v4-pro"), "minimal").effective == "low"
+    assert decide_thinking(spec("deepseek/deepseek-v4-pro"), "minimal").effective == "low"
 
 
 # --- invariants over the whole table -------------------------------------------------
@@ -228,7 +227,7 @@ def test_thinking_request_is_never_downgraded_to_off():
 def test_invariants_for_every_model_and_level(model_id):
     model = spec(model_id)
     for level in LEVELS:
-        thinking = resolve_thinking(model, level)
+        thinking = decide_thinking(model, level)
         assert thinking.effective in thinking.supported
         if thinking.requested != thinking.effective:
             assert thinking.reason is not None
@@ -248,7 +247,7 @@ def test_invariants_for_every_model_and_level(model_id):
         if "max_tokens" in body and model.max_output_tokens:
             assert body["max_tokens"] <= model.max_output_tokens
     # Budgets grow with the level.
-    budgets = [resolve_thinking(model, level).budget_tokens for level in model.thinking.thinking_levels]
+    budgets = [decide_thinking(model, level).budget_tokens for level in model.thinking.thinking_levels]
     if model.thinking.kind == "budget":
         assert budgets == sorted(budgets)
         assert len(set(budgets)) == len(budgets) or model.thinking.limited_by  # a proxy cap may flatten the top
@@ -263,7 +262,7 @@ def test_budget_is_capped_by_a_small_output_limit():
         max_output_tokens=12000,
         thinking=ThinkingControl(kind="budget", param="anthropic-budget", levels=LEVELS, default="medium"),
     )
-    thinking = resolve_thinking(small, "max")
+    thinking = decide_thinking(small, "max")
     assert thinking.effective == "max" and thinking.reason is None
     assert thinking.request_params == {"max_tokens": 12000, "thinking": {"type": "enabled", "budget_tokens": 3808}}
     assert thinking.budget_tokens == 3808
@@ -274,14 +273,14 @@ def test_budget_is_capped_by_a_small_output_limit():
 
 def test_ollama_think_values():
     qwen = ollama_spec("qwen3:8b", ["completion", "tools", "thinking"])
-    assert resolve_thinking(qwen, "off").request_params == {"think": False}
-    on = resolve_thinking(qwen, "high")
+    assert decide_thinking(qwen, "off").request_params == {"think": False}
+    on = decide_thinking(qwen, "high")
     assert (on.effective, on.request_params) == ("medium", {"think": True}) and on.reason
     gpt_oss = ollama_spec("gpt-oss:20b", ["completion", "tools", "thinking"])
-    assert resolve_thinking(gpt_oss, "medium").request_params == {"think": "medium"}
-    assert resolve_thinking(gpt_oss, "off").request_params == {"think": "low"}
+    assert decide_thinking(gpt_oss, "medium").request_params == {"think": "medium"}
+    assert decide_thinking(gpt_oss, "off").request_params == {"think": "low"}
     plain = ollama_spec("llama3.2:3b", ["completion"])
-    assert (resolve_thinking(plain, "high").request_params, plain.supports_tools) == ({}, False)
+    assert (decide_thinking(plain, "high").request_params, plain.supports_tools) == ({}, False)
 
 
 # --- parsing -------------------------------------------------------------------------
@@ -337,34 +336,34 @@ def test_display_and_fallback_parse_or_refuse_with_allowed(parse, good, bad, all
 
 def test_resolve_rejects_an_unknown_level():
     with pytest.raises(InvalidParams):
-        resolve_thinking(spec("mock/thinker"), "loud")
+        decide_thinking(spec("mock/thinker"), "loud")
 
 
 def test_aliases_resolve_like_their_levels():
     model = spec("anthropic/claude-opus-4-7")
-    assert resolve_thinking(model, "ultra") == resolve_thinking(model, "max")
-    assert resolve_thinking(model, "none") == resolve_thinking(model, "off")
-    assert resolve_thinking(model, "xhigh").request_params["output_config"] == {"effort": "xhigh"}
+    assert decide_thinking(model, "ultra") == decide_thinking(model, "max")
+    assert decide_thinking(model, "none") == decide_thinking(model, "off")
+    assert decide_thinking(model, "xhigh").request_params["output_config"] == {"effort": "xhigh"}
 
 
 # --- default -------------------------------------------------------------------------
 
 
-def test_default_resolves_to_the_models_default_and_records_it():
-    thinking = resolve_thinking(spec("mock/thinker"), "default")
-    assert (thinking.requested, thinking.effective, thinking.reason) == ("medium", "medium", None)
-    assert resolve_thinking(spec("gemini/gemini-3.1-pro-preview"), "auto").requested == "high"
+def test_default_resolves_to_the_models_default():
+    thinking = decide_thinking(spec("mock/thinker"), "default")
+    assert (thinking.requested, thinking.effective, thinking.reason) == ("default", "medium", None)
+    assert decide_thinking(spec("gemini/gemini-3.1-pro-preview"), "auto").effective == "high"
 
 
 def test_default_can_be_overridden_and_is_then_resolved_honestly():
-    thinking = resolve_thinking(spec("openai/gpt-5.1"), "default", default_level="xhigh")
-    assert (thinking.requested, thinking.effective) == ("xhigh", "high")
+    thinking = decide_thinking(spec("openai/gpt-5.1"), "default", defaults=ThinkingDefaults(provider="xhigh"))
+    assert (thinking.requested, thinking.effective) == ("default", "high")
     assert thinking.reason is not None
 
 
 def test_resolution_is_pure():
     model = spec("anthropic/claude-sonnet-4-5")
-    assert resolve_thinking(model, "high") == resolve_thinking(model, "high")
+    assert decide_thinking(model, "high") == decide_thinking(model, "high")
 
 
 # --- decide_thinking: every row x level x display x fallback policy ------------------

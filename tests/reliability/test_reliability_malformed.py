@@ -15,6 +15,7 @@ from tests.support.faults import (
     MESSAGE_START,
     PING,
     anthropic_env,
+    arguments_delta,
     block_stop,
     message_end,
     of_type,
@@ -26,6 +27,7 @@ from tests.support.faults import (
     text_delta,
     text_reply,
     text_start,
+    tool_use_start,
 )
 from tests.support.harness import in_memory_daemon
 from tests.support.replay import ScriptedResponse, load_fixture
@@ -127,16 +129,8 @@ async def test_truncated_streams_end_with_a_clear_error(home, tmp_path, replay_s
     cut_call = streamed(
         sse(
             MESSAGE_START,
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": "RE'},
-            },
+            tool_use_start(),
+            arguments_delta('{"path": "RE'),
             PING,
         )
     )

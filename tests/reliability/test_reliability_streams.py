@@ -27,7 +27,9 @@ from tests.support.faults import (
     PING,
     SSE_HEADERS,
     anthropic_env,
+    arguments_delta,
     block_stop,
+    in_chunks,
     message_end,
     of_type,
     prompt,
@@ -36,8 +38,10 @@ from tests.support.faults import (
     streamed,
     streamed_text,
     text_delta,
+    text_in_pieces,
     text_reply,
     text_start,
+    tool_use_start,
 )
 from tests.support.harness import in_memory_daemon
 from tests.support.replay import ScriptedResponse
@@ -164,10 +168,7 @@ async def test_checkpoints_append_only_the_text_that_arrived_since_the_last_one(
 
     monkeypatch.setattr(AsyncStore, "append_to_message", recording)
     pieces = [f"piece {i}; " for i in range(40)]
-    body = text_reply(*pieces)
-    head = len(sse(MESSAGE_START, text_start()))
-    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
-    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.005))
+    replay_server.enqueue(text_in_pieces(pieces, chunk_delay_s=0.005))
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "go")
@@ -228,10 +229,7 @@ async def test_a_checkpoint_the_store_refuses_leaves_the_final_save_whole(home, 
     again) holds every delta the client saw, not the text around the refused one."""
     monkeypatch.setattr(agent_reply, "CHECKPOINT_S", 0.0)  # a checkpoint after every delta
     pieces = [f"piece {i}; " for i in range(8)]
-    body = text_reply(*pieces)
-    head = len(sse(MESSAGE_START, text_start()))
-    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
-    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.005))
+    replay_server.enqueue(text_in_pieces(pieces, chunk_delay_s=0.005))
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
         session_id = await start_session(client, str(tmp_path))
         with sqlite3.connect(home / "sessions.db") as db:  # refuses exactly one append: that of piece 5
@@ -258,10 +256,7 @@ async def test_a_checkpointed_reply_kept_in_memory_is_saved_whole_later_without_
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_MS", 200)
     monkeypatch.setattr(persistence, "STORE_RETRY_S", 0.1)
     pieces = [f"piece {i}; " for i in range(12)]
-    body = text_reply(*pieces)
-    head = len(sse(MESSAGE_START, text_start()))
-    cuts = [head + len(sse(*[text_delta(p) for p in pieces[: n + 1]])) for n in range(len(pieces))]
-    replay_server.enqueue(streamed(body, split_at=cuts, chunk_delay_s=0.05))
+    replay_server.enqueue(text_in_pieces(pieces, chunk_delay_s=0.05))
     holder = sqlite3.connect(home / "sessions.db", isolation_level=None, timeout=10, check_same_thread=False)
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
         session_id = await start_session(client, str(tmp_path))
@@ -384,16 +379,8 @@ async def test_a_client_that_stops_reading_is_not_a_stalled_provider(home, tmp_p
 def tool_use(arguments_json: str) -> bytes:
     return sse(
         MESSAGE_START,
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": arguments_json},
-        },
+        tool_use_start(),
+        arguments_delta(arguments_json),
         block_stop(),
         *message_end("tool_use"),
     )
@@ -443,27 +430,12 @@ async def test_a_prompt_queued_during_a_tool_turn_waits_for_its_own_turn(home, t
     (tmp_path / "notes.txt").write_text("the notes", encoding="utf-8")
     calling = [
         sse(MESSAGE_START),
-        sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-            }
-        ),
-        sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
-            }
-        ),
-        sse(
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '.txt"}'}}
-        ),
+        sse(tool_use_start()),
+        sse(arguments_delta('{"path": "notes')),
+        sse(arguments_delta('.txt"}')),
         sse(block_stop(), *message_end("tool_use")),
     ]
-    cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
-    replay_server.enqueue(streamed(b"".join(calling), split_at=cuts, chunk_delay_s=0.3))
+    replay_server.enqueue(in_chunks(calling, chunk_delay_s=0.3))
     replay_server.enqueue(streamed(text_reply("they say: the notes")))
     replay_server.enqueue(streamed(text_reply("and now the second")))
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
@@ -504,24 +476,11 @@ async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_
     its result (a provider refuses that history, and the session could not go on)."""
     calling = [
         sse(MESSAGE_START),
-        sse(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}},
-            }
-        ),
-        sse(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": '{"path": "notes'},
-            }
-        ),
+        sse(tool_use_start()),
+        sse(arguments_delta('{"path": "notes')),
         sse(block_stop(), *message_end("tool_use")),
     ]
-    cuts = [sum(len(c) for c in calling[: n + 1]) for n in range(len(calling))]
-    replay_server.enqueue(streamed(b"".join(calling), split_at=cuts, chunk_delay_s=1.0))
+    replay_server.enqueue(in_chunks(calling, chunk_delay_s=1.0))
     replay_server.enqueue(streamed(text_reply("going on")))
     async with in_memory_daemon(home, env=anthropic_env(replay_server)) as (client, _):
         session_id = await start_session(client, str(tmp_path))

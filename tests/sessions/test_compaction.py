@@ -10,7 +10,8 @@ then retry, ``auto = false``, and fork/delete with compactions.
 import json
 import sqlite3
 import sys
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,34 +46,36 @@ async def start(client: RpcClient, cwd: Path) -> str:
     return result["session"]["session_id"]
 
 
-async def until_turn_end(client: RpcClient, turn_id: str) -> list[dict[str, Any]]:
-    """Every event (any turn: a compaction turn before a prompt has its own id) up to ``turn_id``'s end."""
+async def events_until(client: RpcClient, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Every event (any turn: a compaction turn before a prompt has its own id) until ``done(events)``."""
     events = []
     async with aclosing(client.events()) as stream:
         async for event in stream:
             events.append(event)
-            if event["turn_id"] == turn_id and event["type"] == "turn_end":
+            if done(events):
                 return events
     raise AssertionError("the event stream ended")
 
 
 async def prompt(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    turn = await client.request("session/prompt", {"session_id": session_id, "text": text})
-    return await until_turn_end(client, turn["turn_id"])
+    turn_id = (await client.request("session/prompt", {"session_id": session_id, "text": text}))["turn_id"]
+    return await events_until(
+        client, lambda events: events[-1]["type"] == "turn_end" and events[-1]["turn_id"] == turn_id
+    )
 
 
 async def compact(client: RpcClient, session_id: str, instructions: str | None = None) -> list[dict[str, Any]]:
+    """The events up to the end of the compaction's turn."""
     params = {"session_id": session_id} | ({"instructions": instructions} if instructions else {})
-    result = await client.request("session/compact", params)
-    events = []
-    async with aclosing(client.events()) as stream:
-        async for event in stream:
-            events.append(event)
-            if event["type"] == "turn_end" and any(
-                e.get("compaction_id") == result["compaction_id"] and e["turn_id"] == event["turn_id"] for e in events
-            ):
-                return events
-    raise AssertionError("the event stream ended")
+    compaction_id = (await client.request("session/compact", params))["compaction_id"]
+
+    def ended(events: list[dict[str, Any]]) -> bool:
+        end = events[-1]
+        return end["type"] == "turn_end" and any(
+            e.get("compaction_id") == compaction_id and e["turn_id"] == end["turn_id"] for e in events
+        )
+
+    return await events_until(client, ended)
 
 
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -83,23 +86,31 @@ def write_config(home: Path, url: str, **options: Any) -> None:
     (home / "config.toml").write_text(small_window_config(url, **options))
 
 
+@asynccontextmanager
+async def session_on(
+    home: Path, cwd: Path, chat: SmallWindowChat, **options: Any
+) -> AsyncIterator[tuple[RpcClient, str]]:
+    """A daemon in process whose ``local/small`` model is ``chat`` on a local server, and a session in ``cwd``."""
+    with ReplayServer() as server:
+        chat.install(server)
+        write_config(home, server.url, **options)
+        async with in_memory_daemon(home) as (client, _daemon):
+            yield client, await start(client, cwd)
+
+
 async def test_forty_turns_on_an_8k_window_compact_automatically_and_lose_nothing(home, tmp_path, capsys):
     cwd = project(tmp_path, 40)
     chat = SmallWindowChat(window=8_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            events: list[dict[str, Any]] = []
-            for n in range(40):
-                turn_events = await prompt(client, session_id, f"Turn {n}: look at module {n} and fix what is wrong.")
-                ends = of_type(turn_events, "turn_end")
-                assert ends[-1]["stop_reason"] == "end_turn", ends[-1]
-                assert all(end["error"] is None for end in ends), ends
-                events += turn_events
-            resumed = await client.request("session/resume", {"session_id": session_id})
-            paged = await client.request("session/messages", {"session_id": session_id})
+    async with session_on(home, cwd, chat) as (client, session_id):
+        events: list[dict[str, Any]] = []
+        for n in range(40):
+            turn_events = await prompt(client, session_id, f"Turn {n}: look at module {n} and fix what is wrong.")
+            ends = of_type(turn_events, "turn_end")
+            assert ends[-1]["stop_reason"] == "end_turn", ends[-1]
+            assert all(end["error"] is None for end in ends), ends
+            events += turn_events
+        resumed = await client.request("session/resume", {"session_id": session_id})
+        paged = await client.request("session/messages", {"session_id": session_id})
 
     # Never an overflow: no request over the window reached the server, no error reached the client.
     assert chat.of_kind("overflow") == []
@@ -153,13 +164,9 @@ async def test_forty_turns_on_an_8k_window_compact_automatically_and_lose_nothin
 async def test_the_store_keeps_every_message_and_one_row_per_compaction(home, tmp_path):
     cwd = project(tmp_path, 12)
     chat = SmallWindowChat(window=8_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            for n in range(12):
-                await prompt(client, session_id, f"Turn {n}: look at module {n}.")
+    async with session_on(home, cwd, chat) as (client, session_id):
+        for n in range(12):
+            await prompt(client, session_id, f"Turn {n}: look at module {n}.")
     db = sqlite3.connect(home / "sessions.db")
     assert db.execute("SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[0] == 48
     rows = db.execute("SELECT seq, first_kept_seq FROM compactions WHERE session_id = ? ORDER BY seq", (session_id,))
@@ -178,15 +185,11 @@ async def three_turns(client: RpcClient, session_id: str) -> None:
 async def test_manual_compaction_completes_in_its_own_turn_and_later_requests_send_the_summary(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            events = await compact(client, session_id, "Keep the file names.")
-            after = await prompt(client, session_id, "Turn 3: look at module 3.")
-            resumed = await client.request("session/resume", {"session_id": session_id})
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        events = await compact(client, session_id, "Keep the file names.")
+        after = await prompt(client, session_id, "Turn 3: look at module 3.")
+        resumed = await client.request("session/resume", {"session_id": session_id})
 
     turn_start, start_event, end_event, turn_end = (
         of_type(events, kind)[0] for kind in ("turn_start", "compaction_start", "compaction_end", "turn_end")
@@ -219,14 +222,10 @@ async def test_manual_compaction_completes_in_its_own_turn_and_later_requests_se
 async def test_manual_compaction_with_nothing_old_enough_is_skipped_and_stores_nothing(home, tmp_path):
     cwd = project(tmp_path, 1)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await prompt(client, session_id, "Turn 0: look at module 0.")
-            events = await compact(client, session_id)
-            resumed = await client.request("session/resume", {"session_id": session_id})
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await prompt(client, session_id, "Turn 0: look at module 0.")
+        events = await compact(client, session_id)
+        resumed = await client.request("session/resume", {"session_id": session_id})
     assert [e["status"] for e in of_type(events, "compaction_end")] == ["skipped"]
     assert of_type(events, "turn_end")[0]["stop_reason"] == "end_turn"
     assert chat.of_kind("summary") == []  # no summarizer call for nothing to fold
@@ -236,14 +235,10 @@ async def test_manual_compaction_with_nothing_old_enough_is_skipped_and_stores_n
 async def test_an_overflow_compacts_and_retries_the_request_once_inside_the_turn(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            chat.overflow_next = 1  # the provider refuses the next request as too long
-            events = await prompt(client, session_id, "Turn 3: look at module 3.")
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        chat.overflow_next = 1  # the provider refuses the next request as too long
+        events = await prompt(client, session_id, "Turn 3: look at module 3.")
     turn_ids = {e["turn_id"] for e in events}
     assert len(turn_ids) == 1  # inside the prompt's own turn
     starts, ends = of_type(events, "compaction_start"), of_type(events, "compaction_end")
@@ -261,15 +256,11 @@ async def test_an_overflow_compacts_and_retries_the_request_once_inside_the_turn
 async def test_auto_off_an_overflow_ends_the_turn_with_an_error_that_says_to_compact(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, auto=False, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            chat.overflow_next = 1
-            events = await prompt(client, session_id, "Turn 3: look at module 3.")
-            resumed = await client.request("session/resume", {"session_id": session_id})
+    async with session_on(home, cwd, chat, auto=False, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        chat.overflow_next = 1
+        events = await prompt(client, session_id, "Turn 3: look at module 3.")
+        resumed = await client.request("session/resume", {"session_id": session_id})
     assert of_type(events, "compaction_start") == [] and chat.of_kind("summary") == []
     end = of_type(events, "turn_end")[0]
     assert end["stop_reason"] == "error" and end["error"]["provider_status"] == 400
@@ -280,16 +271,12 @@ async def test_auto_off_an_overflow_ends_the_turn_with_an_error_that_says_to_com
 async def test_auto_off_never_compacts_on_the_threshold(home, tmp_path):
     cwd = project(tmp_path, 10)
     chat = SmallWindowChat(window=8_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, auto=False)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            ends = []
-            for n in range(10):
-                events = await prompt(client, session_id, f"Turn {n}: look at module {n}.")
-                assert of_type(events, "compaction_start") == []
-                ends.append(of_type(events, "turn_end")[-1])
+    async with session_on(home, cwd, chat, auto=False) as (client, session_id):
+        ends = []
+        for n in range(10):
+            events = await prompt(client, session_id, f"Turn {n}: look at module {n}.")
+            assert of_type(events, "compaction_start") == []
+            ends.append(of_type(events, "turn_end")[-1])
     # Past the window the provider's overflow ends the turn with the error that says how to compact.
     assert ends[0]["stop_reason"] == "end_turn"
     assert ends[-1]["stop_reason"] == "error" and "compact" in ends[-1]["error"]["message"]
@@ -299,36 +286,32 @@ async def test_auto_off_never_compacts_on_the_threshold(home, tmp_path):
 async def test_fork_copies_the_compactions_in_range_and_delete_removes_them(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            await compact(client, session_id)
-            await prompt(client, session_id, "Turn 3: look at module 3.")
-            messages = (await client.request("session/messages", {"session_id": session_id}))["messages"]
-            whole = (await client.request("session/fork", {"session_id": session_id}))["session"]["session_id"]
-            early_id = messages[11]["message_id"]  # seq 12: the compaction's own seq
-            before_id = messages[10]["message_id"]
-            at = await client.request("session/fork", {"session_id": session_id, "message_id": early_id})
-            before = await client.request("session/fork", {"session_id": session_id, "message_id": before_id})
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        await compact(client, session_id)
+        await prompt(client, session_id, "Turn 3: look at module 3.")
+        messages = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+        whole = (await client.request("session/fork", {"session_id": session_id}))["session"]["session_id"]
+        early_id = messages[11]["message_id"]  # seq 12: the compaction's own seq
+        before_id = messages[10]["message_id"]
+        at = await client.request("session/fork", {"session_id": session_id, "message_id": early_id})
+        before = await client.request("session/fork", {"session_id": session_id, "message_id": before_id})
 
-            async def records(sid: str) -> list[dict[str, Any]]:
-                items = (await client.request("session/messages", {"session_id": sid}))["items"]
-                return [i for i in items if i["kind"] == "compaction"]
+        async def records(sid: str) -> list[dict[str, Any]]:
+            items = (await client.request("session/messages", {"session_id": sid}))["items"]
+            return [i for i in items if i["kind"] == "compaction"]
 
-            original = await records(session_id)
-            assert len(original) == 1
-            forked = await records(whole)
-            assert [(r["seq"], r["summary"]) for r in forked] == [(r["seq"], r["summary"]) for r in original]
-            assert forked[0]["compaction_id"] != original[0]["compaction_id"]
-            assert len(await records(at["session"]["session_id"])) == 1
-            assert await records(before["session"]["session_id"]) == []
-            # The fork's next request is folded at its copy of the compaction.
-            await prompt(client, whole, "Turn 4: look at module 3.")
-            assert "<summary>" in json.dumps(chat.answers[-2].body["messages"])
-            await client.request("session/delete", {"session_id": session_id})
+        original = await records(session_id)
+        assert len(original) == 1
+        forked = await records(whole)
+        assert [(r["seq"], r["summary"]) for r in forked] == [(r["seq"], r["summary"]) for r in original]
+        assert forked[0]["compaction_id"] != original[0]["compaction_id"]
+        assert len(await records(at["session"]["session_id"])) == 1
+        assert await records(before["session"]["session_id"]) == []
+        # The fork's next request is folded at its copy of the compaction.
+        await prompt(client, whole, "Turn 4: look at module 3.")
+        assert "<summary>" in json.dumps(chat.answers[-2].body["messages"])
+        await client.request("session/delete", {"session_id": session_id})
     db = sqlite3.connect(home / "sessions.db")
     assert db.execute("SELECT count(*) FROM compactions WHERE session_id = ?", (session_id,)).fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM compactions WHERE session_id = ?", (whole,)).fetchone()[0] == 1
@@ -337,18 +320,14 @@ async def test_fork_copies_the_compactions_in_range_and_delete_removes_them(home
 async def test_session_messages_pages_carry_the_compactions_of_their_range(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            await compact(client, session_id)
-            await prompt(client, session_id, "Turn 3: look at module 3.")
-            first = await client.request("session/messages", {"session_id": session_id, "limit": 8})
-            second = await client.request(
-                "session/messages", {"session_id": session_id, "after_seq": first["next_seq"], "limit": 8}
-            )
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        await compact(client, session_id)
+        await prompt(client, session_id, "Turn 3: look at module 3.")
+        first = await client.request("session/messages", {"session_id": session_id, "limit": 8})
+        second = await client.request(
+            "session/messages", {"session_id": session_id, "after_seq": first["next_seq"], "limit": 8}
+        )
     assert [i["kind"] for i in first["items"]] == ["message"] * 8
     assert [i["kind"] for i in second["items"]] == ["message"] * 4 + ["compaction"] + ["message"] * 4
 
@@ -385,18 +364,11 @@ async def test_a_tool_batch_past_the_threshold_compacts_inside_its_turn(home, tm
     big = "".join(f"    value_{i} = compute_{i}(value_{i - 1})  # step {i} of the big module\n" for i in range(200))
     (cwd / "src" / "m2.py").write_text(f"def big():\n{big}")
     chat = SmallWindowChat(window=8_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            for n in range(2):
-                assert (
-                    of_type(await prompt(client, session_id, f"Turn {n}: look at module {n}."), "compaction_start")
-                    == []
-                )
-            events = await prompt(client, session_id, "Turn 2: look at module 2.")
-            resumed = await client.request("session/resume", {"session_id": session_id})
+    async with session_on(home, cwd, chat) as (client, session_id):
+        for n in range(2):
+            assert of_type(await prompt(client, session_id, f"Turn {n}: look at module {n}."), "compaction_start") == []
+        events = await prompt(client, session_id, "Turn 2: look at module 2.")
+        resumed = await client.request("session/resume", {"session_id": session_id})
     assert len({e["turn_id"] for e in events}) == 1  # inside the prompt's own brackets
     types = [e["type"] for e in events]
     assert types.index("tool_execution_end") < types.index("compaction_start") < types.index("compaction_end")
@@ -414,20 +386,16 @@ async def test_a_tool_batch_past_the_threshold_compacts_inside_its_turn(home, tm
 async def test_a_compaction_asked_for_during_a_turn_is_queued_and_runs_after_it(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
-            queued = await client.request("session/compact", {"session_id": session_id})
-            events = []
-            async with aclosing(client.events()) as stream:
-                async for event in stream:
-                    events.append(event)
-                    if event["type"] == "turn_end" and event["turn_id"] != turn["turn_id"]:
-                        break
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
+        queued = await client.request("session/compact", {"session_id": session_id})
+        events = []
+        async with aclosing(client.events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if event["type"] == "turn_end" and event["turn_id"] != turn["turn_id"]:
+                    break
     assert queued["queued"] is True
     prompt_end = next(i for i, e in enumerate(events) if e["type"] == "turn_end")
     assert events[prompt_end]["turn_id"] == turn["turn_id"]
@@ -448,24 +416,20 @@ async def test_a_compaction_asked_for_during_a_turn_is_queued_and_runs_after_it(
 async def test_cancelling_a_compaction_ends_it_cancelled_and_stores_nothing(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000, summary_delay_s=5.0)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            await client.request("session/compact", {"session_id": session_id})
-            events = []
-            async with aclosing(client.events()) as stream:
-                async for event in stream:
-                    events.append(event)
-                    if event["type"] == "compaction_start":
-                        # Cancel while the summarizer thinks (its request sent, its answer held back).
-                        assert await anyio.to_thread.run_sync(chat.summary_requested.wait, 5)
-                        cancelled = await client.request("session/cancel", {"session_id": session_id})
-                    if event["type"] == "turn_end":
-                        break
-            resumed = await client.request("session/resume", {"session_id": session_id})
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        await client.request("session/compact", {"session_id": session_id})
+        events = []
+        async with aclosing(client.events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if event["type"] == "compaction_start":
+                    # Cancel while the summarizer thinks (its request sent, its answer held back).
+                    assert await anyio.to_thread.run_sync(chat.summary_requested.wait, 5)
+                    cancelled = await client.request("session/cancel", {"session_id": session_id})
+                if event["type"] == "turn_end":
+                    break
+        resumed = await client.request("session/resume", {"session_id": session_id})
     assert cancelled["cancelled"] is True
     assert [e["status"] for e in of_type(events, "compaction_end")] == ["cancelled"]
     assert of_type(events, "turn_end")[0]["stop_reason"] == "cancelled"
@@ -475,13 +439,9 @@ async def test_cancelling_a_compaction_ends_it_cancelled_and_stores_nothing(home
 async def test_a_rate_limited_summarizer_is_retried_like_a_reply(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000, summary_rate_limited=2)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            events = await compact(client, session_id)
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        events = await compact(client, session_id)
     retries = of_type(events, "retry")
     assert [r["attempt"] for r in retries] == [2, 3] and retries[0]["error"]["provider_status"] == 429
     assert [e["status"] for e in of_type(events, "compaction_end")] == ["completed"]
@@ -491,24 +451,20 @@ async def test_a_rate_limited_summarizer_is_retried_like_a_reply(home, tmp_path)
 async def test_a_queued_compaction_dropped_by_a_cancel_still_ends_once(home, tmp_path):
     cwd = project(tmp_path, 4)
     chat = SmallWindowChat(window=100_000)
-    with ReplayServer() as server:
-        chat.install(server)
-        write_config(home, server.url, **BIG_WINDOW)
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start(client, cwd)
-            await three_turns(client, session_id)
-            chat.reply_delay_s = 2.0
-            chat.reply_requested.clear()
-            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
-            queued = await client.request("session/compact", {"session_id": session_id})
-            assert await anyio.to_thread.run_sync(chat.reply_requested.wait, 5)  # the turn waits for its answer
-            cancelled = await client.request("session/cancel", {"session_id": session_id})
-            events = []
-            async with aclosing(client.events()) as stream:
-                async for event in stream:
-                    events.append(event)
-                    if len(of_type(events, "turn_end")) == 2:
-                        break
+    async with session_on(home, cwd, chat, **BIG_WINDOW) as (client, session_id):
+        await three_turns(client, session_id)
+        chat.reply_delay_s = 2.0
+        chat.reply_requested.clear()
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Turn 3: module 3."})
+        queued = await client.request("session/compact", {"session_id": session_id})
+        assert await anyio.to_thread.run_sync(chat.reply_requested.wait, 5)  # the turn waits for its answer
+        cancelled = await client.request("session/cancel", {"session_id": session_id})
+        events = []
+        async with aclosing(client.events()) as stream:
+            async for event in stream:
+                events.append(event)
+                if len(of_type(events, "turn_end")) == 2:
+                    break
     assert queued["queued"] is True and cancelled == {"cancelled": True, "dropped_queued": 1}
     dropped = [e for e in events if e["turn_id"] != turn["turn_id"]]
     assert [e["type"] for e in dropped] == ["turn_start", "compaction_end", "turn_end"]

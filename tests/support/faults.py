@@ -3,6 +3,7 @@ on an Anthropic model driven through the in-memory daemon against the replay ser
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -50,6 +51,19 @@ def text_delta(text: str, index: int = 0) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}
 
 
+def tool_use_start(name: str = "read_file", call_id: str = "toolu_1", index: int = 0) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def arguments_delta(partial_json: str, index: int = 0) -> dict[str, Any]:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": partial_json},
+    }
+
+
 def block_stop(index: int = 0) -> dict[str, Any]:
     return {"type": "content_block_stop", "index": index}
 
@@ -68,6 +82,19 @@ def text_reply(*pieces: str) -> bytes:
 
 def streamed(body: bytes, **kwargs: Any) -> ScriptedResponse:
     return ScriptedResponse(status=200, headers=dict(SSE_HEADERS), body=body, **kwargs)
+
+
+def in_chunks(chunks: list[bytes], chunk_delay_s: float) -> ScriptedResponse:
+    """One streamed body made of ``chunks``, each sent on its own, ``chunk_delay_s`` apart."""
+    cuts = list(itertools.accumulate(len(chunk) for chunk in chunks))
+    return streamed(b"".join(chunks), split_at=cuts, chunk_delay_s=chunk_delay_s)
+
+
+def text_in_pieces(pieces: list[str], chunk_delay_s: float) -> ScriptedResponse:
+    """``text_reply(*pieces)`` with each piece's delta sent on its own (the first with the message's start)."""
+    deltas = [sse(text_delta(piece)) for piece in pieces]
+    deltas[0] = sse(MESSAGE_START, text_start()) + deltas[0]
+    return in_chunks([*deltas, sse(block_stop(), *message_end())], chunk_delay_s)
 
 
 def fixture_response(name: str, **header_overrides: str) -> ScriptedResponse:
