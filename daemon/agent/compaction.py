@@ -100,6 +100,8 @@ def should_compact(turn: Turn) -> bool:
     setup = turn.compaction
     if setup is None or not setup.auto:
         return False
+    if turn.budget_spent is not None and turn.budget_spent() is not None:
+        return False  # no summary call on a spent budget: the turn's next model call ends it ``budget``
     return needs_compaction(next_estimate(turn), setup.context_window, setup.reserve_tokens)
 
 
@@ -264,9 +266,8 @@ async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRe
 async def _account_summary_call(turn: Turn, setup: CompactionSetup, usage: Usage | None) -> None:
     """THE one place a summarizer call's usage is accounted for.
 
-    It counts in the turn's usage (``turn_end.usage``) and is reported in ``compaction_end.usage``.
-    Session totals and budgets (the usage engineer's work) connect here through
-    ``CompactionSetup.on_summary_usage`` at merge.
+    It counts in the turn's usage (``turn_end.usage``), is reported in ``compaction_end.usage``, and
+    reaches the session's totals and budget (and a ``usage`` event) through ``on_summary_usage``.
     """
     if usage is None:
         return

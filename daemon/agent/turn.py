@@ -127,6 +127,13 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
     """A turn that only compacts: ``end_turn`` when it completed or was skipped, else ``error``."""
     if turn.compaction is None:
         raise InvalidParams("This session's model cannot be compacted.")
+    spent = turn.budget_spent() if turn.budget_spent is not None else None
+    if spent is not None:  # a summary is a model call: a spent budget stops it too
+        exc = BudgetExceeded(spent)
+        await turn.emit(
+            ev.CompactionEnd, {"compaction_id": request.compaction_id, "status": "failed", "error": error_info(exc)}
+        )
+        raise exc
     trigger: CompactionTrigger = "manual" if request.trigger == "manual" else "threshold"
     outcome = await compaction.compact(
         turn,

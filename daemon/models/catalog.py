@@ -225,7 +225,7 @@ class Catalog:
                     self._declared.append(declared_spec(provider, entry))
                 except ValueError as exc:
                     what = entry.get("model") if isinstance(entry.get("model"), str) else f"#{n + 1}"
-                    problem = f"config.toml: [[providers.{name}.models]] {what}: {exc}; skipping it."
+                    problem = f"config.toml: [[providers.{name}.models]] {what}: {str(exc).rstrip('.')}; skipping it."
                     self.problems.append(problem)
                     if problem not in config.problems:  # a second Catalog of the same config
                         config.problems.append(problem)

@@ -1,8 +1,8 @@
 """``Store``: the synchronous store, one connection, every public method one transaction.
 
 Built from the query classes, one per concern (``SessionQueries``, ``MessageQueries``,
-``LeaseQueries``, ``AccountQueries``), on ``Database`` (the connection and its transactions). Blocking: from
-async code use ``daemon.store.async_store.AsyncStore``.
+``LeaseQueries``, ``AccountQueries``, ``CompactionQueries``), on ``Database`` (the connection and
+its transactions). Blocking: from async code use ``daemon.store.async_store.AsyncStore``.
 """
 
 from __future__ import annotations

@@ -472,3 +472,24 @@ async def test_a_queued_compaction_dropped_by_a_cancel_still_ends_once(home, tmp
     assert dropped[1]["compaction_id"] == queued["compaction_id"] and dropped[1]["status"] == "cancelled"
     assert dropped[2]["stop_reason"] == "cancelled"
     assert chat.of_kind("summary") == []
+
+
+async def test_a_spent_budget_stops_summary_calls_manual_and_automatic(home, tmp_path):
+    # A summary is a model call: with the session's token budget spent, a manual compaction ends
+    # "budget" (its one compaction_end failed, saying which budget) and the automatic one before
+    # the next prompt is not made; that prompt ends "budget" too, with no request at all.
+    cwd = project(tmp_path, 8)
+    chat = SmallWindowChat(window=8_000)
+    async with session_on(home, cwd, chat) as (client, session_id):
+        for n in range(5):  # past the threshold: each prompt from the fourth on compacts first
+            await prompt(client, session_id, f"Turn {n}: look at module {n} and fix what is wrong.")
+        await client.request("session/budget", {"session_id": session_id, "budget": {"max_tokens": 1}})
+        requests_before = len(chat.answers)
+        later = await prompt(client, session_id, "Turn 5: look at module 5 and fix what is wrong.")
+        manual = await compact(client, session_id)
+    (end,) = of_type(manual, "compaction_end")
+    assert end["status"] == "failed" and "token budget" in end["error"]["message"]
+    assert of_type(manual, "compaction_start") == [] and of_type(manual, "turn_end")[0]["stop_reason"] == "budget"
+    assert of_type(later, "compaction_end") == [] and len(of_type(later, "turn_start")) == 1  # no compaction turn
+    assert of_type(later, "turn_end")[-1]["stop_reason"] == "budget"
+    assert len(chat.answers) == requests_before  # no summary call, no reply
