@@ -92,7 +92,7 @@ def fitted_thinking(turn: Turn) -> Thinking:
     )
     if reason is None:
         return decided
-    return setup.refit_thinking(budget, budget + answer, reason)
+    return setup.refit_thinking(decided, budget, budget + answer, reason)
 
 
 def should_compact(turn: Turn) -> bool:

@@ -12,6 +12,7 @@ from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
 from daemon.models import thinking
+from daemon.models.budgets import budget_range
 from daemon.models.catalog import Catalog, ModelSpec
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
@@ -23,7 +24,7 @@ from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
 from protocol import events as ev
-from protocol.objects import Thinking, Usage
+from protocol.objects import Usage
 
 log = logging.getLogger("ponder.sessions")
 
@@ -117,7 +118,6 @@ class TurnAssembly:
         """``[compaction]`` for this session's model, with its summarizer (``[compaction] model``
         when that model is known and its provider configured, else the session's own)."""
         settings = self.config.compaction
-        row_level = live.row.thinking_level
         summarizer_spec, summarizer_provider = spec, provider
         if settings.model is not None:
             try:
@@ -147,10 +147,8 @@ class TurnAssembly:
             ),
             records=live.compactions,
             save=functools.partial(self.store.save_compaction, live.row.id),
-            refit_thinking=functools.partial(self._refit_thinking, spec, row_level)
-            if spec.thinking.takes_budget
-            else None,
-            budget_min=spec.thinking.budget_min or 1024,  # the minimum daemon.models.budgets assumes too
+            refit_thinking=functools.partial(thinking.with_budget, spec) if spec.thinking.takes_budget else None,
+            budget_min=budget_range(spec)[0],
             on_summary_usage=functools.partial(self._record_summary_call, live, summarizer_spec, emit),
         )
 
@@ -160,7 +158,3 @@ class TurnAssembly:
         summarizer's own request is not the session's context)."""
         fields = await self.accounts.record_call(live, spec, usage, context=live.row.context)
         await emit(ev.UsageEvent, fields)
-
-    @staticmethod
-    def _refit_thinking(spec: ModelSpec, level: str, budget: int, output_cap: int, reason: str) -> Thinking:
-        return thinking.with_budget(spec, thinking.decide_thinking(spec, level), budget, output_cap, reason)

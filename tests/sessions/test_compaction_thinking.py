@@ -134,8 +134,11 @@ auto = false
 """
 
 
-async def budget_request(home: Path, session_id: str, history_chars: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The request body and ``turn_start.thinking`` of a prompt at level high after ``history_chars`` of history."""
+async def budget_request(
+    home: Path, session_id: str, history_chars: int, display: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request body and ``turn_start.thinking`` of a prompt in a session at level high (and
+    ``display`` when given) after ``history_chars`` of history."""
     with Store(home / "sessions.db") as store:
         store.create_session(
             SessionRow(id=session_id, cwd=str(home), model_id="claude/claude-budget", thinking_level="high")
@@ -148,6 +151,8 @@ async def budget_request(home: Path, session_id: str, history_chars: int) -> tup
         (home / "config.toml").write_text(BUDGET_CONFIG.format(url=server.url))
         server.enqueue_fixture("anthropic", "thinking-text")
         async with in_memory_daemon(home) as (client, _daemon):
+            if display is not None:
+                await client.request("thinking/set", {"session_id": session_id, "display": display})
             turn = await client.request("session/prompt", {"session_id": session_id, "text": "And now?"})
             events = await client.collect_turn(turn["turn_id"])
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
@@ -165,6 +170,13 @@ async def test_near_the_window_a_budget_models_thinking_budget_shrinks_with_a_re
     # Budget and answer fit what the request leaves of the window.
     assert body["max_tokens"] == budget + 40_000 // 8
     assert 30_000 + body["max_tokens"] <= 40_000 + 100
+
+
+async def test_a_shrunk_budget_keeps_the_turns_own_decision(home: Path) -> None:
+    # The budget shrinks from what this turn decided (the session's display here), not from its level alone.
+    body, thinking = await budget_request(home, "ses_turn", 120_000, display="omitted")
+    assert thinking["display"] == "omitted" and "lowered" in thinking["reason"]
+    assert body["thinking"]["display"] == "omitted" and body["thinking"]["budget_tokens"] < 10_000
 
 
 async def test_far_from_the_window_the_budget_is_the_levels_own(home: Path) -> None:
