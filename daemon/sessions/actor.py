@@ -83,10 +83,13 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
         if message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
             await save(message)
-        if message is not None and await _compact_before_prompt(manager, live, pending.thinking) == "cancelled":
-            await _bracket(manager, live, pending, "cancelled")
-            return
         turn = manager.assembly.build(live, pending, emit, save)
+        # Before a prompt, when its request would not fit: a compaction turn of its own first (the
+        # prompt's turn reads the history and the records when it runs, so it stays as built).
+        if message is not None and should_compact(turn):
+            if await _compact_before_prompt(manager, live, pending.thinking) == "cancelled":
+                await _bracket(manager, live, pending, "cancelled")
+                return
     except PonderError as exc:
         await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
@@ -102,18 +105,15 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             await manager.bridge.session_updated(manager.wire_session(live.row))
 
 
-async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> str | None:
-    """Before a prompt (the last message of the history now): when the estimated request exceeds
-    ``window - reserve``, a compaction turn of its own (``kind: "compaction"``). Its stop reason,
-    or None when none was needed."""
+async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> str:
+    """Before a prompt (the last message of the history now) whose request exceeds ``window -
+    reserve``: a compaction turn of its own (``kind: "compaction"``); its stop reason."""
     request = agent.CompactionRequest(compaction_id=new_id("cmp"), trigger="threshold", pending=1)
     pending = PendingTurn(new_id("turn"), None, thinking, request)
     # Not the releasing emitter: the prompt's turn follows under the same lease.
     turn = manager.assembly.build(
         live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.saver(live)
     )
-    if not should_compact(turn):
-        return None
     live.current = turn
     try:
         return await agent.run_turn(turn)

@@ -1,5 +1,5 @@
 """A session's account in the store: its running totals and their cost, the context fill after
-its last model call, and its budget (columns of ``sessions``, migration ``m003``).
+its last model call, and its budget (columns of ``sessions``, migration ``m004``).
 
 ``record_usage`` adds one call to the totals inside the write transaction, reading what is
 stored, so that the totals stay right when two daemons share a home and survive a restart.
