@@ -101,10 +101,10 @@ class CompactionSetup:
     summarizer: Summarizer
     records: list[Compaction]
     save: SaveCompaction
+    budget_min: int  # the model's smallest thinking budget (``daemon.models.budgets.budget_range``)
     # A budget-mode model's decided thinking with a smaller budget near the window:
     # (decided, budget, output cap, reason); None for a model whose thinking is not a token budget.
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
-    budget_min: int = 1024  # the model's smallest budget (``daemon.models.budgets.budget_range``)
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
     on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
 
