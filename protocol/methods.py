@@ -8,7 +8,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, Session, Thinking
+from protocol.objects import (
+    ApprovalPolicy,
+    HistoryItem,
+    Message,
+    Model,
+    SandboxMechanism,
+    SandboxMode,
+    Session,
+    Thinking,
+)
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -42,11 +51,22 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class SandboxCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
+    none works, or what the one found cannot do."""
+
+    available: bool
+    mechanism: SandboxMechanism | None
+    network_isolation: bool
+    reason: str | None
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    sandbox: SandboxCapability | None = None
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -109,6 +129,13 @@ class BudgetParams(msgspec.Struct, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
+class SandboxParams(msgspec.Struct, kw_only=True):
+    """``session/start {sandbox}``: what differs from config.toml's ``[sandbox]``."""
+
+    mode: SandboxMode | None = None
+    network: bool | None = None
+
+
 class SessionStartParams(msgspec.Struct, kw_only=True):
     model_id: str | None = None  # may end in "/LEVEL"
     thinking_level: str | None = None
@@ -119,6 +146,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
     budget: BudgetParams | None = None  # else config.toml [budget]
+    sandbox: SandboxParams | None = None  # else config.toml [sandbox]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -282,6 +310,8 @@ class PermissionRequestParams(msgspec.Struct, kw_only=True):
     arguments: dict[str, Any]
     title: str
     options: list[PermissionDecision]
+    # "sandbox": the sandbox stopped the command; allow_once runs it again, unconfined.
+    reason: Literal["sandbox"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class PermissionRequestResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -29,8 +29,20 @@ SHUTDOWN_GRACE_S = 2.0
 Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 # (call part) -> (allowed, message shown to the model when denied)
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
-# (name, arguments, emit_output) -> (text, is_error)
-RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call gave: its text, whether it failed, and for ``run_command`` how the
+    sandbox ran it (``tool_execution_end.sandbox``)."""
+
+    text: str
+    is_error: bool
+    sandbox: ev.ToolSandbox | None = None
+
+
+# (call_id, name, arguments, emit_output) -> its outcome
+RunTool = Callable[[str, str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[ToolOutcome]]
 # After each model call: (the usage it reported or None, an estimate of the request plus its
 # reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
 RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]

@@ -21,6 +21,7 @@ from daemon.models.catalog import Catalog
 from daemon.providers import table as providers_table
 from daemon.providers.registry import ProviderRegistry
 from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
+from daemon.sandbox.service import Sandbox
 from daemon.sessions import ClientBridge, SessionManager
 from daemon.store import AsyncStore, SessionRow
 from protocol import methods as m
@@ -38,6 +39,8 @@ class Daemon:
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
         self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
+        # run_command's OS sandbox: probed on a thread from now on (MCP servers are not sandboxed).
+        self.sandbox = Sandbox(config.sandbox, config.home)
         self.sessions = SessionManager(
             config,
             store,
@@ -46,12 +49,19 @@ class Daemon:
             bridge,
             tool_sources=[self.mcp],
             discover_models=self._discover_for,
+            sandbox=self.sandbox,
         )
         self.shutdown_requested = anyio.Event()
         # What initialize reports: the config's problems, then the store's (if it could not be opened).
         self.problems = [*config.problems, *([store.store.problem] if store.store.problem else [])]
         for problem in self.problems:
             log.warning("%s", problem)
+
+    async def problems_now(self) -> list[str]:
+        """What ``initialize`` reports: the config's and the store's problems, and a missing sandbox."""
+        await anyio.to_thread.run_sync(self.sandbox.wait_probed)
+        sandbox_problem = self.sandbox.problem()
+        return [*self.problems, *([sandbox_problem] if sandbox_problem else [])]
 
     # --- models ---------------------------------------------------------------------------
 
@@ -115,4 +125,5 @@ async def open_daemon(config: Config, connection: Connection, bridge: ClientBrid
             if daemon is not None:
                 await daemon.mcp.aclose()
                 await daemon.providers.aclose()
+                daemon.sandbox.close()
             await store.aclose()

@@ -16,6 +16,7 @@ from daemon.models.budgets import budget_range
 from daemon.models.catalog import Catalog, ModelSpec
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
@@ -40,7 +41,9 @@ class TurnAssembly:
         providers: ProviderRegistry,
         bridge: ClientBridge,
         tool_sources: list[ToolSource],
+        sandbox: Sandbox | None = None,
     ) -> None:
+        self.sandbox = sandbox
         self.config = config
         self.store = store
         self.catalog = catalog
@@ -68,7 +71,14 @@ class TurnAssembly:
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
         runner = ToolRunner(
-            self.config, self.bridge, live, pending.turn_id, self.tools, self.tool_sources, spec.supports_tools
+            self.config,
+            self.bridge,
+            live,
+            pending.turn_id,
+            self.tools,
+            self.tool_sources,
+            spec.supports_tools,
+            self.sandbox,
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking

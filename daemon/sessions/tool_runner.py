@@ -1,14 +1,18 @@
 """Running a turn's tool calls: approval (policy, asking the person, tools allowed for the
-session) and execution with credentials masked in everything a tool prints."""
+session, an enforced sandbox standing in for ``ask`` on ``run_command``) and execution with
+credentials masked in everything a tool prints; a command the sandbox stopped is offered,
+under ``ask``, to run once unconfined (PROTOCOL.md "Sandbox")."""
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.agent import Turn
+from daemon.agent import ToolOutcome, Turn
 from daemon.config.settings import Config
 from daemon.conversation import Part
 from daemon.jsonrpc.connection import ClientRequestError
+from daemon.sandbox.command import CommandSandbox
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
@@ -18,6 +22,9 @@ from daemon.tools.source import ToolSource
 from daemon.util.redact import SecretMask
 from daemon.util.redact import known as known_secrets
 from protocol.methods import PermissionRequestParams
+
+# The one tool the OS sandbox confines (file tools are confined by their own path checks).
+SANDBOXED_TOOL = "run_command"
 
 
 class ToolRunner:
@@ -32,8 +39,10 @@ class ToolRunner:
         tools: dict[str, Tool[Any]],
         sources: list[ToolSource],
         offer_tools: bool,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox
         self.bridge = bridge
         self.live = live
         self.turn_id = turn_id
@@ -57,6 +66,10 @@ class ToolRunner:
             return True, ""  # unknown tools fail in execute_tool with a message the model can use
         live = self.live
         policy = live.row.approval_policy
+        # Step 5 of "Permissions": under ask, a command the sandbox confines fully runs unasked.
+        # (Rules, the permissions issue's steps 1-4, come before this once they exist.)
+        if name == SANDBOXED_TOOL and policy == "ask" and self._sandbox_approves():
+            return True, ""
         verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.bridge.can_ask)
         if verdict == "run":
             return True, ""
@@ -85,10 +98,49 @@ class ToolRunner:
             return False, denial_message(policy, name, "user_denied")
         return True, ""
 
+    def _sandbox_approves(self) -> bool:
+        return self.sandbox is not None and self.sandbox.approves(self.live.row.id, self.cwd)
+
     async def run(
-        self, name: str, arguments: dict[str, Any], output: Callable[[str], Awaitable[None]] | None
-    ) -> tuple[str, bool]:
-        """(text, is_error) of one call; ``output`` gets what the tool prints as it runs."""
+        self, call_id: str, name: str, arguments: dict[str, Any], output: Callable[[str], Awaitable[None]] | None
+    ) -> ToolOutcome:
+        """The outcome of one call; ``output`` gets what the tool prints as it runs."""
+        sandbox = None
+        if name == SANDBOXED_TOOL and self.sandbox is not None:
+            sandbox = self.sandbox.for_command(self.live.row.id, self.cwd)
+        outcome = await self._run(name, arguments, output, sandbox)
+        if sandbox is not None and outcome.sandbox is not None and outcome.sandbox.denied:
+            if await self._allowed_unconfined(call_id, arguments):
+                outcome = await self._run(name, arguments, output, sandbox.unconfined())
+        return outcome
+
+    async def _allowed_unconfined(self, call_id: str, arguments: dict[str, Any]) -> bool:
+        """Under ``ask``, whether the person lets a command the sandbox stopped run once unconfined."""
+        if self.live.row.approval_policy != "ask" or not self.bridge.can_ask:
+            return False  # auto runs nothing again; with nobody to ask the sandboxed result stands
+        command = arguments.get("command")
+        params = PermissionRequestParams(
+            session_id=self.live.row.id,
+            turn_id=self.turn_id,
+            call_id=call_id,
+            tool=SANDBOXED_TOOL,
+            arguments=arguments,
+            title=f"The sandbox stopped it; run once outside the sandbox: {command}",
+            options=["allow_once", "deny"],
+            reason="sandbox",
+        )
+        try:
+            return await self.bridge.ask_permission(params) == "allow_once"
+        except ClientRequestError:
+            return False
+
+    async def _run(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        output: Callable[[str], Awaitable[None]] | None,
+        sandbox: CommandSandbox | None,
+    ) -> ToolOutcome:
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
         # reaches events, the store and the model, so credentials are masked on the way
         # out. Known now, not at turn start: a short-lived provider token may be new since.
@@ -104,8 +156,12 @@ class ToolRunner:
             emit_output=masked_output if output is not None else None,
             secrets=secrets,
             pass_env=self.config.pass_env,
+            sandbox=sandbox,
         )
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:
             await output(rest)
-        return mask.scrub(result.text), result.is_error
+        report = result.sandbox
+        if report is None and sandbox is not None:  # refused or failed before it ran: still say how
+            report = sandbox.report(None, "")
+        return ToolOutcome(mask.scrub(result.text), result.is_error, report)

@@ -33,14 +33,17 @@ class LifecycleHandlers:
         if background is not None and not self._warmed:
             self._warmed = True
             background.start_soon(self._warm_up)
+        problems = await self.daemon.problems_now()  # waits for the sandbox probe
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
-                thinking_levels=list(THINKING_LEVELS), approval_policies=["ask", "auto", "read_only"]
+                thinking_levels=list(THINKING_LEVELS),
+                approval_policies=["ask", "auto", "read_only"],
+                sandbox=self.daemon.sandbox.capability(),
             ),
             home=str(self.daemon.config.home),
-            problems=list(self.daemon.problems),
+            problems=problems,
         )
 
     async def _warm_up(self) -> None:
