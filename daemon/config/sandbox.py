@@ -43,7 +43,8 @@ def parse_sandbox(section: Any, problems: list[str]) -> SandboxSettings:
         )
         mode = defaults.mode
     flags = {
-        key: _flag(section, key, getattr(defaults, key), problems) for key in ("network", "required", "auto_approve", "landlock")
+        key: _flag(section, key, getattr(defaults, key), problems)
+        for key in ("network", "required", "auto_approve", "landlock")
     }
     return SandboxSettings(mode=mode, writable_roots=_roots(section.get("writable_roots", []), problems), **flags)
 

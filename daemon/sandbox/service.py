@@ -62,6 +62,10 @@ class Sandbox:
         self._support = found
         log.info("sandbox: %s (%s)", found.mechanism or "none", found.reason or "ok")
 
+    @property
+    def probed(self) -> bool:
+        return self._support is not None
+
     def wait_probed(self) -> None:
         """Block until the probe is done (call it on a worker thread from async code)."""
         if self._probe is not None:

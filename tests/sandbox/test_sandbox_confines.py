@@ -149,7 +149,9 @@ async def _listener() -> tuple[anyio.abc.SocketListener, int, list[str]]:
     return listener, port, []
 
 
-CONNECT = "{python} -I -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('CONNECTED')\""
+CONNECT = (
+    "{python} -I -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('CONNECTED')\""
+)
 
 
 @needs_bwrap

@@ -75,7 +75,8 @@ def test_the_probe_skips_a_planted_bwrap_and_finds_the_real_one(tmp_path):
 
 def test_a_failing_bwrap_falls_back_to_landlock_or_says_why(tmp_path):
     fake = _executable(
-        tmp_path / "fakebin" / "bwrap", "#!/bin/sh\necho 'bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted' >&2\nexit 1\n"
+        tmp_path / "fakebin" / "bwrap",
+        "#!/bin/sh\necho 'bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted' >&2\nexit 1\n",
     )
     found = probe(daemon_cwd=Path("/"), path_env=str(fake.parent))
     assert found.mechanism in ("landlock", None)
@@ -110,7 +111,11 @@ def test_confinement_by_mode_mechanism_and_requirement(tmp_path):
 def test_a_session_whose_tree_holds_the_bwrap_gets_no_bubblewrap(tmp_path):
     support = Support("bubblewrap", network_isolation=True, bwrap=tmp_path / "tools" / "bwrap")
     inside = decide_confinement(SandboxSettings(required=True), Override(), support, tmp_path, tmp_path / "t")
-    assert not inside.enforced and inside.refusal is not None and "inside the session's working directory" in inside.refusal
+    assert (
+        not inside.enforced
+        and inside.refusal is not None
+        and "inside the session's working directory" in inside.refusal
+    )
 
 
 def test_bwrap_mounts_parents_first_and_protects_git_and_the_home(tmp_path):

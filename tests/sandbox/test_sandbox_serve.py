@@ -235,24 +235,27 @@ async def test_without_a_sandbox_commands_run_unconfined_and_initialize_says_so(
         assert (work / "ran.txt").exists()
 
 
-@needs_bwrap
-async def test_a_bwrap_planted_in_the_working_directory_is_never_run(home, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    marker = tmp_path / "planted-bwrap-ran"
-    (repo / "bwrap").write_text(f"#!/bin/sh\ntouch {marker}\nexec \"$@\"\n")
-    (repo / "bwrap").chmod(0o755)
+def _daemon_inside(repo: Path, home: Path) -> "subprocess.Popen[bytes]":
+    """``ponder serve`` run from inside ``repo``, with the repository first on its PATH."""
     path = os.pathsep.join([".", str(repo), os.environ.get("PATH", "")])
-    # The daemon runs from inside the repository, with the repository first on its PATH.
     package_root = Path(__file__).resolve().parents[2]
-    started = subprocess.Popen(
+    return subprocess.Popen(
         daemon_command(home, (), "info"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, **subprocess_env(home, {"PATH": path, "PYTHONPATH": str(package_root)})},
         cwd=repo,
     )
-    async with spawn_daemon(started=started) as client:
+
+
+@needs_bwrap
+async def test_a_bwrap_planted_in_the_working_directory_is_never_run(home, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    marker = tmp_path / "planted-bwrap-ran"
+    (repo / "bwrap").write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
+    (repo / "bwrap").chmod(0o755)
+    async with spawn_daemon(started=_daemon_inside(repo, home)) as client:
         client.on_message = validate_message
         init = await initialize(client)
         assert init["capabilities"]["sandbox"]["mechanism"] == "bubblewrap"
