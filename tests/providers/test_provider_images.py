@@ -16,15 +16,13 @@ body is checked against the provider's documented image form:
 
 import base64
 import io
-import json
 from typing import Any
 
 import pytest
 from PIL import Image
 
 from tests.support.harness import in_memory_daemon
-from tests.support.provider_streams import LOCAL_FIXTURES
-from tests.support.replay import ReplayServer, ScriptedResponse
+from tests.support.replay import ScriptedResponse
 
 pytestmark = pytest.mark.anyio
 
@@ -36,17 +34,14 @@ DATA_URL = f"data:image/png;base64,{IMAGE_B64}"
 FILE_BLOCK = '<file uri="file:///w/notes.md">\nremember the milk\n</file>'
 
 
-def enqueue_reply(server: ReplayServer, api: str) -> None:
-    folder = LOCAL_FIXTURES / api
-    meta = json.loads((folder / "image-reply.meta.json").read_text())
-    response = meta.get("response", {})
-    server.enqueue(
-        ScriptedResponse(
-            status=int(response.get("status", 200)),
-            headers=dict(response.get("headers", {})),
-            body=(folder / "image-reply.sse").read_bytes(),
-        )
-    )
+# A plain reply of each wire API from the reference fixtures (the request is what is checked).
+REPLIES = {
+    "anthropic": "thinking-text",
+    "openai-responses": "reasoning-summary-text",
+    "openai-chat": "plain-text",
+    "gemini": "thoughts-text-signature",
+    "ollama": "thinking-content",
+}
 
 
 CONTENT = [
@@ -157,7 +152,7 @@ async def test_each_provider_sends_the_image_in_its_documented_shape(
             "/api/tags",
             lambda _: ScriptedResponse(headers={"content-type": "application/json"}, body=b'{"models": []}'),
         )
-    enqueue_reply(replay_server, api)
+    replay_server.enqueue_fixture(api, REPLIES[api])
     async with in_memory_daemon(home, env=env) as (client, _):
         listed = await client.request("models/list", {})
         assert next(m for m in listed["models"] if m["id"] == model_id)["input_modalities"] == ["text", "image"]
