@@ -12,7 +12,7 @@ import pytest
 
 from daemon.providers.device_login import save_github_token
 from daemon.util.secret import Secret
-from tests.providers.test_level_rejections import (
+from tests.vendors.test_level_rejections import (
     COPILOT_MESSAGES_OPUS47,
     GEMINI_MEDIUM,
     OPENAI_RESPONSES_GPT51,
