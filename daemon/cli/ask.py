@@ -19,7 +19,7 @@ import anyio
 from daemon.cli.figures import usage_line
 from daemon.cli.terminal import DIM, RESET, stderr_is_terminal
 from daemon.jsonrpc.client import RpcClient, RpcError
-from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
+from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 
 _KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]
 MOCK_NOTICE = (
