@@ -6,6 +6,7 @@ import anyio
 
 from daemon import __version__
 from daemon.errors import InvalidParams
+from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
 from daemon.server.core import Daemon
 from daemon.server.rpc_bridge import RpcBridge
 from protocol import PROTOCOL_VERSION, THINKING_LEVELS
@@ -41,6 +42,9 @@ class LifecycleHandlers:
                 thinking_levels=list(THINKING_LEVELS),
                 approval_policies=["ask", "auto", "read_only"],
                 sandbox=self.daemon.sandbox.capability(),
+                prompt_content=m.PromptContentCapability(
+                    max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
+                ),
             ),
             home=str(self.daemon.config.home),
             problems=problems,
@@ -61,7 +65,7 @@ class LifecycleHandlers:
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
-            from daemon.models.catalog import builtin_specs
+            from daemon.catalog.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools
 
