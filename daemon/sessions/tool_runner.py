@@ -3,6 +3,7 @@ session, an enforced sandbox standing in for ``ask`` on ``run_command``) and exe
 credentials masked in everything a tool prints; a command the sandbox stopped is offered,
 under ``ask``, to run once unconfined (PROTOCOL.md "Sandbox")."""
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,17 @@ class ToolRunner:
             return False, denial_message(policy, name, "user_denied")
         return True, ""
 
+    def _hidden(self) -> tuple[Path, ...]:
+        """The ponder home, which file tools never touch (unless the session works inside it)."""
+        home, cwd = Path(os.path.realpath(self.config.home)), Path(os.path.realpath(self.cwd))
+        return () if cwd == home or cwd.is_relative_to(home) else (home,)
+
+    def _read_only(self) -> tuple[Path, ...]:
+        """The cwd's .git while the session's sandbox is on (file tools must not get round it)."""
+        if self.sandbox is None or self.sandbox.confinement(self.live.row.id, self.cwd).mode == "off":
+            return ()
+        return (Path(os.path.realpath(self.cwd / ".git")),)
+
     def _sandbox_approves(self) -> bool:
         return self.sandbox is not None and self.sandbox.approves(self.live.row.id, self.cwd)
 
@@ -156,6 +168,8 @@ class ToolRunner:
             emit_output=masked_output if output is not None else None,
             secrets=secrets,
             pass_env=self.config.pass_env,
+            hidden=self._hidden(),
+            read_only=self._read_only(),
             sandbox=sandbox,
         )
         result = await execute_tool(self.tools, name, arguments, context)

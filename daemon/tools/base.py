@@ -51,8 +51,16 @@ class ToolContext:
     secrets: tuple[str, ...] = ()
     # Credential variables a command's children get anyway ([tools] pass_env; see config.child_env).
     pass_env: tuple[str, ...] = ()
+    # Real paths no file tool reads or writes (the ponder home), and those they do not write
+    # (the cwd's .git while the sandbox is on): PROTOCOL.md "Sandbox".
+    hidden: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
     # How run_command confines its command (daemon.sandbox); None: no sandbox is involved at all.
     sandbox: CommandSandbox | None = None
+
+    def hidden_strs(self) -> tuple[str, ...]:
+        """``hidden`` for a scan child's JSON request."""
+        return tuple(str(path) for path in self.hidden)
 
 
 class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
