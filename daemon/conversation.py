@@ -13,6 +13,7 @@ import msgspec
 from protocol.objects import (
     Block,
     Message,
+    MessageOrigin,
     MessageStopReason,
     TextBlock,
     ThinkingBlock,
@@ -67,6 +68,11 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     usage: Usage | None = None
     status: MessageStatus = "complete"
     created_at: str = ""
+    origin: MessageOrigin | None = None  # user messages: prompt, steer or continue
+    turn_id: str | None = None  # the turn that wrote it (a prompt: the turn it was admitted to)
+    # A prompt's idempotency key and the answer it first got (``session/prompt``'s result).
+    client_message_id: str | None = None
+    admission: dict[str, Any] | None = None
 
     @property
     def thinking_text(self) -> str | None:
@@ -87,6 +93,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
             usage=self.usage,
             status=self.status,
             created_at=self.created_at,
+            origin=self.origin,
         )
 
 

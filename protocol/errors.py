@@ -15,4 +15,5 @@ class ErrorCode(enum.IntEnum):
     SESSION_BUSY = -32004
     SHUTTING_DOWN = -32005
     BUDGET_EXCEEDED = -32006  # only in turn_end.error (stop_reason "budget"): never answers a request
+    TURN_NOT_ACTIVE = -32007
     REQUEST_CANCELLED = -32800

@@ -14,13 +14,15 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    QueuedTurn,
     Session,
     StopReason,
     Thinking,
     Usage,
+    WaitingSteer,
 )
 
-ReplyRole = Literal["assistant", "tool"]
+ReplyRole = Literal["user", "assistant", "tool"]  # "user": a steer joining the running turn
 TurnKind = Literal["prompt", "compaction"]
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 
@@ -38,6 +40,7 @@ class TurnStart(BaseEvent, tag="turn_start"):
     thinking: Thinking
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
+    continued_from: str | None = None  # the turn session/continue goes on with
 
 
 class MessageStart(BaseEvent, tag="message_start"):
@@ -158,6 +161,14 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
+class QueueUpdate(BaseEvent, tag="queue_update"):
+    """The session's waiting input after every change; not part of any turn (``turn_id`` null)."""
+
+    turn_id: str | None  # type: ignore[assignment]  # always null: the queue belongs to no turn
+    steers: list[WaitingSteer]
+    queued: list[QueuedTurn]
+
+
 class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -184,6 +195,7 @@ AgentEvent = (
     | UsageEvent
     | CompactionStart
     | CompactionEnd
+    | QueueUpdate
     | TurnEnd
 )
 

@@ -42,11 +42,25 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class SteeringCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing")."""
+
+    deliveries: list[str] = msgspec.field(default_factory=lambda: ["queue", "steer"])
+    queue_remove: bool = True
+    queue_update: bool = True
+    client_message_id: bool = True
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    steering: SteeringCapability = msgspec.field(default_factory=SteeringCapability)
+    # ``session/continue``: the last interrupted turn goes on without a new prompt.
+    # (``continue`` is a Python keyword: the wire name is set with ``name``.)
+    continue_: bool = msgspec.field(default=True, name="continue")
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -179,20 +193,59 @@ class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     items: list[HistoryItem]  # messages and compaction records in seq order
 
 
+Delivery = Literal["queue", "steer"]
+# What admission did with a prompt: it starts a turn now, waits behind others, or waits to
+# join the running turn before its next model call.
+Admission = Literal["started", "queued", "steer_pending"]
+# A client's idempotency key for a prompt: unique in the session across clients (a UUID).
+ClientMessageId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
 class SessionPromptParams(msgspec.Struct, kw_only=True):
     session_id: str
     text: str
     thinking_level: str | None = None  # this turn only
+    # "queue" (default): a follow-up turn of its own; "steer": joins the running turn.
+    delivery: Delivery = "queue"
+    expected_turn_id: str | None = None  # only with delivery "steer": the turn it must join
+    client_message_id: ClientMessageId | None = None  # a prompt sent twice is admitted once
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn_id: str
-    queued: bool
+    message_id: str
+    queued: bool  # true exactly when delivery is "queued"
+    delivery: Admission
+
+
+class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client."""
+
+    message_id: str
+    text: str
 
 
 class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cancelled: bool
     dropped_queued: int
+    dropped_steers: list[DroppedSteer] = msgspec.field(default_factory=list)
+
+
+ContinueAction = Literal["resumed", "nothing_to_continue"]
+
+
+class SessionContinueResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    turn_id: str | None  # null with nothing_to_continue
+    action: ContinueAction
+
+
+class SessionQueueRemoveParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    message_id: str
+
+
+class SessionQueueRemoveResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    removed: bool
 
 
 class SessionForkParams(msgspec.Struct, kw_only=True):
@@ -304,6 +357,8 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),
     "session/prompt": (SessionPromptParams, SessionPromptResult),
+    "session/continue": (SessionIdParams, SessionContinueResult),
+    "session/queue/remove": (SessionQueueRemoveParams, SessionQueueRemoveResult),
     "session/compact": (SessionCompactParams, SessionCompactResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),
     "session/fork": (SessionForkParams, SessionOnlyResult),

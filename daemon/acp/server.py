@@ -396,8 +396,8 @@ class AcpServer:
         if compact_instructions is not None:
             turn_id, _compaction_id, _queued = await self.sessions.compact(session_id, compact_instructions or None)
             return turn_id
-        turn_id, _queued = await self.sessions.prompt(session_id, text)
-        return turn_id
+        # A prompt while a turn runs waits for it (ACP's queue semantics): delivery "queue".
+        return (await self.sessions.prompt(session_id, text)).turn_id
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
         """Name an untitled session after its first prompt (ACP has no rename of its own)."""

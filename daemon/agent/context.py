@@ -36,6 +36,9 @@ RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awai
 RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
 # Before each model call: None while the session's budget allows one, else the sentence saying which is spent.
 BudgetSpent = Callable[[], str | None]
+# Before each model call of a prompt turn: the steers waiting to join it, in arrival order (not
+# stored yet: the turn stores each as a user message of its own, in its brackets).
+TakeSteers = Callable[[], Awaitable[list[ChatMessage]]]
 
 
 class AppendParts(Protocol):
@@ -155,6 +158,8 @@ class Turn:
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None
+    take_steers: TakeSteers | None = None  # None: nothing can join this turn (a compaction turn)
+    continued_from: str | None = None  # session/continue: the turn this one goes on with
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S

@@ -22,7 +22,7 @@ import msgspec
 from daemon.agent.call_ids import ReplyCallIds, for_provider
 from daemon.agent.compaction import fitted_thinking, request_messages
 from daemon.agent.context import Turn, TurnSettings
-from daemon.agent.history import record_cancelled_results, save_and_end
+from daemon.agent.history import UNFINISHED_CALL, is_unfinished_call, record_cancelled_results, save_and_end
 from daemon.context.budget import add_usage
 from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
@@ -278,7 +278,17 @@ class Reply:
         self.changed_parts.add(index)
         if event.kind == "tool_call":
             call_id = self.call_ids.start(event.index, event.call_id)
-            message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
+            # Marked unfinished until its end arrives (the adapter's whole part replaces this one): a
+            # call cut off mid-arguments, even by a crash, is never sent to a provider again.
+            message.parts.append(
+                Part(
+                    type="tool_call",
+                    call_id=call_id,
+                    name=event.name,
+                    arguments={},
+                    provider_data=dict(UNFINISHED_CALL),
+                )
+            )
             await self._emit(
                 ev.ToolCallStart,
                 {"message_id": message.message_id, "index": index, "call_id": call_id, "name": event.name or ""},
@@ -416,6 +426,10 @@ class Reply:
             part = message.parts[index]
             if part.type == "tool_call" and not part.arguments:
                 part.arguments = decode_arguments("".join(chunks)) or {}
+        if status == "complete":  # a whole reply's calls are whole, whether or not the adapter ended each
+            for part in message.parts:
+                if is_unfinished_call(part):
+                    part.provider_data = None
         message.status = status
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage

@@ -4,6 +4,7 @@ from daemon.context.history import history_items
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
 from daemon.sessions.accounts import budget_from
+from daemon.sessions.live import text_of
 from protocol import methods as m
 
 
@@ -69,12 +70,30 @@ class SessionHandlers:
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
-        turn_id, queued = await self.sessions.prompt(params.session_id, params.text, params.thinking_level)
-        return m.SessionPromptResult(turn_id=turn_id, queued=queued)
+        return await self.sessions.prompt(
+            params.session_id,
+            params.text,
+            params.thinking_level,
+            delivery=params.delivery,
+            expected_turn_id=params.expected_turn_id,
+            client_message_id=params.client_message_id,
+        )
+
+    async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
+        turn_id, resumed = await self.sessions.continue_turn(params.session_id)
+        return m.SessionContinueResult(turn_id=turn_id, action="resumed" if resumed else "nothing_to_continue")
+
+    async def session_queue_remove(self, params: m.SessionQueueRemoveParams) -> m.SessionQueueRemoveResult:
+        await self.sessions.remove_queued(params.session_id, params.message_id)
+        return m.SessionQueueRemoveResult(removed=True)
 
     async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
-        cancelled, dropped = await self.sessions.cancel(params.session_id)
-        return m.SessionCancelResult(cancelled=cancelled, dropped_queued=dropped)
+        cancelled, dropped, steers = await self.sessions.cancel(params.session_id)
+        return m.SessionCancelResult(
+            cancelled=cancelled,
+            dropped_queued=dropped,
+            dropped_steers=[m.DroppedSteer(message_id=s.message_id, text=text_of(s)) for s in steers],
+        )
 
     async def session_fork(self, params: m.SessionForkParams) -> m.SessionOnlyResult:
         row = await self.sessions.fork(params.session_id, params.message_id)
