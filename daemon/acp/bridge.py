@@ -48,7 +48,7 @@ from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams
-from protocol.objects import ContextFill, Cost, ErrorInfo, Session
+from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock
 
 log = logging.getLogger("ponder.acp")
 
@@ -111,7 +111,8 @@ class AcpBridge:
         self.sessions: SessionManager | None = None  # attached once the daemon exists
         self._turns: dict[str, _Turn] = {}
         self._prompts: set[PromptWaiter] = set()  # every session/prompt in flight
-        self._by_turn: dict[str, PromptWaiter] = {}
+        # The prompts answered when a turn ends: its own, and the steers that joined it.
+        self._by_turn: dict[str, list[PromptWaiter]] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
         self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
@@ -205,15 +206,18 @@ class AcpBridge:
         """The prompt's turn is queued. Call it with nothing awaited since admission, so the
         turn's ``turn_end`` cannot have been translated yet."""
         waiter.turn_id = turn_id
-        self._by_turn[turn_id] = waiter
+        self._by_turn.setdefault(turn_id, []).append(waiter)
         if waiter.cancel_requested:  # cancelled while it was being admitted
             self._doomed.add(turn_id)
             await self._cancel_running(waiter.session_id, turn_id)
 
     def end_prompt(self, waiter: PromptWaiter) -> None:
         self._prompts.discard(waiter)
-        if waiter.turn_id is not None:
-            self._by_turn.pop(waiter.turn_id, None)
+        waiters = self._by_turn.get(waiter.turn_id or "")
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._by_turn[waiter.turn_id or ""]
 
     def sessions_waiting(self) -> list[str]:
         return list(dict.fromkeys(w.session_id for w in self._prompts if w.outcome is None))
@@ -287,6 +291,12 @@ class AcpBridge:
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
             await self._refresh(sid)
+        elif isinstance(event, ev.MessageEnd) and event.message.role == "user":
+            # A steer that joined the running turn: the editor shows it where it joined.
+            text = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+            await self.update(
+                sid, t.UserMessageChunk(content=t.TextContent(text=text), message_id=event.message.message_id)
+            )
         elif isinstance(event, ev.CompactionStart):
             turn.compactions[event.compaction_id] = event.tokens_before
             if self.compaction_updates:
@@ -364,8 +374,7 @@ class AcpBridge:
                 )
         del self._turns[event.turn_id]
         self._doomed.discard(event.turn_id)
-        waiter = self._by_turn.get(event.turn_id)
-        if waiter is not None:
+        for waiter in self._by_turn.get(event.turn_id, []):
             waiter.outcome = TurnOutcome(event.stop_reason, event.error, turn.model_id)
             waiter.done.set()
 

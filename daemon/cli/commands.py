@@ -82,6 +82,8 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
             code = await _sessions(client, args)
         elif args.command == "compact":
             code = await _compact(client, args)
+        elif args.command == "continue":
+            code = await _continue(client, args)
         elif args.command == "mcp":
             code = await _mcp(client, args)
         else:
@@ -97,6 +99,20 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
         return 2
     session_id = await _open_session(client, args)
     turn = await client.request("session/prompt", {"session_id": session_id, "text": prompt})
+    return await _follow_turn(client, session_id, turn["turn_id"], args)
+
+
+async def _continue(client: RpcClient, args: argparse.Namespace) -> int:
+    """``ponder continue SESSION``: the session's last turn goes on where it was cut off."""
+    result = await client.request("session/continue", {"session_id": args.session_id})
+    if result["action"] == "nothing_to_continue":
+        print(f"ponder: nothing to continue in session {args.session_id}: its last reply is complete.", file=sys.stderr)
+        return 0
+    return await _follow_turn(client, args.session_id, result["turn_id"], args)
+
+
+async def _follow_turn(client: RpcClient, session_id: str, turn_id: str, args: argparse.Namespace) -> int:
+    """Print turn ``turn_id`` as it streams (SIGINT cancels it); the exit status its end calls for."""
     printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty(), notice=_stderr_is_terminal())
     end: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
@@ -108,7 +124,7 @@ async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
                     await client.request("session/cancel", {"session_id": session_id})
 
         tg.start_soon(cancel_on_interrupt)
-        async for event in client.events(turn["turn_id"]):
+        async for event in client.events(turn_id):
             printer.show(event)
             if event["type"] == "turn_end":
                 end = event

@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("session_id", help="the session to compact")
     compact.add_argument("instructions", nargs="*", help="what the summary should keep (optional)")
 
+    cont = sub.add_parser("continue", help="go on with a session's last turn where it was cut off")
+    cont.add_argument("session_id", help="the session whose last turn goes on")
+    cont.add_argument("--json", action="store_true", help="print every event as one JSON line")
+
     login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
     login.add_argument("provider", choices=["copilot"])
 

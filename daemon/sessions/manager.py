@@ -499,22 +499,22 @@ class SessionManager:
         await self.events.queue_update(live)
         return answer
 
-    async def continue_turn(self, session_id: str) -> tuple[str | None, bool]:
+    async def continue_turn(self, session_id: str) -> str | None:
         """``session/continue``: a new turn that goes on from the stored tail of the last prompt
-        turn, (turn_id, True); (None, False) when there is nothing to continue."""
+        turn (its id); None when there is nothing to continue."""
         live, _spec = await self._live_for_turn(session_id)
         async with live.admit_lock:
             if live.status == "running":
                 raise SessionBusy(session_id, "a turn is running", reason="turn_running")
             plan = plan_continue(live.history, session_id)
             if plan is None:
-                return None, False
+                return None
             await self._make_room(live)
             plan = plan_continue(live.history, session_id)  # the lease may have brought another daemon's messages
             if plan is None:
                 with anyio.move_on_after(2, shield=True):
                     await self.writes.release_lease(live)
-                return None, False
+                return None
             if live.unsaved:
                 await self.writes.flush_unsaved(live)
             turn_id = new_id("turn")
@@ -532,7 +532,7 @@ class SessionManager:
                     stored=True,
                 )
             )
-            return turn_id, True
+            return turn_id
 
     async def remove_queued(self, session_id: str, message_id: str) -> None:
         """``session/queue/remove``: take a waiting steer or queued prompt back. A prompt is deleted

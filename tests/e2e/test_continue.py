@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import sys
 from typing import Any
 
 import anyio
@@ -14,7 +16,7 @@ import pytest
 
 from daemon.sessions.continuing import CONTINUE_TEXT, INTERRUPTED_RESULT
 from tests.e2e.test_steering import SSE, daemon, rpc_error, slow_and_quick, start
-from tests.support.harness import process_of
+from tests.support.harness import process_of, subprocess_env
 from tests.support.replay import ReplayServer, ScriptedResponse
 from tests.support.steer_streams import anthropic_text, anthropic_tools
 
@@ -220,4 +222,26 @@ async def test_continue_after_kill_9_mid_stream(home, tmp_path, replay_server, a
     )
     body = replay_server.requests[-1].json()
     check_anthropic_body(body)
+    assert body["messages"][-1] == {"role": "user", "content": CONTINUE_TEXT}
+
+
+async def test_ponder_continue_session_on_the_command_line(home, tmp_path, replay_server, anyio_backend):
+    replay_server.enqueue(ScriptedResponse(body=anthropic_text("The first half", stop="max_tokens"), headers=SSE))
+    async with daemon(home, anyio_backend, replay_server) as (client, log):
+        session_id = await start(client, tmp_path)
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Answer."})
+        await log.turn_end(turn["turn_id"])
+    replay_server.enqueue(ScriptedResponse(body=anthropic_text(" and the rest."), headers=SSE))
+    env = {
+        **os.environ,
+        **subprocess_env(home, {"ANTHROPIC_API_KEY": "sk-ant-fake", "ANTHROPIC_BASE_URL": replay_server.url}),
+    }
+    command = [sys.executable, "-m", "daemon", "continue", session_id]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, env=env, check=False)
+        again = await anyio.run_process(command, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "and the rest."
+    assert again.returncode == 0 and b"nothing to continue" in again.stderr
+    body = replay_server.requests[-1].json()
     assert body["messages"][-1] == {"role": "user", "content": CONTINUE_TEXT}

@@ -453,6 +453,8 @@ async def test_the_queue_can_be_seen_and_edited(home, tmp_path, replay_server, a
         )
         await log.turn_end(turn["turn_id"])
         await log.turn_end(kept["turn_id"])
+        compaction_turn = queue["queued"][2]["turn_id"]
+        await log.turn_end(compaction_turn)
     assert removed_end["stop_reason"] == "cancelled"
     assert [e["type"] for e in log.of_turn(dropped["turn_id"])] == ["turn_start", "turn_end"]
     assert delivered.code == -32602 and delivered.data == {"reason": "already_delivered"}

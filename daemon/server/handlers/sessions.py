@@ -80,8 +80,8 @@ class SessionHandlers:
         )
 
     async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
-        turn_id, resumed = await self.sessions.continue_turn(params.session_id)
-        return m.SessionContinueResult(turn_id=turn_id, action="resumed" if resumed else "nothing_to_continue")
+        turn_id = await self.sessions.continue_turn(params.session_id)
+        return m.SessionContinueResult(turn_id=turn_id, action="nothing_to_continue" if turn_id is None else "resumed")
 
     async def session_queue_remove(self, params: m.SessionQueueRemoveParams) -> m.SessionQueueRemoveResult:
         await self.sessions.remove_queued(params.session_id, params.message_id)
