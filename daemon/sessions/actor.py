@@ -18,7 +18,7 @@ from daemon import agent
 from daemon.agent.compaction import should_compact
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError
+from daemon.errors import PonderError, SessionBusy
 from daemon.models.catalog import Catalog
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
@@ -78,7 +78,8 @@ async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
                 await manager.events.queue_update(live)
             await _run_turn(manager, live, pending)
         finally:
-            _requeue_steers(live, pending)
+            if _requeue_steers(live, pending) and manager.task_group is not None:
+                manager.task_group.start_soon(manager.events.queue_update, live)
             live.active = None  # together with the requeue: no steer falls between the two
         with anyio.move_on_after(2, shield=True):
             async with live.admit_lock:
@@ -92,7 +93,10 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     save = _stamping(manager.writes.saver(live), pending.turn_id)
     try:
         if message is not None and not pending.stored:
-            # A steer whose turn ended before it joined: stored now, as the start of its own turn.
+            # A steer whose turn ended before it joined: stored now, as the start of its own turn
+            # (under the lease, which admission took for the others).
+            if not live.lease_held and not await manager.writes.acquire_lease(live):
+                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
             message.seq = live.next_seq()
             live.history.append(message)
             await save(message)
@@ -143,15 +147,17 @@ async def _take_steers(manager: SessionHost, live: LiveSession) -> list[ChatMess
     return [steer.message for steer in steers]
 
 
-def _requeue_steers(live: LiveSession, ended: PendingTurn) -> None:
+def _requeue_steers(live: LiveSession, ended: PendingTurn) -> bool:
     """Steers that arrived too late to join the turn that just ended start the next turn, ahead
     of queued prompts and compactions: the first becomes that turn's prompt (stored when it
     starts), the others wait to join it before its first model call. Synchronous, and called
     together with clearing ``live.active``, so that no steer is admitted in between."""
     if live.unloaded or live.inbox.closed or not live.inbox.steers:
-        return
+        return False
     first = live.inbox.steers.pop(0)
-    live.inbox.put(PendingTurn(new_id("turn"), first.message, ended.thinking, stored=False), front=True)
+    pending = PendingTurn(new_id("turn"), first.message, ended.thinking, stored=False, announced=True)
+    live.inbox.put(pending, front=True)
+    return True
 
 
 async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> str:
@@ -177,7 +183,7 @@ def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit
     client told the turn is over can go on in another ponder process at once."""
 
     async def release_then_emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
-        if kind is ev.TurnEnd and live.lease_held and not live.queued:
+        if kind is ev.TurnEnd and live.lease_held and not live.queued and not live.inbox.steers:
             with anyio.move_on_after(2, shield=True):
                 await manager.writes.release_lease(live)
         await emit(kind, fields)
