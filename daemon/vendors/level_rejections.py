@@ -3,8 +3,8 @@
 When a provider answers HTTP 400 because of the reasoning level it was sent, some name the
 values they take; ``parse_level_rejection`` turns such a body into a
 ``ThinkingLevelRejected`` (ponder levels: ``none`` becomes ``off``), so the agent can
-retry once with ``daemon.models.thinking.nearest_allowed`` and remember the answer
-(``daemon.models.thinking.LearnedLevels``). Any other body is None: the ordinary error stands.
+retry once with ``daemon.models.levels.nearest_allowed`` and remember the answer
+(``daemon.catalog.learned.LearnedLevels``). Any other body is None: the ordinary error stands.
 
 The shapes, verbatim from recorded traffic (research note §9, docs/research/thinking-controls.md):
 

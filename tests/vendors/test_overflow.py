@@ -3,8 +3,8 @@
 import httpx
 import pytest
 
-from daemon.context.overflow import is_context_overflow
 from daemon.providers.http import status_error
+from daemon.vendors.overflow import is_context_overflow
 
 RECORDED = [
     # (provider, HTTP status, body) as recorded from each provider

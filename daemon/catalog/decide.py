@@ -1,15 +1,13 @@
-"""Thinking levels: parsing what the user typed, and resolving it honestly for one model.
+"""The thinking decision: a requested level resolved honestly for one model.
 
-This module owns the level names and their aliases (the scale itself, ``LEVELS``, and
-``ThinkingControl``, how one model lets its thinking be steered, are ``daemon.models.spec``'s)
-and ``decide_thinking``, a pure function that turns a requested level into the wire
+``decide_thinking`` is a pure function that turns a requested level into the wire
 ``Thinking``: the level that will really be used, why it differs from the request, and the
 exact provider-side JSON fragment the adapter merges into its request body
 (``request_params``). Adapters send that fragment as given, so what a client sees in
 ``Thinking`` is what goes over the wire. It is the full decision of PROTOCOL.md "Thinking
 controls": the level (with ``default`` followed through the defaults chain and its
 ``source`` recorded), the fallback policy, the display switch, a custom budget, and what a
-provider's rejection taught us (``LearnedLevels``).
+provider's rejection taught us (``daemon.catalog.learned.LearnedLevels``).
 
 Resolution rules (PROTOCOL.md "Thinking levels", fallback ``nearest``):
 
@@ -26,166 +24,24 @@ the client asked for by name (``UnsupportedThinkingLevel``, -32602 with ``allowe
 level that came from the defaults chain is never refused: nobody asked for it by name,
 and refusing it would make the model unusable; it falls back as ``nearest``.
 
-Budgets and output limits per level are ``daemon.models.budgets``'s.
-
-The fragment builders themselves, one per API spelling (``ThinkingControl.param``), are
-``daemon.providers.thinking_params``'s: how a vendor spells a level is the provider's fact.
+The level names, aliases and the nearest-level rule are ``daemon.models.levels``'s; budgets
+and output limits per level are ``daemon.models.budgets``'s. The fragment builders
+themselves, one per API spelling (``ThinkingControl.param``), are
+``daemon.vendors.thinking_params``'s: how a vendor spells a level is a vendor fact.
 """
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import get_args
 
 import msgspec
 
+from daemon.catalog.learned import LearnedLevels
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from daemon.models.budgets import budget_range
+from daemon.models.levels import level_of_scale, nearest_level, parse_level
 from daemon.models.spec import LEVELS, ModelSpec, ThinkingControl
-from protocol.objects import (
-    RequestedThinkingLevel,
-    Thinking,
-    ThinkingDisplay,
-    ThinkingFallback,
-    ThinkingLevel,
-    ThinkingSource,
-)
+from protocol.objects import Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
-__all__ = [
-    "ALIASES",
-    "DISPLAYS",
-    "FALLBACKS",
-    "LearnedLevels",
-    "ThinkingDefaults",
-    "decide_thinking",
-    "follow_defaults",
-    "nearest_allowed",
-    "nearest_level",
-    "parse_display",
-    "parse_fallback",
-    "parse_level",
-]
-
-
-def level_of_scale(name: str) -> ThinkingLevel:
-    """``name`` as a level of the scale; the catalogue and the defaults chain only hold such names."""
-    if name not in LEVELS:
-        raise ValueError(f"{name!r} is not a thinking level")
-    return name
-
-
-# "xhigh" is a level of its own (between high and max), not an alias of max.
-ALIASES: dict[str, RequestedThinkingLevel] = {
-    "none": "off",
-    "med": "medium",
-    "ultra": "max",
-    "default": "default",
-    "auto": "default",
-}
-ALLOWED_LEVEL_NAMES: list[str] = [*LEVELS, *ALIASES]
-DISPLAYS: tuple[ThinkingDisplay, ...] = get_args(ThinkingDisplay)
-FALLBACKS: tuple[ThinkingFallback, ...] = get_args(ThinkingFallback)
-
-
-def _invalid(kind: str, text: object, allowed: list[str], path: str) -> InvalidParams:
-    shown = text if isinstance(text, str) else type(text).__name__
-    return InvalidParams(
-        f"Unknown thinking {kind} {shown!r}; use one of {', '.join(allowed)}.", path=path, allowed=allowed
-    )
-
-
-def parse_level(text: object, path: str = "$.level") -> RequestedThinkingLevel:
-    """The canonical level for ``text`` (aliases folded, case and spaces ignored), or ``"default"``.
-
-    Raises ``InvalidParams`` (with ``allowed``) for anything else.
-    """
-    if isinstance(text, str):
-        key = text.strip().lower()
-        if key in LEVELS:
-            return key
-        if key in ALIASES:
-            return ALIASES[key]
-    raise _invalid("level", text, list(ALLOWED_LEVEL_NAMES), path)
-
-
-def parse_display(text: object, path: str = "$.display") -> ThinkingDisplay:
-    """``summarized`` or ``omitted`` (case and spaces ignored); ``InvalidParams`` with ``allowed`` otherwise."""
-    key = text.strip().lower() if isinstance(text, str) else None
-    if key in DISPLAYS:
-        return key
-    raise _invalid("display", text, list(DISPLAYS), path)
-
-
-def parse_fallback(text: object, path: str = "$.fallback") -> ThinkingFallback:
-    """``nearest``, ``off``, ``default`` or ``error``; ``InvalidParams`` with ``allowed`` otherwise."""
-    key = text.strip().lower() if isinstance(text, str) else None
-    if key in FALLBACKS:
-        return key
-    raise _invalid("fallback", text, list(FALLBACKS), path)
-
-
-def nearest_level(levels: Iterable[str], requested: str) -> str:
-    """The level ``requested`` resolves to among ``levels`` (the rules in the module docstring)."""
-    levels = list(levels)
-    if requested in levels:
-        return requested
-    thinking = [level for level in levels if level != "off"]
-    if not thinking:
-        return "off"
-    if requested == "off":
-        return thinking[0]
-    rank = LEVELS.index(requested)
-    below = [level for level in thinking if LEVELS.index(level) < rank]
-    return below[-1] if below else thinking[0]
-
-
-def nearest_allowed(level: str, allowed: Iterable[str]) -> str | None:
-    """The level to retry with after a provider refused ``level`` and named ``allowed``.
-
-    The nearest below, else above (``nearest_level``'s rule), never ``level`` itself and
-    never a level outside the scale; None when nothing is left to try.
-    """
-    candidates = [name for name in dict.fromkeys(allowed) if name in LEVELS and name != level]
-    if not candidates:
-        return None
-    return nearest_level(sorted(candidates, key=LEVELS.index), level)
-
-
-class LearnedLevels:
-    """The levels providers told us they take, per model id, for the life of the daemon.
-
-    When a provider refuses a level and names the ones it takes, the agent records them
-    here; ``decide_thinking`` then offers only those (plus ``off`` where the catalogue says
-    the model can run without thinking: a rejection lists efforts, never the off form).
-    When a rejection names nothing (Gemini), the refused level alone is struck out.
-    """
-
-    def __init__(self) -> None:
-        self._allowed: dict[str, tuple[str, ...]] = {}
-        self._refused: dict[str, set[str]] = {}
-
-    def learn(self, model_id: str, *, allowed: Iterable[str] | None = None, refused: str | None = None) -> None:
-        if allowed is not None:
-            known = tuple(sorted({level for level in allowed if level in LEVELS}, key=LEVELS.index))
-            if known:
-                self._allowed[model_id] = known
-        if refused is not None and refused in LEVELS:
-            self._refused.setdefault(model_id, set()).add(refused)
-
-    def knows(self, model_id: str) -> bool:
-        return model_id in self._allowed or model_id in self._refused
-
-    def narrow(self, model_id: str, levels: tuple[str, ...]) -> tuple[str, ...]:
-        """``levels`` (a catalogue list) as the provider has since told us; unchanged when it told nothing."""
-        allowed = self._allowed.get(model_id)
-        if allowed is not None:
-            # Only ever narrower than the catalogue: an upstream's list can be wider than the
-            # proxy's (Copilot's gpt-5-mini errors name minimal, its /models does not).
-            named = [level for level in allowed if level != "off"]
-            thinking = [level for level in named if level in levels] or named
-            levels = tuple((["off"] if "off" in levels else []) + thinking)
-        refused = self._refused.get(model_id, set())
-        narrowed = tuple(level for level in levels if level not in refused)
-        return narrowed if any(level != "off" for level in narrowed) or not refused else levels
+__all__ = ["ThinkingDefaults", "decide_thinking", "follow_defaults", "with_budget"]
 
 
 @dataclass(frozen=True)
@@ -242,7 +98,7 @@ def decide_thinking(
     ``fallback="error"`` for an explicit level the model does not take.
     """
     # The vendors' spellings load with the first decision, not on the start-up path.
-    from daemon.providers.thinking_params import DISPLAY_SWITCHES, FRAGMENTS
+    from daemon.vendors.thinking_params import DISPLAY_SWITCHES, FRAGMENTS
 
     control = spec.thinking
     asked = parse_level(requested)
@@ -357,7 +213,7 @@ def with_budget(spec: ModelSpec, decided: Thinking, budget: int, output_cap: int
     """``decided`` with a smaller thinking ``budget`` (a budget-mode model near its context window):
     the fragment rebuilt for it, its ``max_tokens`` (where the fragment has one) capped at
     ``output_cap``, and ``reason`` added to ``Thinking.reason``."""
-    from daemon.providers.thinking_params import FRAGMENTS  # loaded on first use, off the start-up path
+    from daemon.vendors.thinking_params import FRAGMENTS  # loaded on first use, off the start-up path
 
     params, budget_sent = FRAGMENTS[spec.thinking.param](spec, decided.effective, decided.display, budget)
     if isinstance(params.get("max_tokens"), int):

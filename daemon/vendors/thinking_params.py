@@ -1,6 +1,6 @@
 """How each API spells a thinking level: the request fragment builders, keyed by ``ThinkingControl.param``.
 
-``daemon.models.thinking.decide_thinking`` picks the effective level; the builder named by the
+``daemon.catalog.decide.decide_thinking`` picks the effective level; the builder named by the
 model's control turns it into the exact JSON fragment its adapter merges into the request
 body (and the budget it stands for). One builder per spelling: Anthropic's adaptive effort
 and manual budget, Copilot's flat ``thinking_budget``, OpenAI's ``reasoning_effort`` (Chat)
@@ -11,7 +11,7 @@ Ollama's ``think``, DeepSeek's ``thinking`` switch, DashScope's ``enable_thinkin
 Each builder also maps the display switch (``summarized`` / ``omitted``) onto its API:
 Anthropic ``thinking.display``, Responses ``reasoning.summary`` (asked for, or left out),
 Gemini ``includeThoughts``, OpenRouter ``reasoning.exclude``; ``DISPLAY_SWITCHES`` says
-which APIs have none (``daemon.models.thinking`` then says so in ``reason``). A builder takes a
+which APIs have none (``daemon.catalog.decide`` then says so in ``reason``). A builder takes a
 custom budget (already clamped) where its API is budget-steered.
 
 "Absent is not off": a model that thinks unless told not to gets its explicit off form

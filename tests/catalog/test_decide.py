@@ -5,26 +5,25 @@ import itertools
 
 import pytest
 
+from daemon.catalog.catalog import ModelSpec, builtin_specs, declared_spec
+from daemon.catalog.decide import ThinkingDefaults, decide_thinking
+from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import ProviderConfig
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
 from daemon.models.budgets import BASE_MAX_TOKENS, output_limit
-from daemon.models.catalog import ModelSpec, builtin_specs, declared_spec
-from daemon.models.spec import LEVELS, ThinkingControl
-from daemon.models.thinking import (
+from daemon.models.levels import (
     ALLOWED_LEVEL_NAMES,
     DISPLAYS,
     FALLBACKS,
-    LearnedLevels,
-    ThinkingDefaults,
-    decide_thinking,
     nearest_allowed,
     nearest_level,
     parse_display,
     parse_fallback,
     parse_level,
 )
-from daemon.providers.models import ollama_spec
-from daemon.providers.thinking_params import DISPLAY_SWITCHES
+from daemon.models.spec import LEVELS, ThinkingControl
+from daemon.vendors.rows import ollama_spec
+from daemon.vendors.thinking_params import DISPLAY_SWITCHES
 
 SPECS = {spec.id: spec for spec in builtin_specs()}
 

