@@ -41,6 +41,8 @@ class TurnStart(BaseEvent, tag="turn_start"):
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
     continued_from: str | None = None  # the turn session/continue goes on with
+    # What was left out of the request and why, one sentence each (PROTOCOL.md "Prompt content").
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class MessageStart(BaseEvent, tag="message_start"):

@@ -52,6 +52,16 @@ class SteeringCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     client_message_id: bool = True
 
 
+class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content")."""
+
+    image: bool = True
+    resource: bool = True
+    resource_link: bool = True
+    max_images_per_prompt: int
+    max_image_bytes: int
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
@@ -61,6 +71,7 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     # ``session/continue``: the last interrupted turn goes on without a new prompt.
     # (``continue`` is a Python keyword: the wire name is set with ``name``.)
     continue_: bool = msgspec.field(default=True, name="continue")
+    prompt_content: PromptContentCapability | None = None
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -201,9 +212,44 @@ Admission = Literal["started", "queued", "steer_pending"]
 ClientMessageId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
+class TextInput(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ImageInput(msgspec.Struct, kw_only=True, tag_field="type", tag="image"):
+    """Base64 ``data`` (with ``mime_type``, which admission checks against the bytes) or a ``path``
+    (absolute, or relative to the session's cwd): exactly one of them."""
+
+    data: str | None = None
+    path: str | None = None
+    mime_type: str | None = None
+    name: str | None = None
+
+
+class ResourceInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource"):
+    """An embedded file, as editors send an @-mention: exactly one of ``text`` and ``blob`` (base64)."""
+
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+    mime_type: str | None = None
+
+
+class ResourceLinkInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource_link"):
+    """A link: a ``file://`` one inside the session's cwd is read at admission."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+InputBlock = TextInput | ImageInput | ResourceInput | ResourceLinkInput
+
+
 class SessionPromptParams(msgspec.Struct, kw_only=True):
     session_id: str
-    text: str
+    text: str | None = None  # shorthand for content: [{type: text, text}]; exactly one of the two
+    content: list[InputBlock] | None = None
     thinking_level: str | None = None  # this turn only
     # "queue" (default): a follow-up turn of its own; "steer": joins the running turn.
     delivery: Delivery = "queue"
@@ -219,10 +265,23 @@ class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
 
 class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client."""
+    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client
+    (``content``, as it could be sent again, only when it had blocks other than text)."""
 
     message_id: str
     text: str
+    content: list[InputBlock] | None = None
+
+
+class AttachmentGetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    attachment_id: str
+
+
+class AttachmentGetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    attachment_id: str
+    mime_type: str
+    data: str  # base64
 
 
 class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -360,6 +419,7 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/continue": (SessionIdParams, SessionContinueResult),
     "session/queue/remove": (SessionQueueRemoveParams, SessionQueueRemoveResult),
     "session/compact": (SessionCompactParams, SessionCompactResult),
+    "attachment/get": (AttachmentGetParams, AttachmentGetResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),
     "session/fork": (SessionForkParams, SessionOnlyResult),
     "session/rename": (SessionRenameParams, SessionOnlyResult),

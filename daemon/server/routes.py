@@ -32,6 +32,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/continue": sessions.session_continue,
         "session/queue/remove": sessions.session_queue_remove,
         "session/compact": sessions.session_compact,
+        "attachment/get": sessions.attachment_get,
         "session/cancel": sessions.session_cancel,
         "session/fork": sessions.session_fork,
         "session/rename": sessions.session_rename,

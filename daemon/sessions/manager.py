@@ -35,6 +35,7 @@ from daemon.errors import (
     StateConflict,
     StoreError,
     TurnNotActive,
+    UnknownAttachment,
 )
 from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.providers.registry import ProviderRegistry
@@ -48,6 +49,7 @@ from daemon.sessions.inbox import Inbox
 from daemon.sessions.live import LiveSession, PendingSteer, PendingTurn
 from daemon.sessions.model_level import merge_levels, split_model_level
 from daemon.sessions.persistence import SessionWrites
+from daemon.sessions.prompt_content import ContentRules, admit_content
 from daemon.sessions.thinking_settings import ThinkingRequest, session_request
 from daemon.store import AsyncStore, SessionRow
 from daemon.tools import Tool
@@ -55,7 +57,7 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.methods import Admission, BudgetParams, Delivery, SessionPromptResult
+from protocol.methods import Admission, BudgetParams, Delivery, InputBlock, SessionPromptResult
 from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
@@ -400,19 +402,25 @@ class SessionManager:
     async def prompt(
         self,
         session_id: str,
-        text: str,
+        text: str | None,
         thinking_level: str | None = None,
+        content: list[InputBlock] | None = None,
         *,
+        links_outside_cwd: bool = False,
         delivery: Delivery = "queue",
         expected_turn_id: str | None = None,
         client_message_id: str | None = None,
     ) -> SessionPromptResult:
-        """Admit a prompt; ``thinking_level`` applies to its turn only. The prompt keeps the
-        thinking settings in force now, also while it waits behind another turn.
+        """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
+        ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
+        force now, also while it waits behind another turn. Content is read, checked and
+        normalised before anything is stored; a refusal stores nothing.
 
         ``delivery: "steer"`` joins the running prompt turn before its next model call (not
         stored until then), or starts a turn like a prompt when none runs; ``client_message_id``
         makes a prompt sent twice admitted once (PROTOCOL.md "Steering, the queue and continuing")."""
+        if (text is None) == (content is None):
+            raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
         if expected_turn_id is not None and delivery != "steer":
             raise InvalidParams('expected_turn_id goes only with delivery "steer".', path="$.params.expected_turn_id")
         if delivery == "steer" and thinking_level is not None:
@@ -425,7 +433,17 @@ class SessionManager:
         # Fallback "error": a level the model does not take is refused before anything is stored.
         path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"
         self.thinking_request(live.row, turn_level).check(self.catalog, spec, path)
-        parts = [Part(type="text", text=text)]
+        if content is None:
+            parts = [Part(type="text", text=text or "")]
+        else:
+            rules = ContentRules(
+                cwd=Path(live.row.cwd),
+                model_id=spec.id,
+                takes_images=spec.takes_images,
+                vision_models=[m.id for m in self.catalog.list_models(spec.provider) if m.takes_images],
+                links_outside_cwd=links_outside_cwd,
+            )
+            parts = await admit_content(content, rules)
         async with live.admit_lock:
             if client_message_id is not None:
                 earlier = _earlier_answer(live, client_message_id, parts)
@@ -462,6 +480,8 @@ class SessionManager:
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
                 await self.store.save_message(message)
+                for part in parts:
+                    part.data = None  # stored once by content; requests read the bytes back from the store
             except BaseException:
                 live.waiting.remove(message)  # refused: the client is told, nothing is kept
                 if live.current is None and not live.queued:
@@ -555,6 +575,14 @@ class SessionManager:
             await self.events.queue_update(live)
         if isinstance(taken, PendingTurn):
             await bracket(self, live, taken, "cancelled")
+
+    async def attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes]:
+        """(mime_type, bytes) of an attachment the session's messages name (``attachment/get``)."""
+        await self.row(session_id)  # session_not_found first
+        found = await self.store.get_attachment(session_id, attachment_id)
+        if found is None:
+            raise UnknownAttachment(session_id, attachment_id)
+        return found
 
     async def compact(self, session_id: str, instructions: str | None) -> tuple[str, str, bool]:
         """Admit a compaction turn (``session/compact``), queued like a prompt while a turn runs:
@@ -660,6 +688,11 @@ def _steer_target(live: LiveSession, expected_turn_id: str | None) -> str | None
     )
 
 
+def _content_key(parts: list[Part]) -> list[tuple[str, str, str | None]]:
+    """What makes two prompts the same: their blocks' kinds, texts and attachments (by content)."""
+    return [(p.type, p.text, p.attachment_id) for p in parts]
+
+
 def _earlier_answer(live: LiveSession, client_message_id: str, parts: list[Part]) -> SessionPromptResult | None:
     """The first answer to a prompt with this ``client_message_id`` (a client that lost it sends
     again), None when the id is new; ``client_message_id_reused`` when it came with other content."""
@@ -668,7 +701,7 @@ def _earlier_answer(live: LiveSession, client_message_id: str, parts: list[Part]
     for message in [*waiting, *live.stored_messages]:
         if message.client_message_id != client_message_id:
             continue
-        if [(p.type, p.text) for p in message.parts] != [(p.type, p.text) for p in parts]:
+        if _content_key(message.parts) != _content_key(parts):
             raise StateConflict(
                 f"client_message_id {client_message_id!r} was already used for another message in this session; "
                 "use a new id (a UUID) for each message.",

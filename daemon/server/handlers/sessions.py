@@ -1,11 +1,33 @@
-"""The ``session/*`` methods."""
+"""The ``session/*`` methods, and ``attachment/get``."""
+
+import base64
 
 from daemon.context.history import history_items
+from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.live import text_of
 from protocol import methods as m
+
+
+def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
+    """A steer given back by ``session/cancel``: its text, and its blocks as they could be sent again
+    when it had any other than text (an image comes back as its bytes: it was stored nowhere)."""
+    if all(p.type == "text" for p in message.parts):
+        return m.DroppedSteer(message_id=message.message_id, text=text_of(message))
+    content: list[m.InputBlock] = []
+    for part in message.parts:
+        if part.type == "image" and part.data is not None:
+            data = base64.b64encode(part.data).decode("ascii")
+            content.append(m.ImageInput(data=data, mime_type=part.mime_type, name=part.name))
+        elif part.type == "resource":
+            content.append(m.ResourceInput(uri=part.uri or "", text=part.text, mime_type=part.mime_type))
+        elif part.type == "resource_link":
+            content.append(m.ResourceLinkInput(uri=part.uri or "", name=part.name or "", mime_type=part.mime_type))
+        elif part.type == "text":
+            content.append(m.TextInput(text=part.text))
+    return m.DroppedSteer(message_id=message.message_id, text=text_of(message), content=content)
 
 
 class SessionHandlers:
@@ -74,6 +96,7 @@ class SessionHandlers:
             params.session_id,
             params.text,
             params.thinking_level,
+            params.content,
             delivery=params.delivery,
             expected_turn_id=params.expected_turn_id,
             client_message_id=params.client_message_id,
@@ -87,12 +110,18 @@ class SessionHandlers:
         await self.sessions.remove_queued(params.session_id, params.message_id)
         return m.SessionQueueRemoveResult(removed=True)
 
+    async def attachment_get(self, params: m.AttachmentGetParams) -> m.AttachmentGetResult:
+        mime_type, data = await self.sessions.attachment(params.session_id, params.attachment_id)
+        return m.AttachmentGetResult(
+            attachment_id=params.attachment_id, mime_type=mime_type, data=base64.b64encode(data).decode("ascii")
+        )
+
     async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
         cancelled, dropped, steers = await self.sessions.cancel(params.session_id)
         return m.SessionCancelResult(
             cancelled=cancelled,
             dropped_queued=dropped,
-            dropped_steers=[m.DroppedSteer(message_id=s.message_id, text=text_of(s)) for s in steers],
+            dropped_steers=[dropped_steer(s) for s in steers],
         )
 
     async def session_fork(self, params: m.SessionForkParams) -> m.SessionOnlyResult:
