@@ -264,13 +264,14 @@ class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     delivery: Admission
 
 
-class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client
-    (``content``, as it could be sent again, only when it had blocks other than text)."""
+class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again."""
 
     message_id: str
     text: str
-    content: list[InputBlock] | None = None
+    content: list[dict[str, Any]] | None = None
 
 
 class AttachmentGetParams(msgspec.Struct, kw_only=True):

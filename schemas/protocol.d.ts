@@ -179,10 +179,13 @@ export interface DaemonRequests {
 /** How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn). */
 export type Delivery = "queue" | "steer";
 
-/** A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client. */
+/** A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again. */
 export interface DroppedSteer {
   message_id: string;
   text: string;
+  content: { [key: string]: unknown }[] | null;
 }
 
 /** No params / an empty result: ``{}``. */

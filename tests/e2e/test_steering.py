@@ -369,7 +369,7 @@ async def test_cancel_gives_pending_steers_back_and_stores_them_nowhere(home, tm
     assert cancelled == {
         "cancelled": True,
         "dropped_queued": 1,
-        "dropped_steers": [{"message_id": steer["message_id"], "text": "Not that."}],
+        "dropped_steers": [{"message_id": steer["message_id"], "text": "Not that.", "content": None}],
     }
     assert end["stop_reason"] == "cancelled"
     assert steer["message_id"] not in {m["message_id"] for m in messages}

@@ -2,6 +2,8 @@
 
 import base64
 
+import msgspec
+
 from daemon.context.history import history_items
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
@@ -27,7 +29,8 @@ def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
             content.append(m.ResourceLinkInput(uri=part.uri or "", name=part.name or "", mime_type=part.mime_type))
         elif part.type == "text":
             content.append(m.TextInput(text=part.text))
-    return m.DroppedSteer(message_id=message.message_id, text=text_of(message), content=content)
+    blocks = [msgspec.to_builtins(block) for block in content]
+    return m.DroppedSteer(message_id=message.message_id, text=text_of(message), content=blocks)
 
 
 class SessionHandlers:
