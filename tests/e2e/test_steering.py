@@ -8,6 +8,7 @@ first and the steers after them in that provider's valid shape."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,13 +39,15 @@ class EventLog:
         async for event in self.client.events():
             self.events.append(event)
 
-    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 20) -> dict[str, Any]:
-        with anyio.fail_after(timeout):
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+        with anyio.move_on_after(timeout):
             while True:
                 for event in self.events:
                     if predicate(event):
                         return event
                 await anyio.sleep(0.01)
+        seen = [(e["type"], e.get("turn_id"), e.get("stop_reason"), e.get("error")) for e in self.events]
+        raise AssertionError(f"no such event in {timeout} s; the events so far: {seen}"[:4000])
 
     async def turn_end(self, turn_id: str, timeout: float = 20) -> dict[str, Any]:
         return await self.wait_for(lambda e: e["type"] == "turn_end" and e["turn_id"] == turn_id, timeout)
@@ -466,3 +469,38 @@ async def test_the_queue_can_be_seen_and_edited(home, tmp_path, replay_server, a
     assert not any("Steer to drop." in b or "Drop me." in b for b in bodies)
     assert "Keep me." in bodies[2]
     assert compaction["queued"] is True
+
+
+async def test_a_steer_with_an_image_joins_after_the_results_or_comes_back_whole(
+    home, tmp_path, replay_server, anyio_backend
+):
+    from tests.sessions.test_prompt_content import png
+
+    image = png()
+    content = [
+        {"type": "text", "text": "Like this one."},
+        {"type": "image", "data": base64.b64encode(image).decode(), "mime_type": "image/png"},
+    ]
+    replay_server.enqueue(ScriptedResponse(body=anthropic_tools(slow_and_quick(1.0)), headers=SSE))
+    replay_server.enqueue(ScriptedResponse(body=anthropic_text("Seen."), headers=SSE))
+    replay_server.enqueue(ScriptedResponse(body=anthropic_tools(slow_and_quick(30)), headers=SSE))
+    async with daemon(home, anyio_backend, replay_server) as (client, log):
+        session_id = await start(client, tmp_path)
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Draw."})
+        await log.wait_for(lambda e: e["type"] == "tool_execution_start")
+        await client.request("session/prompt", {"session_id": session_id, "content": content, "delivery": "steer"})
+        await log.turn_end(turn["turn_id"])
+        second = await client.request("session/prompt", {"session_id": session_id, "text": "Again."})
+        await log.wait_for(lambda e: e["type"] == "tool_execution_start" and e["turn_id"] == second["turn_id"])
+        steer = await client.request(
+            "session/prompt", {"session_id": session_id, "content": content, "delivery": "steer"}
+        )
+        cancelled = await client.request("session/cancel", {"session_id": session_id})
+        await log.turn_end(second["turn_id"])
+    joined = replay_server.requests[1].json()["messages"][-1]["content"]
+    assert [b["type"] for b in joined] == ["tool_result", "tool_result", "text", "image"]
+    assert base64.b64decode(joined[3]["source"]["data"]) == image
+    [back] = cancelled["dropped_steers"]
+    assert back["message_id"] == steer["message_id"] and back["text"] == "Like this one."
+    assert back["content"][0] == {"type": "text", "text": "Like this one."}
+    assert back["content"][1]["type"] == "image" and base64.b64decode(back["content"][1]["data"]) == image
