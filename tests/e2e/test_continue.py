@@ -18,7 +18,7 @@ from daemon.sessions.continuing import CONTINUE_TEXT, INTERRUPTED_RESULT
 from tests.e2e.test_steering import SSE, daemon, rpc_error, slow_and_quick, start
 from tests.support.harness import process_of, subprocess_env
 from tests.support.replay import ReplayServer, ScriptedResponse
-from tests.support.steer_streams import anthropic_text, anthropic_tools
+from tests.support.steer_streams import FAMILIES, anthropic_text, anthropic_tools, user_turn_after_results
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -245,3 +245,25 @@ async def test_ponder_continue_session_on_the_command_line(home, tmp_path, repla
     assert again.returncode == 0 and b"nothing to continue" in again.stderr
     body = replay_server.requests[-1].json()
     assert body["messages"][-1] == {"role": "user", "content": CONTINUE_TEXT}
+
+
+@pytest.mark.parametrize("family_name", sorted(FAMILIES))
+async def test_every_provider_gets_an_answer_for_each_interrupted_call(
+    family_name, home, tmp_path, replay_server, anyio_backend
+):
+    family = FAMILIES[family_name]
+    family.enqueue_tools(replay_server, slow_and_quick(30))
+    async with daemon(home, anyio_backend, replay_server, family) as (client, log):
+        session_id = await start(client, tmp_path, family)
+        await client.request("session/prompt", {"session_id": session_id, "text": "Go."})
+        await log.wait_for(lambda e: e["type"] == "tool_execution_start" and e["call_id"] == "call_slow")
+        process_of(client).kill()
+        await process_of(client).wait()
+    family.enqueue_text(replay_server, "Checked.")
+    async with daemon(home, anyio_backend, replay_server, family) as (client, log):
+        continued = await client.request("session/continue", {"session_id": session_id})
+        end = await log.turn_end(continued["turn_id"])
+    assert end["stop_reason"] == "end_turn", end
+    shape = user_turn_after_results(family_name, replay_server.requests[-1].json())
+    assert [item for item in shape if item != "|"] == [("result", "call_slow"), ("result", "call_quick")]
+    assert INTERRUPTED_RESULT in json.dumps(replay_server.requests[-1].json())
