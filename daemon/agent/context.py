@@ -31,7 +31,8 @@ Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 # (call part) -> (allowed, message shown to the model when denied)
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 # (name, arguments, emit_output) -> (text, is_error)
-RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+# (name, arguments, output) -> (text, is_error, images the tool returned: image parts with their bytes)
+RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool, list[Part]]]]
 # After each model call: (the usage it reported or None, an estimate of the request plus its
 # reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
 RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]

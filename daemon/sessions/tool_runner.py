@@ -11,6 +11,7 @@ from daemon.conversation import Part
 from daemon.jsonrpc.connection import ClientRequestError
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession
+from daemon.sessions.prompt_content import tool_images
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
 from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
@@ -87,8 +88,9 @@ class ToolRunner:
 
     async def run(
         self, name: str, arguments: dict[str, Any], output: Callable[[str], Awaitable[None]] | None
-    ) -> tuple[str, bool]:
-        """(text, is_error) of one call; ``output`` gets what the tool prints as it runs."""
+    ) -> tuple[str, bool, list[Part]]:
+        """(text, is_error, images) of one call; ``output`` gets what the tool prints as it runs.
+        Images a tool returned are checked and scaled as a prompt's are (``tool_images``)."""
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
         # reaches events, the store and the model, so credentials are masked on the way
         # out. Known now, not at turn start: a short-lived provider token may be new since.
@@ -108,4 +110,8 @@ class ToolRunner:
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:
             await output(rest)
-        return mask.scrub(result.text), result.is_error
+        text = mask.scrub(result.text)
+        if not result.images:
+            return text, result.is_error, []
+        images, problems = await tool_images(result.images)
+        return "\n".join([text, *problems]), result.is_error, images
