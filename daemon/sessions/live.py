@@ -47,7 +47,6 @@ class LiveSession:
     # Waiting prompts a cancel dropped while a turn ran: they join the history once that
     # turn has written its last messages (a cut-off tool call's results come first).
     dropped: list[ChatMessage] = field(default_factory=list)
-    allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
     unsaved: dict[str, ChatMessage] = field(default_factory=dict)
