@@ -22,7 +22,7 @@ from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
 from daemon.tools import Tool
-from daemon.tools.approval import denial_message
+from daemon.tools.approval import denial_message, policy_decision
 from protocol import events as ev
 from protocol.events import PermissionSource
 from protocol.methods import PermissionDecision, PermissionRequestParams
@@ -61,8 +61,9 @@ class PermissionGate:
         if verdict.decision == "deny":
             assert verdict.rule is not None
             return _deny("rule", _rule_denial(name, verdict), verdict.rule, verdict.note)
-        if row.approval_policy == "read_only" and tool.mutating:
-            return _deny("policy", denial_message(row.approval_policy, name), note=verdict.note)
+        policy = policy_decision(row.approval_policy, tool.mutating)
+        if policy == "deny":
+            return _deny("policy", denial_message(row.approval_policy, name, "read_only"), note=verdict.note)
         # (2)
         hook = await self.hooks.run(
             "pre_tool_use", {"tool_name": name, "tool_input": arguments, "call_id": call.call_id}, tool_name=name
@@ -84,7 +85,7 @@ class PermissionGate:
         if self.sandbox_approves is not None and row.approval_policy == "ask" and self.sandbox_approves(facts):
             return _allow("sandbox", None, verdict.note)
         # (6)
-        if not tool.mutating or row.approval_policy == "auto":
+        if policy == "run":
             return _allow("policy", None, verdict.note)
         return await self._ask(call, facts, title, "policy", verdict.note, None)
 
