@@ -125,7 +125,8 @@ class ToolExecutionStart(BaseEvent, tag="tool_execution_start"):
     call_id: str
     name: str
     arguments: dict[str, Any]
-    # null only for a call that never reached the permission check (arguments that are not JSON)
+    # null for a call that never reached the permission check and never runs (arguments that are
+    # not JSON or do not fit the tool, an unknown tool: the tool error says which)
     permission: Permission | None = None
 
 

@@ -278,12 +278,22 @@ async def _ask_permission(method: str, params: Any) -> Any:
     if method != "permission/request":
         raise ValueError(f"unexpected request {method}")
 
+    # Only the options the daemon offered (a call no rule can be made from offers once or no).
+    keys = {"y": "allow_once", "s": "allow_session", "a": "allow_always", "n": "deny", "d": "deny_always"}
+    labels = {"y": "[y]es once", "s": "[s]ession", "a": "[a]lways here", "n": "[N]o", "d": "[d]eny always"}
+    offered = [k for k, decision in keys.items() if decision in params.get("options", [])]
+    rule = params.get("suggested_rule") or {}
+    what = " ".join(w if isinstance(w, str) else "{" + ",".join(w) + "}" for w in rule.get("pattern") or [])
+    what = what or rule.get("path") or ""
+
     def ask() -> str:
-        sys.stderr.write(f"\n{params['title']}\nAllow? [y]es once / [a]lways this session / [N]o: ")
+        reason = f" ({params['reason']})" if params.get("reason") else ""
+        remembered = f"\n(session/always keep the rule: {rule.get('tool')} {what})" if what else ""
+        sys.stderr.write(f"\n{params['title']}{reason}{remembered}\nAllow? {' / '.join(labels[k] for k in offered)}: ")
         sys.stderr.flush()
         with open("/dev/tty") as tty:
-            answer = tty.readline().strip().lower()
-        return {"y": "allow_once", "yes": "allow_once", "a": "allow_session"}.get(answer, "deny")
+            answer = tty.readline().strip().lower()[:1]
+        return keys[answer] if answer in offered else "deny"
 
     return {"decision": await anyio.to_thread.run_sync(ask, abandon_on_cancel=True)}
 

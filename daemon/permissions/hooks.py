@@ -185,7 +185,8 @@ async def run_hook(hook: Hook, payload: dict[str, Any], cwd: Path, pass_env: Ite
                 async def feed() -> None:
                     assert process.stdin is not None
                     try:
-                        await process.stdin.send(json.dumps(payload).encode())
+                        # A tool's input may hold a key the model was shown: a hook is a child like any other.
+                        await process.stdin.send(scrub(json.dumps(payload)).encode())
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                         pass  # a hook need not read its input
                     finally:

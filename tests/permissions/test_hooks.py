@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.harness import in_memory_daemon
+from tests.support.harness import in_memory_daemon, process_of, subprocess_daemon
 
 pytestmark = pytest.mark.anyio
 
@@ -238,3 +238,23 @@ async def test_watching_hooks_see_results_and_stops_and_cannot_stop_anything(hom
     assert post["tool_input"] == {"command": "touch made"}
     assert seen_events[1]["hook_event_name"] == "stop" and seen_events[1]["stop_reason"] == "end_turn"
     assert seen_events[2]["hook_event_name"] == "pre_compact" and seen_events[2]["trigger"] == "manual"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for the hook's process in /proc")
+async def test_a_hook_dies_with_the_daemon(home: Path, tmp_path: Path, work: Path, anyio_backend):
+    pid_file = tmp_path / "hook.pid"
+    guard = hook_script(tmp_path, "guard", f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    (home / "config.toml").write_text(hooks_config(("pre_tool_use", [sys.executable, guard], "timeout_s = 300")))
+    async with subprocess_daemon(home, backend=anyio_backend) as client:
+        session_id = await start(client, work)
+        await client.request("session/prompt", {"session_id": session_id, "text": script(TOUCH)})
+        with anyio.fail_after(10):
+            while not pid_file.exists() or not pid_file.read_text():
+                await anyio.sleep(0.05)
+        process_of(client).kill()  # SIGKILL: no clean-up of its own; the child watcher ends the group
+        hook_pid = int(pid_file.read_text())
+        with anyio.fail_after(10):
+            while _alive(hook_pid):
+                await anyio.sleep(0.05)
+    assert not (work / "made").exists()
