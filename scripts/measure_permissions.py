@@ -38,7 +38,9 @@ def rules_toml() -> str:
     out = []
     for word in RULE_WORDS:
         out.append(f'[[permissions.rules]]\ntool = "run_command"\npattern = ["{word}"]\ndecision = "allow"\n')
-        out.append(f'[[permissions.rules]]\ntool = "run_command"\npattern = ["{word}", "--danger"]\ndecision = "deny"\n')
+        out.append(
+            f'[[permissions.rules]]\ntool = "run_command"\npattern = ["{word}", "--danger"]\ndecision = "deny"\n'
+        )
     return "\n".join(out)
 
 
@@ -81,10 +83,16 @@ async def main(calls: int) -> None:
         true = shutil.which("true") or "/bin/true"
         hook = f'[[hooks.pre_tool_use]]\ncommand = ["{true}"]\n'
         results = {}
-        for name, config in (("no rules", ""), ("20 rules", rules_toml()), ("20 rules + no-op hook", rules_toml() + hook)):
+        for name, config in (
+            ("no rules", ""),
+            ("20 rules", rules_toml()),
+            ("20 rules + no-op hook", rules_toml() + hook),
+        ):
             gaps = await approval_gaps(config, calls, work)
             results[name] = statistics.median(gaps)
-            print(f"{name:>22}: median {results[name]:.2f} ms from message_start to tool_execution_start ({len(gaps)} calls)")
+            print(
+                f"{name:>22}: median {results[name]:.2f} ms from message_start to tool_execution_start ({len(gaps)} calls)"
+            )
         print(f"added by 20 rules: {results['20 rules'] - results['no rules']:.2f} ms per call")
         print(f"added by a no-op hook: {results['20 rules + no-op hook'] - results['20 rules']:.2f} ms per call")
 
