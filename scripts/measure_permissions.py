@@ -91,7 +91,7 @@ async def main(calls: int) -> None:
             gaps = await approval_gaps(config, calls, work)
             results[name] = statistics.median(gaps)
             print(
-                f"{name:>22}: median {results[name]:.2f} ms from message_start to tool_execution_start ({len(gaps)} calls)"
+                f"{name:>22}: median {results[name]:.2f} ms message_start -> tool_execution_start ({len(gaps)} calls)"
             )
         print(f"added by 20 rules: {results['20 rules'] - results['no rules']:.2f} ms per call")
         print(f"added by a no-op hook: {results['20 rules + no-op hook'] - results['20 rules']:.2f} ms per call")
