@@ -175,7 +175,7 @@ class ThinkingLevelRejected(ProviderError):
     ``rejected`` is the ponder level that was refused (None when the error does not say);
     ``allowed`` the ponder levels the provider named (None when it named none, as Gemini's
     generateContent does). Not retryable as is: the agent retries once with
-    ``daemon.models.thinking.nearest_allowed`` and records the answer in ``LearnedLevels``.
+    ``daemon.models.levels.nearest_allowed`` and records the answer in ``LearnedLevels``.
     """
 
     def __init__(

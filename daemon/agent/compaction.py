@@ -35,7 +35,6 @@ from daemon.context.budget import add_usage
 from daemon.context.cut import choose_cut, choose_cut_in_turn
 from daemon.context.estimate import messages_tokens, next_request_estimate, request_estimate, text_tokens
 from daemon.context.history import compaction_shrinks, history_for_request
-from daemon.context.overflow import overflow_numbers
 from daemon.context.shrink import FLOOR_TOKENS, fit_tool_results, shortened
 from daemon.context.summary import SummaryRequest, summary_request
 from daemon.context.window import effective_keep_recent, fit_thinking_budget, needs_compaction
@@ -44,6 +43,7 @@ from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
 from daemon.models.budgets import ANSWER_ROOM
 from daemon.providers.base import BlockEnd, KeepAlive, ProviderRequest, UsageUpdate
 from daemon.util.clock import new_id
+from daemon.vendors.overflow import overflow_numbers
 from protocol import events as ev
 from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Thinking, Usage
 

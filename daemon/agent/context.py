@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 import anyio
 
+from daemon.catalog.learned import LearnedLevels
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
-from daemon.models.thinking import LearnedLevels
 from daemon.providers.base import Provider, StreamLimits
 from protocol import events as ev
 from protocol.objects import Compaction, ErrorInfo, Thinking, Usage

@@ -16,7 +16,6 @@ from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
-from daemon.context.overflow import is_context_overflow
 from daemon.conversation import ChatMessage
 from daemon.errors import (
     BudgetExceeded,
@@ -27,6 +26,7 @@ from daemon.errors import (
     ThinkingLevelRejected,
 )
 from daemon.util.redact import scrub
+from daemon.vendors.overflow import is_context_overflow
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import CompactionTrigger, ErrorInfo

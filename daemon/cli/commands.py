@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import anyio
 
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
-from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
+from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"
 _KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]

@@ -7,7 +7,7 @@ that no repr, log line or error message can show them, and every ``Secret`` is a
 ``daemon.util.redact``'s known credentials, masked in tool output, events, the store and logs.
 
 What each built-in provider is (base URL, key variables, endpoints) is read from
-``daemon.providers.table``, as is which environment variables hold credentials
+``daemon.vendors.table``, as is which environment variables hold credentials
 (``CREDENTIAL_ENV_VARS``). Also owns ``child_env``: the daemon's environment minus those
 and any variable holding a known credential, for ``run_command``'s children; ``[tools]
 pass_env`` names variables to pass anyway.
@@ -23,10 +23,10 @@ from typing import Any, get_args
 from daemon.config.stored_login import load_github_token
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
-from daemon.models.thinking import parse_level
-from daemon.providers.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from daemon.models.levels import parse_level
 from daemon.util import redact
 from daemon.util.secret import Secret
+from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
 
 
@@ -225,7 +225,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
 
 
 def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
-    """The built-in providers (``daemon.providers.table``), then those only config.toml names."""
+    """The built-in providers (``daemon.vendors.table``), then those only config.toml names."""
     raw = raw if isinstance(raw, dict) else {}
     providers: dict[str, ProviderConfig] = {}
     for name in list(PROVIDERS) + [n for n in raw if n not in PROVIDERS]:

@@ -22,7 +22,7 @@ class ThinkingControl:
     """How one model lets its thinking be steered, and which request fragment does it.
 
     ``kind`` says what the knob is (effort / budget / adaptive / toggle / level / none);
-    ``param`` picks the fragment builder (``daemon.providers.thinking_params.FRAGMENTS``) since one kind is spelled
+    ``param`` picks the fragment builder (``daemon.vendors.thinking_params.FRAGMENTS``) since one kind is spelled
     differently by each API. ``levels`` are the unified levels the model really accepts,
     in order; it contains ``off`` only if the model can run without thinking.
     """
@@ -73,7 +73,7 @@ class ModelSpec:
     provider: str
     model: str  # provider-side model name
     name: str
-    api: str  # a wire API of daemon.providers.table.WIRE_APIS
+    api: str  # a wire API of daemon.vendors.table.WIRE_APIS
     context_window: int | None = None
     max_output_tokens: int | None = None
     supports_tools: bool = True

@@ -56,9 +56,9 @@ from daemon.providers.http import (
     open_stream,
     status_error,
 )
-from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.usage import count, normalized_usage
 from daemon.util.clock import new_id
+from daemon.vendors.level_rejections import parse_level_rejection
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"

@@ -399,7 +399,7 @@ def _int(value: Any) -> int | None:
 
 async def discover_specs(settings: ProviderConfig) -> list[ModelSpec]:
     """The catalogue specs of the models the Ollama at ``settings.base_url`` serves (``ProviderInfo.discovery``)."""
-    from daemon.providers.models import ollama_spec
+    from daemon.vendors.rows import ollama_spec
 
     found = await discover_models(settings.base_url)
     return [

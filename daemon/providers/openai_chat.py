@@ -51,9 +51,9 @@ from daemon.providers.openai_common import (
     tool_call_part,
 )
 from daemon.providers.openai_dialects import DIALECTS
-from daemon.providers.table import chat_dialect_for
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from daemon.util.clock import new_id
+from daemon.vendors.table import chat_dialect_for
 from protocol.objects import Usage
 
 Dialect = str  # a name in openai_dialects.DIALECTS
@@ -72,7 +72,7 @@ _THINKING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 
 def chat_dialect(config: ProviderConfig) -> Dialect:
-    """The dialect of a provider: its own for a built-in one, else by host (``daemon.providers.table``)."""
+    """The dialect of a provider: its own for a built-in one, else by host (``daemon.vendors.table``)."""
     return chat_dialect_for(config.name, config.base_url)
 
 

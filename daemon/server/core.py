@@ -12,17 +12,16 @@ from contextlib import asynccontextmanager
 
 import anyio
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.home import make_private_dir
 from daemon.config.settings import Config, apply_stored_login
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
 from daemon.mcp import McpManager
-from daemon.models.catalog import Catalog
-from daemon.providers import table as providers_table
-from daemon.providers.registry import ProviderRegistry
-from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
+from daemon.providers.registry import ProviderRegistry, load
 from daemon.sessions import ClientBridge, SessionManager
 from daemon.store import AsyncStore, SessionRow
+from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 from protocol import methods as m
 
 log = logging.getLogger("ponder.server")
@@ -65,7 +64,7 @@ class Daemon:
             settings = self.config.providers.get(name)
             if info.discovery is None or provider not in (None, name) or settings is None or not settings.configured:
                 continue
-            specs = await providers_table.load(info.discovery)(settings)
+            specs = await load(info.discovery)(settings)
             self.catalog.clear_runtime_models(name)
             self.catalog.add_runtime_models(name, specs)
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from daemon import agent
 from daemon.agent import CompactionSetup, Summarizer
+from daemon.catalog.catalog import Catalog, ModelSpec
+from daemon.catalog.decide import with_budget
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
-from daemon.models import thinking
 from daemon.models.budgets import budget_range
-from daemon.models.catalog import Catalog, ModelSpec
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts
@@ -156,7 +156,7 @@ class TurnAssembly:
             learn_window=functools.partial(catalog.windows.learn, spec.id),
             records=live.compactions,
             save=functools.partial(self.store.save_compaction, live.row.id),
-            refit_thinking=functools.partial(thinking.with_budget, spec) if spec.thinking.takes_budget else None,
+            refit_thinking=functools.partial(with_budget, spec) if spec.thinking.takes_budget else None,
             budget_min=budget_range(spec)[0],
             on_summary_usage=functools.partial(self._record_summary_call, live, summarizer_spec, emit),
         )

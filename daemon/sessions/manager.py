@@ -23,11 +23,11 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from daemon.agent import CompactionRequest
+from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
-from daemon.models import thinking
-from daemon.models.catalog import Catalog, ModelSpec
+from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor
@@ -249,12 +249,12 @@ class SessionManager:
             id=new_id("ses"),
             cwd=str(_check_cwd(cwd)),
             model_id=spec.id,
-            thinking_level=thinking.parse_level(level, path="$.params.thinking_level") if level else "default",
+            thinking_level=parse_level(level, path="$.params.thinking_level") if level else "default",
             approval_policy=approval_policy or self.config.default_approval_policy,
             title=title,
             system_prompt=system_prompt,
-            thinking_display=thinking.parse_display(display, path="$.params.display") if display else None,
-            thinking_fallback=thinking.parse_fallback(fallback, path="$.params.fallback") if fallback else None,
+            thinking_display=parse_display(display, path="$.params.display") if display else None,
+            thinking_fallback=parse_fallback(fallback, path="$.params.fallback") if fallback else None,
             budget=self.config.budget if budget is None else budget_from(budget),
         )
         # Fallback "error": refused before anything is stored.
@@ -293,7 +293,7 @@ class SessionManager:
             fields: dict[str, Any] = {"model_id": spec.id}
             if level is not None:
                 # "default" is kept as asked: it follows the defaults on this model and the next.
-                fields["thinking_level"] = thinking.parse_level(level, path="$.params.thinking_level")
+                fields["thinking_level"] = parse_level(level, path="$.params.thinking_level")
             # Fallback "error": a level the new model does not take refuses the switch.
             path = "$.params.thinking_level" if level is not None else "$.params.model_id"
             self.thinking_request(msgspec.structs.replace(row, **fields)).check(self.catalog, spec, path)
@@ -312,11 +312,11 @@ class SessionManager:
         """Change some of the session's thinking controls (``budget_tokens=None`` clears a custom budget)."""
         fields: dict[str, Any] = {}
         if level is not None:
-            fields["thinking_level"] = thinking.parse_level(level, path="$.params.level")
+            fields["thinking_level"] = parse_level(level, path="$.params.level")
         if display is not None:
-            fields["thinking_display"] = thinking.parse_display(display, path="$.params.display")
+            fields["thinking_display"] = parse_display(display, path="$.params.display")
         if fallback is not None:
-            fields["thinking_fallback"] = thinking.parse_fallback(fallback, path="$.params.fallback")
+            fields["thinking_fallback"] = parse_fallback(fallback, path="$.params.fallback")
         if budget_tokens is not msgspec.UNSET:
             fields["thinking_budget"] = budget_tokens
         if not fields:
@@ -389,7 +389,7 @@ class SessionManager:
     async def prompt(self, session_id: str, text: str, thinking_level: str | None = None) -> tuple[str, bool]:
         """Admit a prompt; ``thinking_level`` applies to its turn only. The prompt keeps the
         thinking settings in force now, also while it waits behind another turn."""
-        turn_level = None if thinking_level is None else thinking.parse_level(thinking_level, "$.params.thinking_level")
+        turn_level = None if thinking_level is None else parse_level(thinking_level, "$.params.thinking_level")
         live, spec = await self._live_for_turn(session_id)
         # Fallback "error": a level the model does not take is refused before anything is stored.
         path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"

@@ -20,9 +20,9 @@ import pytest
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import AllowedOutcome, ClientCapabilities, Implementation, RequestPermissionResponse
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.context.pricing import cost_of
-from daemon.models.catalog import Catalog
 from protocol.objects import Usage
 from tests.support.acp_wire import validate_agent_message
 from tests.support.harness import subprocess_env

@@ -13,10 +13,10 @@ from daemon.acp.bridge import AcpBridge, PromptWaiter, TurnOutcome, usage_update
 from daemon.acp.content import prompt_text, title_for
 from daemon.acp.replay import replay_updates
 from daemon.acp.server import AcpError, prompt_answer
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams
-from daemon.models.catalog import Catalog
 from daemon.store import SessionRow
 from daemon.tools import builtin_tools
 from protocol import events as ev

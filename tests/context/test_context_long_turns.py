@@ -7,9 +7,9 @@ import msgspec
 from daemon.context.cut import choose_cut, choose_cut_in_turn
 from daemon.context.estimate import Calibration, messages_tokens, text_tokens
 from daemon.context.history import history_for_request
-from daemon.context.overflow import overflow_numbers
 from daemon.context.shrink import fit_tool_results, shortened
 from daemon.context.window import DEFAULT_WINDOW, LearnedWindows
+from daemon.vendors.overflow import overflow_numbers
 from protocol.objects import Compaction
 from tests.support.chat import Conversation
 

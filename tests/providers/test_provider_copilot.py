@@ -27,8 +27,8 @@ from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.jsonrpc.client import RpcError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
-from daemon.providers.table import GITHUB_CLIENT_ID
 from daemon.util.secret import Secret
+from daemon.vendors.table import GITHUB_CLIENT_ID
 from protocol.errors import ErrorCode
 from tests.support.fake_github import COPILOT_TOKEN, DEVICE_CODE, GITHUB_TOKEN, FakeGitHub, _json
 from tests.support.harness import in_memory_daemon

@@ -58,7 +58,7 @@ class LifecycleHandlers:
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
-            from daemon.models.catalog import builtin_specs
+            from daemon.catalog.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools
 
