@@ -20,6 +20,7 @@ from daemon.jsonrpc.client import RpcClient
 from tests.support.file_reader import FileReaderChat, big_files, reader_config
 from tests.support.harness import subprocess_daemon
 from tests.support.replay import ReplayServer
+from tests.support.small_window import SmallWindowChat, small_window_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -150,3 +151,31 @@ def test_helpers_make_fifteen_40kb_files(tmp_path: Path) -> None:
     files = big_files(tmp_path)
     assert len(files) == 15
     assert all(39_000 <= (tmp_path / f).stat().st_size <= 41_000 for f in files)
+
+
+async def test_a_stalled_summary_is_cut_at_stall_timeout(anyio_backend, home, tmp_path):
+    """The summarizer is watched like a reply: silence for ``stall_timeout_s`` aborts it (it was only
+    bounded by ``no_progress_timeout_s``, ten minutes by default)."""
+    cwd = tmp_path / "proj"
+    (cwd / "src").mkdir(parents=True)
+    for n in range(3):
+        (cwd / "src" / f"m{n}.py").write_text("".join(f"x_{i} = {i}  # module {n}\n" for i in range(80)))
+    chat = SmallWindowChat(window=100_000, summary_delay_s=20)
+    extra = "keep_recent_tokens = 200\n[reliability]\nstall_timeout_s = 1\nmax_attempts = 1\n"
+    with ReplayServer() as server:
+        chat.install(server)
+        (home / "config.toml").write_text(small_window_config(server.url, window=100_000, extra=extra))
+        async with subprocess_daemon(home, backend=anyio_backend) as client:
+            started = await client.request(
+                "session/start", {"model_id": "local/small", "cwd": str(cwd), "approval_policy": "auto"}
+            )
+            session_id = started["session"]["session_id"]
+            for n in range(3):
+                events = await prompt(client, session_id, f"Turn {n}: look at module {n}.")
+                assert events[-1]["stop_reason"] == "end_turn"
+            began = anyio.current_time()
+            manual = await compact(client, session_id)
+            took = anyio.current_time() - began
+    end = next(e for e in manual if e["type"] == "compaction_end")
+    assert end["status"] == "failed" and "sent nothing for 1 s" in end["error"]["message"], end
+    assert took < 10, took
