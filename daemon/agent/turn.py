@@ -40,6 +40,7 @@ BACKOFF_CAP_S = 30.0
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
     turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
+    notes = await _media_notes(turn)
     await turn.emit(
         ev.TurnStart,
         {
@@ -47,6 +48,7 @@ async def run_turn(turn: Turn) -> str:
             "thinking": turn.thinking,
             "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
             "kind": "compaction" if turn.compaction_request is not None else "prompt",
+            "notes": notes,
         },
     )
     stop_reason, error = "error", None
@@ -73,6 +75,16 @@ async def run_turn(turn: Turn) -> str:
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
+
+
+async def _media_notes(turn: Turn) -> list[str]:
+    """What the first request will leave out of the history (images as notes), for ``turn_start``."""
+    if turn.media is None or turn.compaction_request is not None:
+        return []
+    try:
+        return (await turn.media.ready(compaction.request_messages(turn))).notes()
+    except PonderError:
+        return []  # the store failed: the first request's own ``ready`` says so, inside the turn
 
 
 def log_decision(turn: Turn) -> None:
@@ -152,7 +164,10 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
     level_refused: str | None = None  # the level a provider refused in this reply, once retried
     overflow_retried = False
+    images_refused = False  # a provider refused an image of this request, once retried without it
     while True:
+        if turn.media is not None:
+            await turn.media.ready(compaction.request_messages(turn))
         reply = Reply(turn)
         try:
             return await reply.stream()
@@ -180,6 +195,23 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 },
             )
         except ProviderError as exc:
+            if not reply.started and not images_refused and turn.media is not None:
+                refused = await turn.media.rejected(exc, turn.history)
+                if refused:
+                    images_refused = True  # the request once more, with that image as a note
+                    attempt += 1
+                    what = "an image" if refused == 1 else f"{refused} images"
+                    message = f"The provider refused {what} ({exc.message}); retrying with a note in its place."
+                    await turn.emit(
+                        ev.Retry,
+                        {
+                            "attempt": attempt,
+                            "max_attempts": max(attempt, turn.settings.max_attempts),
+                            "delay_ms": 0,
+                            "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                        },
+                    )
+                    continue
             if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
                 # The window and the real size the error names: the retry is shortened to them.
                 compaction.learn_from_overflow(turn, exc.message, reply.sent_estimate)

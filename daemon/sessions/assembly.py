@@ -99,6 +99,12 @@ class TurnAssembly:
             run_tool=runner.run,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
+            media=agent.TurnMedia(
+                model_id=spec.id,
+                takes_images=spec.takes_images,
+                load=self.store.get_attachments,
+                mark=self.store.mark_image_omitted,
+            ),
             record_usage=self.accounts.recorder(live, spec, emit),
             budget_spent=lambda: self.accounts.budget_spent(live.row),
             settings=agent.TurnSettings(
