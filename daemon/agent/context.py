@@ -17,6 +17,7 @@ import anyio
 
 from daemon.agent.media import TurnMedia
 from daemon.catalog.learned import LearnedLevels
+from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import Provider, StreamLimits
@@ -92,6 +93,9 @@ class Summarizer:
     thinking: Thinking  # ``[compaction] thinking_level``, else the lowest the model takes
     context_window: int | None
     max_output_tokens: int | None
+    # The same level decided again, consulting what providers refused since (``LearnedLevels``):
+    # how a summary whose level was refused is asked for once more. None: no retry.
+    rethink: Callable[[], Thinking] | None = None
 
     @property
     def output_room(self) -> int:
@@ -111,7 +115,7 @@ class CompactionSetup:
     auto: bool
     reserve_tokens: int
     keep_recent_tokens: int
-    context_window: int | None
+    context_window: int | None  # the catalogue's, the declared one, one learned from an overflow, or a default
     strip_thinking: bool  # ``ModelSpec.thinking_bound_to_prefix`` of the session's model
     summarizer: Summarizer
     records: list[Compaction]
@@ -122,6 +126,13 @@ class CompactionSetup:
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
     on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
+    # How far the provider's token counts are from the estimate (the session's, shared by its turns).
+    calibration: Calibration = field(default_factory=Calibration)
+    # Summaries paid for and thrown away (they did not shrink the request) for the prompt this turn
+    # serves: one is the most, after it no automatic compaction is tried.
+    discarded: int = 0
+    # Keeps a window an overflow error named, for the model, for the life of the daemon.
+    learn_window: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
