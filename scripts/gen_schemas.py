@@ -37,7 +37,7 @@ import gen_typescript
 
 from protocol import PROTOCOL_VERSION, events, methods, objects
 from protocol.errors import ErrorCode
-from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole
+from protocol.events import NOTIFICATIONS, AgentEvent, HookEventName, HookStatus, PermissionSource, ReplyRole
 from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
@@ -55,8 +55,11 @@ from protocol.objects import (
     MessageOrigin,
     MessageStatus,
     MessageStopReason,
+    PatternWord,
     RequestedThinkingLevel,
     Role,
+    RuleDecision,
+    RuleSource,
     SessionStatus,
     StopReason,
     ThinkingLevel,
@@ -95,6 +98,12 @@ NAMED: dict[str, tuple[Any, str]] = {
     "Admission": (Admission, "What admission did with a prompt: `started`, `queued` or `steer_pending`."),
     "MessageOrigin": (MessageOrigin, "Where a user message came from: a `prompt`, a `steer` or `session/continue`."),
     "ContinueAction": (ContinueAction, "What `session/continue` did: `resumed` a turn, or `nothing_to_continue`."),
+    "RuleDecision": (RuleDecision, "What a permission rule does with the calls it matches."),
+    "RuleSource": (RuleSource, "Where a permission rule comes from: see PROTOCOL.md, Permissions."),
+    "PatternWord": (PatternWord, "A word of a run_command pattern: a word, or a list of alternative words."),
+    "PermissionSource": (PermissionSource, "Which step decided a tool call: see PROTOCOL.md, Permissions."),
+    "HookEventName": (HookEventName, "When a hook runs."),
+    "HookStatus": (HookStatus, "How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke."),
 }
 
 ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it
