@@ -1,8 +1,11 @@
 // ponder wire protocol: TypeScript declarations. Version 1.
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
+/** What admission did with a prompt: `started`, `queued` or `steer_pending`. */
+export type Admission = "queued" | "started" | "steer_pending";
+
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -156,6 +159,9 @@ export interface ContextFill {
   size: number | null;
 }
 
+/** What `session/continue` did: `resumed` a turn, or `nothing_to_continue`. */
+export type ContinueAction = "nothing_to_continue" | "resumed";
+
 /** An amount of money: what a model call, or a session so far, cost. */
 export interface Cost {
   amount: number;
@@ -170,6 +176,18 @@ export interface DaemonRequests {
   "permission/request": PermissionRequestMethod;
 }
 
+/** How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn). */
+export type Delivery = "queue" | "steer";
+
+/** A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again. */
+export interface DroppedSteer {
+  message_id: string;
+  text: string;
+  content: { [key: string]: unknown }[] | null;
+}
+
 /** No params / an empty result: ``{}``. */
 export interface Empty {
 }
@@ -180,6 +198,34 @@ export interface ErrorInfo {
   message: string;
   provider_status: number | null;
 }
+
+export interface HookEnd {
+  type: "hook_end";
+  hook_id: string;
+  event: HookEventName;
+  status: HookStatus;
+  duration_ms: number;
+  output: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** When a hook runs. */
+export type HookEventName = "post_tool_use" | "pre_compact" | "pre_tool_use" | "stop" | "user_prompt_submit";
+
+export interface HookStart {
+  type: "hook_start";
+  hook_id: string;
+  event: HookEventName;
+  command: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke. */
+export type HookStatus = "blocked" | "completed" | "failed" | "timed_out";
 
 /** An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
     are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
@@ -230,7 +276,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32009 sandbox_unavailable, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32009 sandbox_unavailable, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -299,7 +345,7 @@ export interface Message {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -309,6 +355,8 @@ export interface Message {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
 
 export interface MessageEnd {
@@ -325,7 +373,7 @@ export interface MessageItem {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -335,7 +383,12 @@ export interface MessageItem {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
+
+/** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
+export type MessageOrigin = "continue" | "prompt" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -366,6 +419,8 @@ export interface Methods {
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
   "session/prompt": SessionPromptMethod;
+  "session/continue": SessionContinueMethod;
+  "session/queue/remove": SessionQueueRemoveMethod;
   "session/compact": SessionCompactMethod;
   "attachment/get": AttachmentGetMethod;
   "session/cancel": SessionCancelMethod;
@@ -373,6 +428,7 @@ export interface Methods {
   "session/rename": SessionRenameMethod;
   "session/delete": SessionDeleteMethod;
   "session/budget": SessionBudgetMethod;
+  "permissions/list": PermissionsListMethod;
   "mcp/list": McpListMethod;
   "auth/status": AuthStatusMethod;
   "auth/login": AuthLoginMethod;
@@ -391,6 +447,7 @@ export interface Model {
   max_output_tokens: number | null;
   supports_tools: boolean;
   available: boolean;
+  context_window_source: "catalog" | "config" | "default" | "learned";
   input_modalities: string[];
 }
 
@@ -436,8 +493,19 @@ export interface Notifications {
   "$/cancelRequest": CancelRequestNotification;
 }
 
+/** A word of a run_command pattern: a word, or a list of alternative words. */
+export type PatternWord = string | string[];
+
+/** Why a tool call ran or not: which decision, from which step, by which rule. */
+export interface Permission {
+  decision: "allow" | "deny";
+  source: PermissionSource;
+  rule: Rule | null;
+  note: string | null;
+}
+
 /** The person's answer to a `permission/request`. */
-export type PermissionDecision = "allow_once" | "allow_session" | "deny";
+export type PermissionDecision = "allow_always" | "allow_once" | "allow_session" | "deny" | "deny_always";
 
 /** `permission/request`: its params and result. */
 export interface PermissionRequestMethod {
@@ -454,11 +522,32 @@ export interface PermissionRequestParams {
   arguments: { [key: string]: unknown };
   title: string;
   options: PermissionDecision[];
-  reason?: "sandbox";
+  suggested_rule: ProposedRule | null;
+  reason: string | null;
 }
 
 export interface PermissionRequestResult {
   decision: PermissionDecision;
+  rule?: { [key: string]: unknown } | null;
+}
+
+/** Which step decided a tool call: see PROTOCOL.md, Permissions. */
+export type PermissionSource = "hook" | "policy" | "rule" | "sandbox" | "user";
+
+/** `permissions/list`: its params and result. */
+export interface PermissionsListMethod {
+  method: "permissions/list";
+  params: PermissionsListParams;
+  result: PermissionsListResult;
+}
+
+export interface PermissionsListParams {
+  session_id?: string | null;
+}
+
+export interface PermissionsListResult {
+  rules: Rule[];
+  problems: string[];
 }
 
 /** `ping`: its params and result. */
@@ -477,8 +566,41 @@ export interface PromptContentCapability {
   max_image_bytes: number;
 }
 
-/** Who a message streamed during a turn is from: the model, or the tools (their results). */
-export type ReplyRole = "assistant" | "tool";
+/** A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``). */
+export interface ProposedRule {
+  tool: string;
+  decision: RuleDecision;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
+}
+
+/** A session's waiting input, in the order it will be taken (``Session.queue``, ``queue_update``). */
+export interface Queue {
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+}
+
+/** The session's waiting input after every change; not part of any turn (``turn_id`` null). */
+export interface QueueUpdate {
+  type: "queue_update";
+  turn_id: string | null;
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+  session_id: string;
+  seq: number;
+}
+
+/** A turn waiting for the running one to end: a prompt, or a compaction (``message_id`` and ``text`` null). */
+export interface QueuedTurn {
+  turn_id: string;
+  message_id: string | null;
+  text: string | null;
+  kind: "compaction" | "prompt";
+}
+
+/** Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer). */
+export type ReplyRole = "assistant" | "tool" | "user";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
@@ -532,6 +654,26 @@ export interface Retry {
 /** Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results). */
 export type Role = "assistant" | "tool" | "user";
 
+/** A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd). */
+export interface Rule {
+  tool: string;
+  decision: RuleDecision;
+  source: RuleSource;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
+  project: string | null;
+  file: string | null;
+  line: number | null;
+}
+
+/** What a permission rule does with the calls it matches. */
+export type RuleDecision = "allow" | "ask" | "deny";
+
+/** Where a permission rule comes from: see PROTOCOL.md, Permissions. */
+export type RuleSource = "always" | "config" | "policy" | "session";
+
 /** The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
     none works, or what the one found cannot do. */
 export interface SandboxCapability {
@@ -553,7 +695,11 @@ export interface ServerCapabilities {
   batches: boolean;
   cancel_request: boolean;
   sandbox: SandboxCapability | null;
+  steering: SteeringCapability;
+  continue: boolean;
   prompt_content: PromptContentCapability | null;
+  permission_rules: boolean;
+  hooks: boolean;
 }
 
 export interface ServerInfo {
@@ -578,6 +724,7 @@ export interface Session {
   context: ContextFill | null;
   budget: Budget | null;
   sandbox: SessionSandbox | null;
+  queue: Queue;
 }
 
 /** `session/budget`: its params and result. */
@@ -602,6 +749,7 @@ export interface SessionCancelMethod {
 export interface SessionCancelResult {
   cancelled: boolean;
   dropped_queued: number;
+  dropped_steers: DroppedSteer[];
 }
 
 /** `session/compact`: its params and result. */
@@ -619,6 +767,18 @@ export interface SessionCompactParams {
 export interface SessionCompactResult {
   compaction_id: string;
   queued: boolean;
+}
+
+/** `session/continue`: its params and result. */
+export interface SessionContinueMethod {
+  method: "session/continue";
+  params: SessionIdParams;
+  result: SessionContinueResult;
+}
+
+export interface SessionContinueResult {
+  turn_id: string | null;
+  action: ContinueAction;
 }
 
 /** `session/delete`: its params and result. */
@@ -710,11 +870,32 @@ export interface SessionPromptParams {
   text?: string | null;
   content?: (TextInput | ImageInput | ResourceInput | ResourceLinkInput)[] | null;
   thinking_level?: string | null;
+  delivery?: "queue" | "steer";
+  expected_turn_id?: string | null;
+  client_message_id?: string | null;
 }
 
 export interface SessionPromptResult {
   turn_id: string;
+  message_id: string;
   queued: boolean;
+  delivery: Admission;
+}
+
+/** `session/queue/remove`: its params and result. */
+export interface SessionQueueRemoveMethod {
+  method: "session/queue/remove";
+  params: SessionQueueRemoveParams;
+  result: SessionQueueRemoveResult;
+}
+
+export interface SessionQueueRemoveParams {
+  session_id: string;
+  message_id: string;
+}
+
+export interface SessionQueueRemoveResult {
+  removed: boolean;
 }
 
 /** `session/rename`: its params and result. */
@@ -802,6 +983,15 @@ export interface ShutdownMethod {
   method: "shutdown";
   params: Empty;
   result: Empty;
+}
+
+/** ``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing"). */
+export interface SteeringCapability {
+  deliveries: string[];
+  queue_remove: boolean;
+  queue_update: boolean;
+  client_message_id: boolean;
 }
 
 /** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
@@ -987,6 +1177,7 @@ export interface ToolExecutionStart {
   call_id: string;
   name: string;
   arguments: { [key: string]: unknown };
+  permission: Permission | null;
   session_id: string;
   turn_id: string;
   seq: number;
@@ -1023,6 +1214,7 @@ export interface TurnStart {
   thinking: Thinking;
   user_message_id: string | null;
   kind: "compaction" | "prompt";
+  continued_from: string | null;
   notes: string[];
   session_id: string;
   turn_id: string;
@@ -1049,6 +1241,12 @@ export interface UsageEvent {
   session_id: string;
   turn_id: string;
   seq: number;
+}
+
+/** A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines. */
+export interface WaitingSteer {
+  message_id: string;
+  text: string;
 }
 
 // --- helpers over the tables ---------------------------------------------------------------

@@ -48,9 +48,8 @@ async def main(runs: int) -> None:
             confinement = decide_confinement(SandboxSettings(), Override(), support, cwd, Path(base, "tmp"))
             sandbox = CommandSandbox(confinement, support, home, tmp_dir=Path(base, "tmp"))
             confined = await median_ms(runs, cwd, sandbox)
-            print(
-                f"{support.mechanism:<16} median of {runs}: {confined:6.1f} ms  (+{confined - unconfined:.1f} ms per run)"
-            )
+            added = confined - unconfined
+            print(f"{support.mechanism:<16} median of {runs}: {confined:6.1f} ms  (+{added:.1f} ms per run)")
 
 
 if __name__ == "__main__":

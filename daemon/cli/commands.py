@@ -1,8 +1,8 @@
 """The client commands' common run: start (or take) the daemon, connect, ``initialize``, run the
 command's module, shut down; and turn what went wrong into a line for the person.
 
-Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``models``, ``mcp``,
-``login``) with one ``async def NAME(client, args) -> int``: the exit status.
+Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``continuing``, ``models``,
+``mcp``, ``login``) with one ``async def NAME(client, args) -> int``: the exit status.
 """
 
 import argparse
@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import anyio
 
-from daemon.cli import ask, compact, login, mcp, models, sessions
+from daemon.cli import ask, compact, continuing, login, mcp, models, sessions
 from daemon.cli.permission import ask_permission
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
 
@@ -23,6 +23,7 @@ COMMANDS: dict[str, Command] = {
     "ask": ask.ask,
     "sessions": sessions.sessions,
     "compact": compact.compact,
+    "continue": continuing.continue_session,
     "models": models.models,
     "mcp": mcp.mcp,
     "login": login.login,

@@ -345,9 +345,15 @@ def _user_block(part: Part) -> dict[str, Any] | None:
 
 
 def _tool_loop_assistant(messages: list[ChatMessage]) -> ChatMessage | None:
-    """The assistant message whose tool calls the history's trailing tool results answer."""
+    """The assistant message whose tool calls the history's trailing tool results answer.
+
+    User messages after those results (a steer that joined the turn) do not end the loop: they
+    go in the same user message as the results (``build_messages`` merges them), which the API
+    still reads as the answer to that assistant message's tool calls."""
     saw_result = False
     for message in reversed(messages):
+        if message.role == "user" and not saw_result:
+            continue
         if message.role == "tool":
             saw_result = True
             continue

@@ -1,23 +1,30 @@
-"""Running a turn's tool calls: approval (policy, asking the person, tools allowed for the
-session, an enforced sandbox standing in for ``ask`` on ``run_command``) and execution with
-credentials masked in everything a tool prints; a command the sandbox stopped is offered,
-under ``ask``, to run once unconfined (PROTOCOL.md "Sandbox")."""
+"""Running a turn's tool calls: approval (``permission_gate``: rules, hooks, an enforced sandbox
+standing in for ``ask`` on ``run_command``, the policy, asking the person), execution with
+credentials masked in everything a tool prints (``run_command`` in the OS sandbox; a command the
+sandbox stopped is offered, under ``ask``, to run once unconfined: PROTOCOL.md "Sandbox"), and
+the turn's hooks (``user_prompt_submit`` when it starts, ``post_tool_use`` after each call)."""
 
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from daemon import agent
 from daemon.agent import ToolOutcome, Turn
 from daemon.config.settings import Config
 from daemon.conversation import Part
+from daemon.errors import HookDenied
 from daemon.jsonrpc.connection import ClientRequestError
+from daemon.permissions.book import PermissionBook
+from daemon.permissions.decide import CallFacts
 from daemon.sandbox.command import CommandSandbox
 from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
+from daemon.sessions.permission_gate import PermissionGate
+from daemon.sessions.prompt_content import tool_images
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
-from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
 from daemon.tools.source import ToolSource
 from daemon.util.redact import SecretMask
@@ -40,6 +47,8 @@ class ToolRunner:
         tools: dict[str, Tool[Any]],
         sources: list[ToolSource],
         offer_tools: bool,
+        permissions: PermissionBook,
+        emit: agent.Emit,
         sandbox: Sandbox | None = None,
     ) -> None:
         self.config = config
@@ -51,53 +60,38 @@ class ToolRunner:
         self.sources = sources
         self.offer_tools = offer_tools  # the model supports tools
         self.cwd = Path(live.row.cwd)
+        self.hooks = HookRunner(
+            permissions.hooks,
+            emit,
+            {"session_id": live.row.id, "turn_id": turn_id, "cwd": live.row.cwd},
+            self.cwd,
+            config.pass_env,
+        )
+        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks, self._sandbox_approves)
 
     async def prepare(self, turn: Turn) -> None:
-        """Add the tool sources' tools (MCP servers), as they are for this session now, and
-        offer the model every tool (``Turn.prepare``: runs inside the turn, after ``turn_start``)."""
+        """Run the ``user_prompt_submit`` hooks of a prompt's turn (a deny ends it ``error``), add
+        the tool sources' tools (MCP servers), as they are for this session now, and offer the
+        model every tool (``Turn.prepare``: runs inside the turn, after ``turn_start``)."""
+        if turn.compaction_request is None and turn.user_message is not None:
+            prompt = "\n".join(p.text for p in turn.user_message.parts if p.type == "text")
+            verdict = await self.hooks.run("user_prompt_submit", {"prompt": prompt})
+            if verdict.decision == "deny":
+                raise HookDenied(verdict.reason)
         for source in self.sources:
             self.tools.update(await source.tools_for(self.live.row))
         turn.tools = tool_specs(self.tools) if self.offer_tools else []
 
-    async def approve(self, call: Part) -> tuple[bool, str]:
-        """(allowed, the message the model gets when not) for one tool call."""
-        name = call.name or ""
-        tool = self.tools.get(name)
+    async def approve(self, call: Part) -> agent.Approval:
+        """Whether one tool call runs (``PermissionGate``), and what ``tool_execution_start`` says."""
+        tool = self.tools.get(call.name or "")
         if tool is None:
-            return True, ""  # unknown tools fail in execute_tool with a message the model can use
-        live = self.live
-        policy = live.row.approval_policy
-        # Step 5 of "Permissions": under ask, a command the sandbox confines fully runs unasked.
-        # (Rules, the permissions issue's steps 1-4, come before this once they exist.)
-        if name == SANDBOXED_TOOL and policy == "ask" and self._sandbox_approves():
-            return True, ""
-        verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.bridge.can_ask)
-        if verdict == "run":
-            return True, ""
-        if verdict == "deny":
-            return False, denial_message(policy, name)
+            return agent.Approval(True)  # unknown tools fail in execute_tool with a message the model can use
         try:
             title = tool.summary(parse_arguments(tool, call.arguments or {}))
         except ToolError:
-            return True, ""  # invalid arguments: execute_tool reports them without running anything
-        params = PermissionRequestParams(
-            session_id=live.row.id,
-            turn_id=self.turn_id,
-            call_id=call.call_id or "",
-            tool=name,
-            arguments=call.arguments or {},
-            title=title,
-            options=["allow_once", "allow_session", "deny"],
-        )
-        try:
-            decision = await self.bridge.ask_permission(params)
-        except ClientRequestError:
-            return False, denial_message(policy, name, "cannot_ask")
-        if decision == "allow_session":
-            live.allowed_tools.add(name)
-        if decision == "deny":
-            return False, denial_message(policy, name, "user_denied")
-        return True, ""
+            return agent.Approval(True)  # invalid arguments: execute_tool reports them without running anything
+        return await self.gate.decide(call, tool, title)
 
     def _hidden(self) -> tuple[Path, ...]:
         """The ponder home, which file tools never touch (unless the session works inside it)."""
@@ -110,49 +104,55 @@ class ToolRunner:
             return ()
         return (Path(os.path.realpath(self.cwd / ".git")),)
 
-    def _sandbox_approves(self) -> bool:
-        return self.sandbox is not None and self.sandbox.approves(self.live.row.id, self.cwd)
+    def _sandbox_approves(self, facts: CallFacts) -> bool:
+        """Step 5 of "Permissions": a command the sandbox confines fully runs unasked under ``ask``."""
+        return (
+            facts.tool == SANDBOXED_TOOL
+            and self.sandbox is not None
+            and self.sandbox.approves(self.live.row.id, self.cwd)
+        )
 
-    async def run(
-        self, call_id: str, name: str, arguments: dict[str, Any], output: Callable[[str], Awaitable[None]] | None
-    ) -> ToolOutcome:
-        """The outcome of one call; ``output`` gets what the tool prints as it runs."""
+    async def observe(self, event: str, fields: dict[str, Any]) -> None:
+        """The watching hooks (``stop``, ``pre_compact``): ``Turn.observe``."""
+        await self.hooks.observe(event, fields)
+
+    async def run(self, call: Part, output: Callable[[str], Awaitable[None]] | None) -> ToolOutcome:
+        """The outcome of one call (text, is_error, images, how the sandbox ran it); ``output`` gets
+        what the tool prints as it runs; then the ``post_tool_use`` hooks see the result. Images a
+        tool returned are checked and scaled as a prompt's are (``tool_images``)."""
         sandbox = None
-        if name == SANDBOXED_TOOL and self.sandbox is not None:
+        if call.name == SANDBOXED_TOOL and self.sandbox is not None:
             sandbox = self.sandbox.for_command(self.live.row.id, self.cwd)
-        outcome = await self._run(name, arguments, output, sandbox)
+        outcome = await self._run(call, output, sandbox)
         if sandbox is not None and outcome.sandbox is not None and outcome.sandbox.denied:
-            if await self._allowed_unconfined(call_id, arguments):
-                outcome = await self._run(name, arguments, output, sandbox.unconfined())
+            if await self._allowed_unconfined(call):
+                outcome = await self._run(call, output, sandbox.unconfined())
         return outcome
 
-    async def _allowed_unconfined(self, call_id: str, arguments: dict[str, Any]) -> bool:
+    async def _allowed_unconfined(self, call: Part) -> bool:
         """Under ``ask``, whether the person lets a command the sandbox stopped run once unconfined."""
         if self.live.row.approval_policy != "ask" or not self.bridge.can_ask:
             return False  # auto runs nothing again; with nobody to ask the sandboxed result stands
-        command = arguments.get("command")
+        arguments = call.arguments or {}
         params = PermissionRequestParams(
             session_id=self.live.row.id,
             turn_id=self.turn_id,
-            call_id=call_id,
+            call_id=call.call_id or "",
             tool=SANDBOXED_TOOL,
             arguments=arguments,
-            title=f"The sandbox stopped it; run once outside the sandbox: {command}",
+            title=f"The sandbox stopped it; run once outside the sandbox: {arguments.get('command')}",
             options=["allow_once", "deny"],
             reason="sandbox",
         )
         try:
-            return await self.bridge.ask_permission(params) == "allow_once"
+            return (await self.bridge.ask_permission(params)).decision == "allow_once"
         except ClientRequestError:
             return False
 
     async def _run(
-        self,
-        name: str,
-        arguments: dict[str, Any],
-        output: Callable[[str], Awaitable[None]] | None,
-        sandbox: CommandSandbox | None,
+        self, call: Part, output: Callable[[str], Awaitable[None]] | None, sandbox: CommandSandbox | None
     ) -> ToolOutcome:
+        name, arguments = call.name or "", call.arguments or {}
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
         # reaches events, the store and the model, so credentials are masked on the way
         # out. Known now, not at turn start: a short-lived provider token may be new since.
@@ -178,4 +178,16 @@ class ToolRunner:
         report = result.sandbox
         if report is None and sandbox is not None:  # refused or failed before it ran: still say how
             report = sandbox.report(None, "")
-        return ToolOutcome(mask.scrub(result.text), result.is_error, report)
+        text = mask.scrub(result.text)
+        if self.hooks.any_for("post_tool_use", name):
+            fields = {
+                "tool_name": name,
+                "tool_input": arguments,
+                "call_id": call.call_id,
+                "tool_result": {"text": text, "is_error": result.is_error},
+            }
+            await self.hooks.observe("post_tool_use", fields)
+        if not result.images:
+            return ToolOutcome(text, result.is_error, [], report)
+        images, problems = await tool_images(result.images)
+        return ToolOutcome("\n".join([text, *problems]), result.is_error, images, report)

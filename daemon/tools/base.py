@@ -39,6 +39,9 @@ class ToolResult:
     text: str
     is_error: bool = False
     sandbox: ToolSandbox | None = None  # run_command: how it was confined (tool_execution_end.sandbox)
+    # Images the tool returned (an MCP tool's image content): (mime_type, bytes) as received;
+    # the session checks and scales them before a vision model sees them.
+    images: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
