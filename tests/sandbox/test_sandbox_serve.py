@@ -141,8 +141,14 @@ async def test_under_ask_the_sandbox_approves_and_a_stopped_command_may_run_once
 
     async with subprocess_daemon(home, permission_requests=True, on_request=answer) as client:
         session = await start(client, work, policy="ask")
-        # Confined and harmless: runs without asking.
-        [end] = await run_commands(client, session["session_id"], "echo ok > asked-nobody.txt")
+        # Confined and harmless: runs without asking; the sandbox decided (step 5 of "Permissions").
+        turn = await client.request(
+            "session/prompt", {"session_id": session["session_id"], "text": script("echo ok > asked-nobody.txt")}
+        )
+        events = await client.collect_turn(turn["turn_id"])
+        [start_event] = [e for e in events if e["type"] == "tool_execution_start"]
+        [end] = [e for e in events if e["type"] == "tool_execution_end"]
+        assert start_event["permission"]["decision"] == "allow" and start_event["permission"]["source"] == "sandbox"
         assert not end["is_error"] and requests == []
         assert (work / "asked-nobody.txt").exists()
         # Stopped by the sandbox: the person is asked to run it once unconfined (allow_once).
