@@ -158,6 +158,13 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
+class ThinkingUpdate(BaseEvent, tag="thinking_update"):
+    """Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why."""
+
+    thinking: Thinking
+
+
 class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -181,6 +188,7 @@ AgentEvent = (
     | ToolExecutionOutput
     | ToolExecutionEnd
     | Retry
+    | ThinkingUpdate
     | UsageEvent
     | CompactionStart
     | CompactionEnd

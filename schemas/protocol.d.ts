@@ -2,7 +2,7 @@
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -783,6 +783,16 @@ export interface ThinkingStart {
   type: "thinking_start";
   message_id: string;
   index: number;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why. */
+export interface ThinkingUpdate {
+  type: "thinking_update";
+  thinking: Thinking;
   session_id: string;
   turn_id: string;
   seq: number;

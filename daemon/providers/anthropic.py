@@ -9,7 +9,8 @@ events of ``daemon.providers.base``:
 * turning stored ``ChatMessage`` history into Anthropic ``messages``, replaying signed
   ``thinking`` and ``redacted_thinking`` blocks byte-exact to the provider and model that
   produced them and to nobody else;
-* ``adjust_thinking``: switching thinking off for a request the API would otherwise reject;
+* ``adjust_thinking``: switching thinking off for a request the API would otherwise reject
+  (asked once per request by ``daemon.agent.call_thinking``, which also tells the client);
 * parsing the SSE stream (``message_start`` … ``message_stop``, ``ping``, ``error``) into
   ``BlockStart/BlockDelta/BlockEnd/UsageUpdate/Stop``;
 * mapping HTTP and in-stream errors to ``ProviderError``.
@@ -136,8 +137,9 @@ class AnthropicProvider(Provider):
     # -- request ----------------------------------------------------------------------
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
-        """The JSON body for ``request``, with thinking already adjusted (see ``adjust_thinking``)."""
-        thinking = self.adjust_thinking(request) or request.thinking
+        """The JSON body for ``request``. Its thinking is sent as given: the agent applied
+        ``adjust_thinking`` once for this request and told the client (``agent.call_thinking``)."""
+        thinking = request.thinking
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
