@@ -23,8 +23,8 @@ import pytest
 from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.models.budgets import BASE_MAX_TOKENS
 from daemon.providers.anthropic import (
-    DEFAULT_MAX_TOKENS,
     INTERLEAVED_THINKING_BETA,
     AnthropicProvider,
     StreamParser,
@@ -656,9 +656,7 @@ def test_default_max_tokens_and_extra_headers() -> None:
         )
     )
     req = request(SONNET_45, budget("low", 4096, 20096), [user("x")], tools=[weather_tool()])
-    assert (
-        provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == DEFAULT_MAX_TOKENS
-    )
+    assert provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == BASE_MAX_TOKENS
     headers = provider.build_headers(provider.build_body(req))
     assert headers["anthropic-beta"] == f"context-1m-2025-08-07,{INTERLEAVED_THINKING_BETA}"
     assert headers["x-team"] == "ponder" and headers["x-api-key"] == FAKE_KEY
