@@ -22,7 +22,6 @@ import msgspec
 
 from daemon.agent import call_thinking
 from daemon.agent.call_ids import ReplyCallIds, for_provider
-from daemon.agent import call_thinking
 from daemon.agent.compaction import messages_to_send
 from daemon.agent.context import Turn
 from daemon.agent.history import UNFINISHED_CALL, is_unfinished_call, record_cancelled_results, save_and_end
