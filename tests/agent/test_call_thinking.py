@@ -47,7 +47,8 @@ ENV = {"PONDER_MOCK_DELAY_MS": "0"}
 def tool_call_stream(*, signed: bool, path: str) -> ScriptedResponse:
     """A budget-mode reply that calls ``read_file``: with a signed thinking block first, or
     (``signed=False``, as after an interrupted stream or from a model that skipped it) without."""
-    events: list[dict[str, Any]] = [message_start()]
+    # Input tokens near the request's estimate: the daemon calibrates its estimates by them.
+    events: list[dict[str, Any]] = [message_start(input_tokens=2000)]
     index = 0
     if signed:
         events += [
