@@ -26,6 +26,12 @@ class Override:
     mode: SandboxMode | None = None
     network: bool | None = None
 
+    @classmethod
+    def stored(cls, mode: str | None, network: bool | None) -> Override:
+        """From a stored session's columns (an unknown mode follows config.toml)."""
+        known: SandboxMode | None = mode if mode in ("off", "read_only", "workspace_write") else None  # type: ignore[assignment]
+        return cls(known, network)
+
 
 @dataclass(frozen=True)
 class Confinement:

@@ -2,11 +2,10 @@
 session's own settings, its temporary directory, and what the wire says about them.
 
 ``Sandbox`` is the seam the rest of the daemon uses: ``check_start`` (``-32009`` under
-``[sandbox] required`` with no sandbox), ``remember``/``copy`` (a session's ``session/start``
-settings, kept while the daemon runs; a session loaded after a restart follows config.toml),
-``wire`` (``Session.sandbox``), ``approves`` (may stand in for ``ask``), ``for_command`` (what
-``run_command`` gets), ``capability`` and ``problem`` (``initialize``). ``close`` removes the
-temporary directories.
+``[sandbox] required`` with no sandbox), ``wire`` (``Session.sandbox``), ``approves`` (may
+stand in for ``ask``), ``for_command`` (what ``run_command`` gets), each given the session's
+own settings (``Override``, stored with the session), and ``capability`` and ``problem``
+(``initialize``). ``close`` removes the temporary directories.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ class Sandbox:
         self.home = home
         self.hidden = hidden
         self._support = support
-        self._overrides: dict[str, Override] = {}
         self._tmp_base: Path | None = None
         self._lock = threading.Lock()
         self._probe: threading.Thread | None = None
@@ -90,31 +88,18 @@ class Sandbox:
                 support.hint,
             )
 
-    def remember(self, session_id: str, override: Override) -> None:
-        if override != Override():
-            self._overrides[session_id] = override
-
-    def override(self, session_id: str) -> Override:
-        return self._overrides.get(session_id, Override())
-
-    def copy(self, source_id: str, new_id: str) -> None:
-        """A fork keeps its parent's settings."""
-        if source_id in self._overrides:
-            self._overrides[new_id] = self._overrides[source_id]
-
-    def confinement(self, session_id: str, cwd: str | Path) -> Confinement:
-        override = self._overrides.get(session_id, Override())
+    def confinement(self, session_id: str, cwd: str | Path, override: Override) -> Confinement:
         return decide_confinement(self.settings, override, self.support, Path(cwd), self._tmp_dir(session_id))
 
-    def wire(self, session_id: str, cwd: str | Path) -> SessionSandbox:
-        return self.confinement(session_id, cwd).wire()
+    def wire(self, session_id: str, cwd: str | Path, override: Override) -> SessionSandbox:
+        return self.confinement(session_id, cwd, override).wire()
 
-    def approves(self, session_id: str, cwd: str | Path) -> bool:
-        return self.confinement(session_id, cwd).approves
+    def approves(self, session_id: str, cwd: str | Path, override: Override) -> bool:
+        return self.confinement(session_id, cwd, override).approves
 
-    def for_command(self, session_id: str, cwd: str | Path) -> CommandSandbox:
+    def for_command(self, session_id: str, cwd: str | Path, override: Override) -> CommandSandbox:
         return CommandSandbox(
-            confinement=self.confinement(session_id, cwd),
+            confinement=self.confinement(session_id, cwd, override),
             support=self.support,
             home=self.home,
             hidden=self.hidden,

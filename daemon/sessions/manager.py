@@ -54,6 +54,7 @@ from daemon.sessions.model_level import merge_levels, split_model_level
 from daemon.sessions.persistence import SessionWrites
 from daemon.sessions.prompt_content import ContentRules, admit_content
 from daemon.sessions.thinking_settings import ThinkingRequest, session_request
+from daemon.sessions.tool_runner import sandbox_override
 from daemon.store import AsyncStore, SessionRow
 from daemon.tools import Tool
 from daemon.tools.source import ToolSource
@@ -227,7 +228,7 @@ class SessionManager:
         if live is not None:
             session = msgspec.structs.replace(session, queue=live.queue())
         if self.sandbox is not None:
-            session.sandbox = self.sandbox.wire(row.id, row.cwd)
+            session.sandbox = self.sandbox.wire(row.id, row.cwd, sandbox_override(row))
         return session
 
     def thinking_request(self, row: SessionRow, turn_level: RequestedThinkingLevel | None = None) -> ThinkingRequest:
@@ -292,9 +293,8 @@ class SessionManager:
         if self.sandbox is not None:
             # [sandbox] required with no sandbox here: -32009, and nothing is created.
             await anyio.to_thread.run_sync(self.sandbox.check_start, override, Path(row.cwd))
+        row.sandbox_mode, row.sandbox_network = override.mode, override.network  # kept with the session
         row = await self.store.create_session(row)
-        if self.sandbox is not None:
-            self.sandbox.remember(row.id, override)
         return await self._activate(row, [])
 
     def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -381,7 +381,7 @@ class SessionManager:
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
         if self.sandbox is not None:
-            await anyio.to_thread.run_sync(self.sandbox.check_start, self.sandbox.override(source.id), Path(source.cwd))
+            await anyio.to_thread.run_sync(self.sandbox.check_start, sandbox_override(source), Path(source.cwd))
         new_row = SessionRow(
             id=new_id("ses"),
             cwd=source.cwd,
@@ -395,6 +395,8 @@ class SessionManager:
             thinking_fallback=source.thinking_fallback,
             thinking_budget=source.thinking_budget,
             budget=source.budget,  # the fork's own spending starts at zero
+            sandbox_mode=source.sandbox_mode,
+            sandbox_network=source.sandbox_network,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
@@ -402,10 +404,7 @@ class SessionManager:
                 raise InvalidParams(
                     f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
                 )
-        forked = await self.store.fork_session(source.id, new_row, message_id)
-        if self.sandbox is not None:
-            self.sandbox.copy(source.id, forked.id)
-        return forked
+        return await self.store.fork_session(source.id, new_row, message_id)
 
     async def delete(self, session_id: str) -> None:
         await self.row(session_id)

@@ -18,12 +18,14 @@ from daemon.jsonrpc.connection import ClientRequestError
 from daemon.permissions.book import PermissionBook
 from daemon.permissions.decide import CallFacts
 from daemon.sandbox.command import CommandSandbox
+from daemon.sandbox.confinement import Override
 from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
 from daemon.sessions.permission_gate import PermissionGate
 from daemon.sessions.prompt_content import tool_images
+from daemon.store import SessionRow
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
 from daemon.tools.base import ToolContext
 from daemon.tools.source import ToolSource
@@ -33,6 +35,11 @@ from protocol.methods import PermissionRequestParams
 
 # The one tool the OS sandbox confines (file tools are confined by their own path checks).
 SANDBOXED_TOOL = "run_command"
+
+
+def sandbox_override(row: SessionRow) -> Override:
+    """The sandbox settings a session asked for (stored with it); None parts follow config.toml."""
+    return Override.stored(row.sandbox_mode, row.sandbox_network)
 
 
 class ToolRunner:
@@ -100,16 +107,20 @@ class ToolRunner:
 
     def _read_only(self) -> tuple[Path, ...]:
         """The cwd's .git while the session's sandbox is on (file tools must not get round it)."""
-        if self.sandbox is None or self.sandbox.confinement(self.live.row.id, self.cwd).mode == "off":
+        if self.sandbox is None or self._confinement_mode() == "off":
             return ()
         return (Path(os.path.realpath(self.cwd / ".git")),)
+
+    def _confinement_mode(self) -> str:
+        assert self.sandbox is not None
+        return self.sandbox.confinement(self.live.row.id, self.cwd, sandbox_override(self.live.row)).mode
 
     def _sandbox_approves(self, facts: CallFacts) -> bool:
         """Step 5 of "Permissions": a command the sandbox confines fully runs unasked under ``ask``."""
         return (
             facts.tool == SANDBOXED_TOOL
             and self.sandbox is not None
-            and self.sandbox.approves(self.live.row.id, self.cwd)
+            and self.sandbox.approves(self.live.row.id, self.cwd, sandbox_override(self.live.row))
         )
 
     async def observe(self, event: str, fields: dict[str, Any]) -> None:
@@ -122,7 +133,7 @@ class ToolRunner:
         tool returned are checked and scaled as a prompt's are (``tool_images``)."""
         sandbox = None
         if call.name == SANDBOXED_TOOL and self.sandbox is not None:
-            sandbox = self.sandbox.for_command(self.live.row.id, self.cwd)
+            sandbox = self.sandbox.for_command(self.live.row.id, self.cwd, sandbox_override(self.live.row))
         outcome = await self._run(call, output, sandbox)
         if sandbox is not None and outcome.sandbox is not None and outcome.sandbox.denied:
             if await self._allowed_unconfined(call):

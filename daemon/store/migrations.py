@@ -255,6 +255,14 @@ def m007_message_origin(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m008_session_sandbox(db: sqlite3.Connection) -> None:
+    # The sandbox a session asked for on session/start (PROTOCOL "Sandbox"): null follows
+    # config.toml's [sandbox], so a restart keeps a read_only session read-only.
+    db.execute("ALTER TABLE sessions ADD COLUMN sandbox_mode TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN sandbox_network INTEGER")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -20,7 +20,8 @@ from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session,
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
     "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget, "
-    "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens"
+    "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens, "
+    "sandbox_mode, sandbox_network"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {
@@ -62,6 +63,9 @@ class SessionRow(msgspec.Struct, kw_only=True):
     cost: Cost | None = None
     context: ContextFill | None = None
     budget: Budget | None = None
+    # The session's own sandbox settings (session/start {sandbox}); None follows config.toml.
+    sandbox_mode: str | None = None
+    sandbox_network: bool | None = None
 
     def to_wire(self, status: str = "idle") -> Session:
         return Session(
@@ -121,6 +125,8 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         cost=None if row[15] is None else Cost(amount=row[15], currency=row[16] or "USD"),
         context=None if row[17] is None else ContextFill(used=row[17], size=row[18]),
         budget=None if row[19] is None and row[20] is None else Budget(max_cost=row[19], max_tokens=row[20]),
+        sandbox_mode=row[21],
+        sandbox_network=None if row[22] is None else bool(row[22]),
     )
 
 
@@ -139,8 +145,8 @@ class SessionQueries(Database):
                 INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
                                       system_prompt, parent_id, created_at, updated_at,
                                       thinking_display, thinking_fallback, thinking_budget,
-                                      budget_max_cost, budget_max_tokens)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      budget_max_cost, budget_max_tokens, sandbox_mode, sandbox_network)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -159,6 +165,8 @@ class SessionQueries(Database):
                     row.thinking_budget,
                     row.budget.max_cost if row.budget else None,
                     row.budget.max_tokens if row.budget else None,
+                    row.sandbox_mode,
+                    None if row.sandbox_network is None else int(row.sandbox_network),
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:

@@ -271,3 +271,19 @@ async def test_a_bwrap_planted_in_the_working_directory_is_never_run(home, tmp_p
         assert end["sandbox"]["enforced"] is True and not end["is_error"]
     assert not marker.exists()
     assert (repo / "out.txt").read_text() == "confined\n"
+
+
+@needs_bwrap
+async def test_a_sessions_own_sandbox_settings_survive_a_restart_and_a_fork(home, work):
+    async with subprocess_daemon(home) as client:
+        session = await start(client, work, sandbox={"mode": "read_only"})
+        assert session["sandbox"]["mode"] == "read_only" and session["sandbox"]["writable_roots"] == []
+    async with subprocess_daemon(home) as client:
+        loaded = (await client.request("session/get", {"session_id": session["session_id"]}))["session"]
+        assert loaded["sandbox"]["mode"] == "read_only" and loaded["sandbox"]["enforced"] is True
+        fork = (await client.request("session/fork", {"session_id": session["session_id"]}))["session"]
+        assert fork["sandbox"]["mode"] == "read_only"
+        for session_id in (session["session_id"], fork["session_id"]):
+            [end] = await run_commands(client, session_id, "touch written.txt")
+            assert end["is_error"] and end["sandbox"]["denied"] is True
+        assert not (work / "written.txt").exists()
