@@ -33,11 +33,12 @@ Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
 # (name, arguments, emit_output) -> (text, is_error)
 RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
-# After each model call: (the usage it reported or None, an estimate of the request plus its
-# reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
-RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
-# Before each model call: None while the session's budget allows one, else the sentence saying which is spent.
-BudgetSpent = Callable[[], str | None]
+# After each model call: (its usage, whether that is ponder's estimate because the provider reported
+# none that reads as counts) -> recorded in the session's totals and told as a ``usage`` event.
+RecordUsage = Callable[[Usage, bool], Awaitable[None]]
+# Before each model call (the budget re-read from the store, the truth): None while the session's
+# budget allows one, else the sentence saying which is spent.
+BudgetSpent = Callable[[], Awaitable[str | None]]
 
 
 class AppendParts(Protocol):
@@ -111,7 +112,7 @@ class CompactionSetup:
     # (decided, budget, output cap, reason); None for a model whose thinking is not a token budget.
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
-    on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
+    on_summary_usage: Callable[[Usage, bool], Awaitable[None]] | None = field(default=None)
     # How far the provider's token counts are from the estimate (the session's, shared by its turns).
     calibration: Calibration = field(default_factory=Calibration)
     # Summaries paid for and thrown away (they did not shrink the request) for the prompt this turn
@@ -201,6 +202,11 @@ async def wait_to_retry(turn: Turn, attempt: int, delay: float, exc: ProviderErr
     retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
     await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
     await anyio.sleep(delay)
+
+
+async def spent_budget(turn: Turn) -> str | None:
+    """None while the session's budget allows another model call, else the sentence saying which is spent."""
+    return await turn.budget_spent() if turn.budget_spent is not None else None
 
 
 def error_info(exc: PonderError) -> ErrorInfo:

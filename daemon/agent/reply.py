@@ -26,7 +26,7 @@ from daemon.agent.context import Turn
 from daemon.agent.history import record_cancelled_results, save_and_end
 from daemon.agent.watchdog import Verdict, Watchdog
 from daemon.context.budget import add_usage
-from daemon.context.estimate import request_estimate
+from daemon.context.estimate import message_tokens, request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.media import budget
@@ -422,14 +422,20 @@ class Reply:
         return message
 
     async def _record_usage(self, message: ChatMessage) -> None:
-        """Into the session's totals, after the message is stored: every call that reported usage,
-        and every complete one (its context then estimated from the request and reply)."""
+        """Into the session's totals, after the message is stored: what the provider reported, or when it
+        reported nothing that reads as counts (none, or garbage), ponder's estimate of the request as sent
+        and of the reply, said so in the ``usage`` event: a token budget holds either way."""
         turn = self.turn
         usage = self.usage
         reported = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
         if usage is not None and turn.compaction is not None and self.sent_estimate is not None:
             turn.compaction.calibration.observe(self.sent_estimate, usage.input_tokens)
-        if turn.record_usage is None or not (reported or message.status == "complete"):
+        if turn.record_usage is None:
             return
-        estimate = None if reported else request_estimate(turn.system_prompt, turn.tools, turn.history)
-        await turn.record_usage(usage, estimate)
+        if reported and usage is not None:
+            await turn.record_usage(usage, False)
+            return
+        sent = self.sent_estimate or 0
+        if turn.compaction is not None:
+            sent = turn.compaction.calibration.scale(sent)
+        await turn.record_usage(Usage(input_tokens=sent, output_tokens=message_tokens(message)), True)

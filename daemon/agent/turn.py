@@ -13,7 +13,7 @@ import logging
 import random
 
 from daemon.agent import compaction, level_retry
-from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
+from daemon.agent.context import CompactionRequest, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
@@ -122,7 +122,7 @@ def cut_off(turn: Turn) -> ErrorInfo:
 async def _tool_loop(turn: Turn) -> str:
     for _step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
-        spent = turn.budget_spent() if turn.budget_spent is not None else None
+        spent = await spent_budget(turn)
         if spent is not None:
             raise BudgetExceeded(spent)
         reply, stop = await _respond_with_retries(turn)
@@ -139,7 +139,7 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
     """A turn that only compacts: ``end_turn`` when it completed or was skipped, else ``error``."""
     if turn.compaction is None:
         raise InvalidParams("This session's model cannot be compacted.")
-    spent = turn.budget_spent() if turn.budget_spent is not None else None
+    spent = await spent_budget(turn)
     if spent is not None:  # a summary is a model call: a spent budget stops it too
         exc = BudgetExceeded(spent)
         await turn.emit(
@@ -224,7 +224,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                     if outcome.status in ("failed", "cancelled"):
                         raise ContextOverflow(exc, compacted=False, advice=compaction.advice(turn)) from exc
                 # The summary was a model call: the retry is another, and the budget may be spent now.
-                spent = turn.budget_spent() if turn.budget_spent is not None else None
+                spent = await spent_budget(turn)
                 if spent is not None:
                     raise BudgetExceeded(spent) from exc
                 continue

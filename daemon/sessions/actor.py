@@ -79,6 +79,7 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     message = pending.user_message
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = manager.writes.saver(live)
+    live.preparing = True  # running from the moment it left the inbox, though not ``current`` yet
     try:
         if message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
@@ -86,7 +87,7 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
         turn = manager.assembly.build(live, pending, emit, save)
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the
         # prompt's turn reads the history and the records when it runs, so it stays as built).
-        if message is not None and should_compact(turn):
+        if message is not None and await should_compact(turn):
             stop_reason, discarded = await _compact_before_prompt(manager, live, pending.thinking)
             if stop_reason == "cancelled":
                 await _bracket(manager, live, pending, "cancelled")
@@ -96,6 +97,8 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     except PonderError as exc:
         await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
+    finally:
+        live.preparing = False
     live.current = turn
     try:
         await agent.run_turn(turn)

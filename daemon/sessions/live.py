@@ -52,6 +52,8 @@ class LiveSession:
     dropped: list[ChatMessage] = field(default_factory=list)
     allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
+    # The actor took a prompt from the inbox and is building its turn (not ``current`` yet): still running.
+    preparing: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
     unsaved: dict[str, ChatMessage] = field(default_factory=dict)
     retrying: bool = False  # a retry task is running for this session
@@ -63,7 +65,7 @@ class LiveSession:
 
     @property
     def status(self) -> str:
-        return "running" if self.current is not None or self.queued else "idle"
+        return "running" if self.current is not None or self.queued or self.preparing else "idle"
 
     def turn_done(self) -> None:
         """The running turn is over: ``current`` is cleared and its waiters are woken."""
