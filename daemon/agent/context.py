@@ -162,6 +162,7 @@ class Turn:
     # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
     prepare: Callable[["Turn"], Awaitable[None]] | None = None
     system_prompt: str | None = None
+    max_output_tokens: int | None = None  # the model's output limit: no request asks for more
     record_usage: RecordUsage | None = None
     budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)

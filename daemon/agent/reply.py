@@ -105,6 +105,7 @@ class Reply:
             messages=for_provider(self._with_media(messages), turn.provider_name),
             system_prompt=turn.system_prompt,
             tools=turn.tools,
+            output_cap=turn.max_output_tokens,
             limits=turn.settings.limits,
         )
 

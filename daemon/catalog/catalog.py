@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defaults
 from daemon.catalog.learned import LearnedLevels
-from daemon.config.settings import Config, ProviderConfig
+from daemon.config.settings import Config, ProviderConfig, with_line
 from daemon.context.pricing import Price, model_price
 from daemon.context.window import LearnedWindows, WindowSource
-from daemon.errors import InvalidParams, ModelNotFound
+from daemon.errors import InvalidParams, ModelNotFound, PonderError
 from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
 from daemon.vendors import table as providers_table
 from daemon.vendors.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
+from protocol.methods import MODEL_ID_MAX_CHARS
 from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 if TYPE_CHECKING:
@@ -256,6 +257,29 @@ class Catalog:
                     self.problems.append(problem)
                     if problem not in config.problems:  # a second Catalog of the same config
                         config.problems.append(problem)
+        self._check_summarizer(config)
+
+    def _check_summarizer(self, config: Config) -> None:
+        """``[compaction] model`` must name a model ponder knows (one discovered at run time is checked
+        when it is used); otherwise that is a problem, and the session's own model summarizes."""
+        model = config.compaction.model
+        if model is None:
+            return
+        provider = model.split("/", 1)[0]
+        info = PROVIDERS.get(provider)
+        if info is not None and info.discovery is not None:
+            return
+        try:
+            self.get(model)
+        except PonderError as exc:
+            problem = (
+                f"config.toml: [compaction] model {model[:200]!r} is not a model ponder knows "
+                f"({exc.message.rstrip('.')}); the session's own model writes summaries."
+            )
+            lined = with_line(problem, config.text)
+            self.problems.append(lined)
+            if lined not in config.problems:
+                config.problems.append(lined)
 
     # -- listing --------------------------------------------------------------------
 
@@ -300,7 +324,13 @@ class Catalog:
         A bare name resolves when exactly one *available* provider serves it; when no
         available provider does but exactly one unavailable one does, that one (so the
         user hears "configure this provider" rather than "unknown model").
+        An id longer than any model's is refused at once: no suggestion is looked for.
         """
+        if len(model_id) > MODEL_ID_MAX_CHARS:
+            raise InvalidParams(
+                f"model_id is {len(model_id):,} characters long; a model id has at most {MODEL_ID_MAX_CHARS}.",
+                path="$.params.model_id",
+            )
         specs = self.list_models()
         by_id = {spec.id: spec for spec in specs}
         if model_id in by_id:

@@ -128,6 +128,17 @@ def decide_thinking(
     elif budget_tokens is not None:
         notes.append(f"No thinking is sent, so the budget of {budget_tokens} tokens is kept but not used.")
     params, budget_sent = FRAGMENTS[control.param](spec, effective, display, budget)
+    floor = budget_range(spec)[0] if control.takes_budget else None
+    low = floor is not None and budget_sent is not None and budget_sent < floor
+    if low and effective != "off" and "off" in control.levels:
+        # The model's output limit leaves less room for thinking than the provider takes at least:
+        # a request with that budget would be refused, so the model runs without thinking.
+        notes.append(
+            f"{spec.id}'s output limit of {spec.max_output_tokens:,} tokens leaves {budget_sent:,} tokens for "
+            f"thinking, below the provider's minimum of {floor:,}; thinking is off."
+        )
+        effective = "off"
+        params, budget_sent = FRAGMENTS[control.param](spec, effective, display, None)
     if control.limited_by and control.takes_budget and effective == "max" and budget_sent is not None:
         notes.append(f"{control.limited_by} limits {spec.id}'s thinking budget; 'max' sends {budget_sent} tokens.")
     switch = DISPLAY_SWITCHES[control.param]

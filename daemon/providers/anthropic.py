@@ -142,7 +142,8 @@ class AnthropicProvider(Provider):
         thinking = self.adjust_thinking(request) or request.thinking
         body: dict[str, Any] = {
             "model": request.model,
-            "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "max_tokens": request.max_output_tokens
+            or min(DEFAULT_MAX_TOKENS, request.output_cap or DEFAULT_MAX_TOKENS),
             "messages": build_messages(request),
         }
         if request.system_prompt:

@@ -99,6 +99,7 @@ class TurnAssembly:
             run_tool=runner.run,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
+            max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
                 model_id=spec.id,
                 takes_images=spec.takes_images,

@@ -126,3 +126,37 @@ async def test_a_cost_budget_without_a_price_is_refused_or_ends_the_turn_before_
             events = await prompt(client, session_id, "Hello")
             assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert len(server.requests) == 1
+
+
+DECLARED_ANTHROPIC = """
+[providers.tiny]
+api = "anthropic"
+base_url = "{url}"
+api_key = "sk-ant-fake-tiny"
+
+[[providers.tiny.models]]
+model = "tiny-1"
+context_window = 32000
+max_output_tokens = 1500
+thinking_levels = ["off", "low", "high"]
+"""
+
+
+async def test_a_declared_model_never_gets_more_output_or_less_thinking_than_it_takes(anyio_backend, home, tmp_path):
+    """max_tokens within the model's max_output_tokens, and a thinking budget the provider would refuse
+    (below Anthropic's 1,024) turned off with a reason."""
+    with ReplayServer() as server:
+        server.enqueue_fixture("anthropic", "thinking-text")
+        (home / "config.toml").write_text(DECLARED_ANTHROPIC.format(url=server.url))
+        async with subprocess_daemon(home, backend=anyio_backend) as client:
+            started = await client.request(
+                "session/start", {"model_id": "tiny/tiny-1", "cwd": str(tmp_path), "thinking_level": "high"}
+            )
+            thinking = started["thinking"]
+            assert thinking["effective"] == "off", thinking
+            assert "1,024" in thinking["reason"] and "1,500" in thinking["reason"]
+            events = await prompt(client, started["session"]["session_id"], "Hello")
+    assert events[-1]["type"] == "turn_end"
+    body = server.requests[0].json()
+    assert body["max_tokens"] <= 1500
+    assert body.get("thinking", {"type": "disabled"}).get("type") == "disabled"
