@@ -157,6 +157,12 @@ class BudgetExceeded(PonderError):
     code = ErrorCode.BUDGET_EXCEEDED
 
 
+class HookDenied(PonderError):
+    """A ``user_prompt_submit`` hook refused the prompt; its turn ends ``error`` with the hook's reason."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+
 class ProviderError(PonderError):
     """A provider failed: HTTP status, an error event mid-stream, or a broken stream.
 

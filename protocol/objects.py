@@ -257,3 +257,34 @@ class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
 
 # session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
 HistoryItem = MessageItem | CompactionItem
+
+
+RuleDecision = Literal["allow", "ask", "deny"]
+RuleSource = Literal["config", "always", "session", "policy"]
+# A run_command pattern word: a word, or a list of alternative words.
+PatternWord = str | list[str]
+
+
+class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd)."""
+
+    tool: str
+    decision: RuleDecision
+    source: RuleSource
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None
+    project: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class ProposedRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``)."""
+
+    tool: str
+    decision: RuleDecision
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None

@@ -221,6 +221,8 @@ async def compact(
     assert setup is not None
     compaction_id = compaction_id or new_id("cmp")
     tokens_before = next_estimate(turn)
+    if turn.observe is not None:  # pre_compact hooks: they only watch, and cannot stop it
+        await turn.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
     await turn.emit(
         ev.CompactionStart, {"compaction_id": compaction_id, "trigger": trigger, "tokens_before": tokens_before}
     )

@@ -29,10 +29,24 @@ from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 SHUTDOWN_GRACE_S = 2.0
 
 Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
-# (call part) -> (allowed, message shown to the model when denied)
-Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
-# (name, arguments, emit_output) -> (text, is_error)
-RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Whether a tool call runs: ``message`` is what the model gets when it does not, and
+    ``permission`` what ``tool_execution_start`` says about the decision."""
+
+    allowed: bool
+    message: str = ""
+    permission: ev.Permission | None = None
+
+
+# (call part) -> its approval
+Approve = Callable[[Part], Awaitable[Approval]]
+# (call part, emit_output) -> (text, is_error)
+RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+# Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
+Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 # After each model call: (its usage, whether that is ponder's estimate because the provider reported
 # none that reads as counts) -> recorded in the session's totals and told as a ``usage`` event.
 RecordUsage = Callable[[Usage, bool], Awaitable[None]]
@@ -153,6 +167,7 @@ class Turn:
     next_seq: Callable[[], int]
     approve: Approve
     run_tool: RunTool
+    observe: Observe | None = None
     tools: list[ToolSpec] = field(default_factory=list)
     # The thinking decision again at another level, consulting ``learned``: how the agent
     # retries a request whose level the provider refused (``agent.level_retry``). None: no retry.

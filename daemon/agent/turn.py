@@ -70,6 +70,9 @@ async def run_turn(turn: Turn) -> str:
         except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
+        if turn.observe is not None and not turn.cancel_scope.cancel_called:
+            # stop hooks, inside the turn's brackets and its cancel scope: they only watch
+            await turn.observe("stop", {"stop_reason": stop_reason})
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
     with turn.finishing():

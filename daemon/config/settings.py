@@ -116,6 +116,11 @@ class Config:
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     budget: Budget | None = None  # [budget]: every new session's default budget
+    # [[permissions.rules]] and [[hooks.EVENT]] as read: checked by daemon.permissions, which
+    # needs the shell parser to try each rule's examples. ``rule_lines``: each rule's line.
+    permission_rules: list[Any] = field(default_factory=list)
+    rule_lines: list[int] = field(default_factory=list)
+    hooks: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     text: str = ""  # config.toml as read (for the lines of problems found later, e.g. by the catalogue)
 
@@ -153,6 +158,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
             import tomllib  # only when there is a file: it costs start-up time
 
             raw = tomllib.loads(text)
+            config.rule_lines = table_lines(text, "permissions.rules")
         except ValueError as exc:  # TOMLDecodeError
             config.problems.append(f"{path}: {_toml_error(exc)}; ignoring the whole file.")
             raw = {}
@@ -230,6 +236,17 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
         if env.get(var):
             redact.remember(env[var])
+    permissions = raw.get("permissions", {})
+    rules = permissions.get("rules", []) if isinstance(permissions, dict) else None
+    if isinstance(rules, list):
+        config.permission_rules = rules
+    else:
+        config.problems.append("config.toml: [permissions] rules must be an array of tables ([[permissions.rules]]).")
+    hooks = raw.get("hooks", {})
+    if isinstance(hooks, dict):
+        config.hooks = hooks
+    else:
+        config.problems.append("config.toml: [hooks] must be a table of [[hooks.EVENT]] arrays; no hooks run.")
     mcp = raw.get("mcp_servers", {})
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
@@ -540,6 +557,12 @@ def _text(section: dict[str, Any], name: str, key: str, problems: list[str]) -> 
         return value or None
     problems.append(f"config.toml: [{name}] {key} must be a string, not {value!r}; ignoring it.")
     return None
+
+
+def table_lines(text: str, name: str) -> list[int]:
+    """The 1-based line of each ``[[name]]`` header in ``text``, in order (a rule's ``line``)."""
+    header = re.compile(r"^\s*\[\[\s*" + re.escape(name).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
+    return [number for number, line in enumerate(text.splitlines(), 1) if header.match(line)]
 
 
 def _opt_str(value: Any) -> str | None:

@@ -14,6 +14,7 @@ from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
 from daemon.models.budgets import budget_range
+from daemon.permissions.book import PermissionBook
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts
@@ -40,8 +41,10 @@ class TurnAssembly:
         providers: ProviderRegistry,
         bridge: ClientBridge,
         tool_sources: list[ToolSource],
+        permissions: PermissionBook,
     ) -> None:
         self.config = config
+        self.permissions = permissions  # the rules and hooks every turn's tool calls go through
         self.store = store
         self.catalog = catalog
         self.providers = providers
@@ -68,7 +71,15 @@ class TurnAssembly:
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
         runner = ToolRunner(
-            self.config, self.bridge, live, pending.turn_id, self.tools, self.tool_sources, spec.supports_tools
+            self.config,
+            self.bridge,
+            live,
+            pending.turn_id,
+            self.tools,
+            self.tool_sources,
+            spec.supports_tools,
+            self.permissions,
+            emit,
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking
@@ -97,6 +108,7 @@ class TurnAssembly:
             next_seq=live.next_seq,
             approve=runner.approve,
             run_tool=runner.run,
+            observe=runner.observe,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
             max_output_tokens=spec.max_output_tokens,

@@ -50,7 +50,6 @@ class LiveSession:
     # Waiting prompts a cancel dropped while a turn ran: they join the history once that
     # turn has written its last messages (a cut-off tool call's results come first).
     dropped: list[ChatMessage] = field(default_factory=list)
-    allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # The actor took a prompt from the inbox and is building its turn (not ``current`` yet): still running.
     preparing: bool = False
