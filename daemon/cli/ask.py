@@ -183,9 +183,11 @@ class _Printer:
             shown = arguments if len(arguments) <= TOOL_ARGS_CHARS else arguments[: TOOL_ARGS_CHARS - 1] + "…"
             sys.stdout.write(f"{self.dim}→ {event['name']} {shown}{self.reset}\n")
         elif kind == "tool_execution_end" and event["is_error"] and self.notice:
-            # Why a tool did not run or failed, for the person (the model gets the same text).
+            # Why a tool did not run or failed, for the person (the model gets the same text); not
+            # when the person just said no at the prompt: they know.
             said = event["result"].strip().splitlines()[0] if event["result"].strip() else "it failed"
-            print(f"ponder: {event['name']}: {for_person(said)}", file=sys.stderr, flush=True)
+            if "the user denied permission" not in said:
+                print(f"ponder: {event['name']}: {for_person(said)}", file=sys.stderr, flush=True)
         elif kind == "retry":
             # A retry at once (another thinking level) says what it does in its message.
             wait = f" Retrying in {event['delay_ms'] / 1000:.1f}s…" if event["delay_ms"] else ""

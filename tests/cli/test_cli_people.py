@@ -267,7 +267,8 @@ def test_the_permission_prompt_for_a_new_file_a_command_and_a_long_write(home, t
     assert "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,100 @@\n+line 0\n" in shown
     assert "+line 35\n… 64 more lines\nAllow?" in shown  # a screenful, saying what was left out
     assert (tmp_path / "notes.txt").read_text() == long_text
-    assert "ponder: run_command: run_command was not run: the user denied permission." in shown
+    assert "The last one failed:\nrun_command was not run: the user denied permission." in shown
+    assert "ponder: run_command:" not in shown  # the person said no: no notice about it
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
