@@ -14,7 +14,7 @@ events of ``daemon.providers.base``:
   ``BlockStart/BlockDelta/BlockEnd/UsageUpdate/Stop``;
 * mapping HTTP and in-stream errors to ``ProviderError``.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §1.
 """
 
 from __future__ import annotations

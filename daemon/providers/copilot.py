@@ -18,7 +18,7 @@ Failures: no stored sign-in, or a GitHub token that GitHub no longer accepts (40
 with ``auth/login``; no Copilot access for the account (403/404) says so; 5xx/429 and
 network failures are retryable ``ProviderError``s. No message carries a token.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` (GitHub Copilot proxy).
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` (GitHub Copilot proxy).
 """
 
 from __future__ import annotations
