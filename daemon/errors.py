@@ -59,6 +59,44 @@ class UnsupportedThinkingLevel(InvalidParams):
         self.allowed = allowed
 
 
+class ContentNotSupported(PonderError):
+    """A prompt block the daemon or the session's model cannot take: ``data`` is
+    ``{index, reason, model_id?, limit?}`` (PROTOCOL.md "Prompt content"); nothing was stored."""
+
+    code = ErrorCode.CONTENT_NOT_SUPPORTED
+
+    def __init__(self, message: str, *, index: int, reason: str, **extra: Any) -> None:
+        super().__init__(message, index=index, reason=reason, **{k: v for k, v in extra.items() if v is not None})
+        self.index = index
+        self.reason = reason
+
+
+class UnusableContent(PonderError):
+    """What is wrong with one piece of content (an image's bytes, a file), before it is known
+    which prompt block it was: admission turns it into ``ContentNotSupported`` for that block."""
+
+    code = ErrorCode.CONTENT_NOT_SUPPORTED
+
+    def __init__(self, why: str, *, reason: str, limit: int | None = None) -> None:
+        super().__init__(why, reason=reason)
+        self.why = why
+        self.reason = reason
+        self.limit = limit
+
+
+class UnknownAttachment(PonderError):
+    """``attachment/get`` for an id that no message of the session names: ``data`` ``{reason}``."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, session_id: str, attachment_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} has no attachment {attachment_id!r}; "
+            "use an attachment_id from one of its image blocks.",
+            reason="unknown_attachment",
+        )
+
+
 class InternalError(PonderError):
     code = ErrorCode.INTERNAL_ERROR
 
@@ -91,11 +129,36 @@ class ProviderNotConfigured(PonderError):
         super().__init__(f"Provider {provider!r} has no credentials: {hint}", provider=provider, hint=hint)
 
 
+class StateConflict(PonderError):
+    """Params that are well formed but conflict with the state they act on (``-32602`` with
+    ``data: {reason}``): ``already_delivered``, ``unknown_message_id``, ``client_message_id_reused``."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message, reason=reason)
+        self.reason = reason
+
+
 class SessionBusy(PonderError):
+    """``reason``: ``queue_full`` (the waiting input is full, or another ponder process runs a turn
+    in it) or ``turn_running`` (``session/continue`` while a turn runs)."""
+
     code = ErrorCode.SESSION_BUSY
 
-    def __init__(self, session_id: str, why: str = "its prompt queue is full") -> None:
-        super().__init__(f"Session {session_id!r} is busy: {why}; wait or cancel it.", session_id=session_id)
+    def __init__(self, session_id: str, why: str = "its queue is full", reason: str = "queue_full") -> None:
+        super().__init__(
+            f"Session {session_id!r} is busy: {why}; wait or cancel it.", session_id=session_id, reason=reason
+        )
+
+
+class TurnNotActive(PonderError):
+    """A steer that names a turn which is not running, or a turn that cannot be steered (``-32007``)."""
+
+    code = ErrorCode.TURN_NOT_ACTIVE
+
+    def __init__(self, message: str, *, active_turn_id: str | None, reason: str) -> None:
+        super().__init__(message, active_turn_id=active_turn_id, reason=reason)
 
 
 class ShuttingDown(PonderError):
@@ -117,6 +180,12 @@ class BudgetExceeded(PonderError):
     model call; the message names the budget and the amount spent (``context.budget.budget_exceeded``)."""
 
     code = ErrorCode.BUDGET_EXCEEDED
+
+
+class HookDenied(PonderError):
+    """A ``user_prompt_submit`` hook refused the prompt; its turn ends ``error`` with the hook's reason."""
+
+    code = ErrorCode.INVALID_PARAMS
 
 
 class ProviderError(PonderError):
@@ -148,17 +217,21 @@ class ProviderError(PonderError):
 
 class ContextOverflow(ProviderError):
     """The request did not fit the model's context window and compaction could not make it fit:
-    automatic compaction is off, or the retry after compacting overflowed too."""
+    automatic compaction is off, or the retry after compacting (and shortening what was too big)
+    overflowed too. ``advice``: what to do, when more is known than "compact the session"."""
 
-    def __init__(self, cause: ProviderError, *, compacted: bool) -> None:
+    def __init__(self, cause: ProviderError, *, compacted: bool, advice: str | None = None) -> None:
         if compacted:
             what = "still does not fit the model's context window after compacting it"
         else:
             what = "does not fit the model's context window and was not compacted"
         detail = cause.message.rstrip(".")
+        todo = advice or (
+            "Compact the session (session/compact, or /compact in an editor; with instructions to keep less) "
+            "and send the prompt again."
+        )
         super().__init__(
-            f"The conversation {what} ({detail}). Compact the session (session/compact, or /compact in an editor; "
-            "with instructions to keep less) and send the prompt again.",
+            f"The conversation {what} ({detail}). {todo}",
             provider=cause.provider,
             status=cause.status,
             kind=cause.kind,

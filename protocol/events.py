@@ -14,13 +14,16 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    QueuedTurn,
+    Rule,
     Session,
     StopReason,
     Thinking,
     Usage,
+    WaitingSteer,
 )
 
-ReplyRole = Literal["assistant", "tool"]
+ReplyRole = Literal["user", "assistant", "tool"]  # "user": a steer joining the running turn
 TurnKind = Literal["prompt", "compaction"]
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 
@@ -38,6 +41,9 @@ class TurnStart(BaseEvent, tag="turn_start"):
     thinking: Thinking
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
+    continued_from: str | None = None  # the turn session/continue goes on with
+    # What was left out of the request and why, one sentence each (PROTOCOL.md "Prompt content").
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class MessageStart(BaseEvent, tag="message_start"):
@@ -106,10 +112,27 @@ class MessageEnd(BaseEvent, tag="message_end"):
     message: Message
 
 
+PermissionSource = Literal["rule", "policy", "user", "hook", "sandbox"]
+HookEventName = Literal["pre_tool_use", "post_tool_use", "user_prompt_submit", "stop", "pre_compact"]
+HookStatus = Literal["completed", "blocked", "failed", "timed_out"]
+
+
+class Permission(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Why a tool call ran or not: which decision, from which step, by which rule."""
+
+    decision: Literal["allow", "deny"]
+    source: PermissionSource
+    rule: Rule | None = None
+    note: str | None = None  # what was not kept or saved, or why no rule could allow the call
+
+
 class ToolExecutionStart(BaseEvent, tag="tool_execution_start"):
     call_id: str
     name: str
     arguments: dict[str, Any]
+    # null for a call that never reached the permission check and never runs (arguments that are
+    # not JSON or do not fit the tool, an unknown tool: the tool error says which)
+    permission: Permission | None = None
 
 
 class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
@@ -158,6 +181,28 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
+class QueueUpdate(BaseEvent, tag="queue_update"):
+    """The session's waiting input after every change; not part of any turn (``turn_id`` null)."""
+
+    turn_id: str | None  # type: ignore[assignment]  # always null: the queue belongs to no turn
+    steers: list[WaitingSteer]
+    queued: list[QueuedTurn]
+
+
+class HookStart(BaseEvent, tag="hook_start"):
+    hook_id: str
+    event: HookEventName
+    command: str
+
+
+class HookEnd(BaseEvent, tag="hook_end"):
+    hook_id: str
+    event: HookEventName
+    status: HookStatus
+    duration_ms: int
+    output: str  # what the hook printed (its reason), cut short and with credentials masked
+
+
 class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -184,6 +229,9 @@ AgentEvent = (
     | UsageEvent
     | CompactionStart
     | CompactionEnd
+    | QueueUpdate
+    | HookStart
+    | HookEnd
     | TurnEnd
 )
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, ProposedRule, Rule, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -42,11 +42,38 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class SteeringCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing")."""
+
+    deliveries: list[str] = msgspec.field(default_factory=lambda: ["queue", "steer"])
+    queue_remove: bool = True
+    queue_update: bool = True
+    client_message_id: bool = True
+
+
+class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content")."""
+
+    image: bool = True
+    resource: bool = True
+    resource_link: bool = True
+    max_images_per_prompt: int
+    max_image_bytes: int
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    steering: SteeringCapability = msgspec.field(default_factory=SteeringCapability)
+    # ``session/continue``: the last interrupted turn goes on without a new prompt.
+    # (``continue`` is a Python keyword: the wire name is set with ``name``.)
+    continue_: bool = msgspec.field(default=True, name="continue")
+    prompt_content: PromptContentCapability | None = None
+    permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
+    hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -179,20 +206,108 @@ class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     items: list[HistoryItem]  # messages and compaction records in seq order
 
 
+Delivery = Literal["queue", "steer"]
+# What admission did with a prompt: it starts a turn now, waits behind others, or waits to
+# join the running turn before its next model call.
+Admission = Literal["started", "queued", "steer_pending"]
+# A client's idempotency key for a prompt: unique in the session across clients (a UUID).
+ClientMessageId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class TextInput(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ImageInput(msgspec.Struct, kw_only=True, tag_field="type", tag="image"):
+    """Base64 ``data`` (with ``mime_type``, which admission checks against the bytes) or a ``path``
+    (absolute, or relative to the session's cwd): exactly one of them."""
+
+    data: str | None = None
+    path: str | None = None
+    mime_type: str | None = None
+    name: str | None = None
+
+
+class ResourceInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource"):
+    """An embedded file, as editors send an @-mention: exactly one of ``text`` and ``blob`` (base64)."""
+
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+    mime_type: str | None = None
+
+
+class ResourceLinkInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource_link"):
+    """A link: a ``file://`` one inside the session's cwd is read at admission."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+InputBlock = TextInput | ImageInput | ResourceInput | ResourceLinkInput
+
+
 class SessionPromptParams(msgspec.Struct, kw_only=True):
     session_id: str
-    text: str
+    text: str | None = None  # shorthand for content: [{type: text, text}]; exactly one of the two
+    content: list[InputBlock] | None = None
     thinking_level: str | None = None  # this turn only
+    # "queue" (default): a follow-up turn of its own; "steer": joins the running turn.
+    delivery: Delivery = "queue"
+    expected_turn_id: str | None = None  # only with delivery "steer": the turn it must join
+    client_message_id: ClientMessageId | None = None  # a prompt sent twice is admitted once
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn_id: str
-    queued: bool
+    message_id: str
+    queued: bool  # true exactly when delivery is "queued"
+    delivery: Admission
+
+
+class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again."""
+
+    message_id: str
+    text: str
+    content: list[dict[str, Any]] | None = None
+
+
+class AttachmentGetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    attachment_id: str
+
+
+class AttachmentGetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    attachment_id: str
+    mime_type: str
+    data: str  # base64
 
 
 class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cancelled: bool
     dropped_queued: int
+    dropped_steers: list[DroppedSteer] = msgspec.field(default_factory=list)
+
+
+ContinueAction = Literal["resumed", "nothing_to_continue"]
+
+
+class SessionContinueResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    turn_id: str | None  # null with nothing_to_continue
+    action: ContinueAction
+
+
+class SessionQueueRemoveParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    message_id: str
+
+
+class SessionQueueRemoveResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    removed: bool
 
 
 class SessionForkParams(msgspec.Struct, kw_only=True):
@@ -271,7 +386,7 @@ class CancelRequestParams(msgspec.Struct, kw_only=True):
 
 # --- daemon → client requests --------------------------------------------------------
 
-PermissionDecision = Literal["allow_once", "allow_session", "deny"]
+PermissionDecision = Literal["allow_once", "allow_session", "allow_always", "deny", "deny_always"]
 
 
 class PermissionRequestParams(msgspec.Struct, kw_only=True):
@@ -282,10 +397,29 @@ class PermissionRequestParams(msgspec.Struct, kw_only=True):
     arguments: dict[str, Any]
     title: str
     options: list[PermissionDecision]
+    # What allow_session/allow_always/deny_always keep unless the answer edits it: for
+    # run_command the first command's words, for a file tool its path, else the tool.
+    suggested_rule: ProposedRule | None = None
+    reason: str | None = None  # why this call is asked about (an ask rule, a hook), when not the policy
 
 
 class PermissionRequestResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     decision: PermissionDecision
+    # An edited suggested_rule (a ProposedRule). Checked by the daemon: one that does not match the
+    # call, carries another decision or names no tool makes the answer allow_once or deny, keeping no rule.
+    rule: dict[str, Any] | None = None
+
+
+# --- permissions -----------------------------------------------------------------------
+
+
+class PermissionsListParams(msgspec.Struct, kw_only=True):
+    session_id: str | None = None
+
+
+class PermissionsListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    rules: list[Rule]
+    problems: list[str]
 
 
 # --- the method table ------------------------------------------------------------------
@@ -304,12 +438,16 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),
     "session/prompt": (SessionPromptParams, SessionPromptResult),
+    "session/continue": (SessionIdParams, SessionContinueResult),
+    "session/queue/remove": (SessionQueueRemoveParams, SessionQueueRemoveResult),
     "session/compact": (SessionCompactParams, SessionCompactResult),
+    "attachment/get": (AttachmentGetParams, AttachmentGetResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),
     "session/fork": (SessionForkParams, SessionOnlyResult),
     "session/rename": (SessionRenameParams, SessionOnlyResult),
     "session/delete": (SessionIdParams, SessionDeleteResult),
     "session/budget": (SessionBudgetParams, SessionOnlyResult),
+    "permissions/list": (PermissionsListParams, PermissionsListResult),
     "mcp/list": (McpListParams, McpListResult),
     "auth/status": (Empty, AuthStatusResult),
     "auth/login": (AuthLoginParams, AuthLoginResult),

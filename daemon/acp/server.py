@@ -9,6 +9,12 @@ credentials, ``-32002`` resource not found for an unknown session).
 
 ponder's own extras are ``_ponder/...`` methods, advertised in
 ``agentCapabilities._meta.ponder.methods``; any other ``_`` method is ``-32601``.
+
+Steering (until ACP's steering RFD is stable): ``agentCapabilities._meta.ponder.steering`` says
+that a ``session/prompt`` with ``_meta: {"ponder": {"delivery": "steer", "expected_turn_id"?}}``
+joins the running turn before its next model call and is answered when that turn ends; a plain
+prompt while a turn runs keeps ACP's queue semantics (it waits for its own turn). ``/continue``
+goes on with a turn that was cut off.
 """
 
 import logging
@@ -27,7 +33,7 @@ from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
 from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
 from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
-from daemon.acp.content import prompt_text, title_for
+from daemon.acp.content import prompt_content, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
@@ -39,6 +45,7 @@ from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
+from protocol.methods import InputBlock, TextInput
 from protocol.objects import Compaction, ErrorInfo
 
 log = logging.getLogger("ponder.acp")
@@ -65,9 +72,27 @@ COMMANDS = [
         name="compact",
         description="Fold the older conversation into a summary to free context (nothing is deleted).",
         input=t.UnstructuredCommandInput(hint="optional: what the summary should keep"),
-    )
+    ),
+    t.AvailableCommand(
+        name="continue",
+        description="Go on with the last turn where it was cut off (a cancel, an error, the output limit, a crash).",
+    ),
 ]
 _COMPACT = re.compile(r"^\s*/compact(?:\s+(.*))?\s*$", re.DOTALL)
+_CONTINUE = re.compile(r"^\s*/continue\s*$")
+# ``agentCapabilities._meta.ponder.steering``: how an ACP client steers a running turn.
+STEERING_META = {
+    "prompt_meta": {"ponder": {"delivery": "steer", "expected_turn_id": "optional"}},
+    "continue": "/continue",
+}
+
+
+def _steer_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``_meta.ponder`` of a prompt that asks to steer the running turn; None for a plain prompt."""
+    ponder = (meta or {}).get("ponder")
+    if isinstance(ponder, dict) and ponder.get("delivery") == "steer":
+        return ponder
+    return None
 
 
 def compact_command(text: str) -> str | None:
@@ -193,7 +218,7 @@ class AcpServer:
             protocol_version=t.PROTOCOL_VERSION,
             agent_capabilities=t.AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=t.PromptCapabilities(image=False, audio=False, embedded_context=True),
+                prompt_capabilities=t.PromptCapabilities(image=True, audio=False, embedded_context=True),
                 mcp_capabilities=t.McpCapabilities(http=False, sse=False),
                 session_capabilities=t.SessionCapabilities(list={}, resume={}, close={}, delete={}),
                 meta={
@@ -201,6 +226,7 @@ class AcpServer:
                         "version": __version__,
                         "home": str(self.config.home),
                         "methods": EXTENSION_METHODS,
+                        "steering": STEERING_META,
                         "problems": list(self.daemon.problems),  # e.g. a store that could not be opened
                     }
                 },
@@ -294,13 +320,17 @@ class AcpServer:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        for update in self._replay(live.history, live.compactions, live.row.cwd):
+        ids = [p.attachment_id for m in live.history if m.role == "user" for p in m.parts if p.attachment_id]
+        images = await self.sessions.store.get_attachments(ids) if ids else {}
+        for update in self._replay(live.history, live.compactions, live.row.cwd, images):
             await self.bridge.update(live.row.id, update)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
 
-    def _replay(self, history: list[ChatMessage], compactions: list[Compaction], cwd: str) -> list[t.SessionUpdate]:
+    def _replay(
+        self, history: list[ChatMessage], compactions: list[Compaction], cwd: str, images: dict[str, bytes]
+    ) -> list[t.SessionUpdate]:
         """The stored history's updates, each stored compaction at its place (after the message of its seq)."""
         updates: list[t.SessionUpdate] = []
         done = 0
@@ -308,10 +338,10 @@ class AcpServer:
             upto = done
             while upto < len(history) and history[upto].seq <= compaction.seq:
                 upto += 1
-            updates += replay_updates(history[done:upto], self.sessions.tools, cwd)
+            updates += replay_updates(history[done:upto], self.sessions.tools, cwd, images)
             updates.append(stored_compaction(compaction, capable=self.bridge.compaction_updates))
             done = upto
-        return updates + replay_updates(history[done:], self.sessions.tools, cwd)
+        return updates + replay_updates(history[done:], self.sessions.tools, cwd, images)
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
@@ -365,20 +395,29 @@ class AcpServer:
     # --- prompt turns ---------------------------------------------------------------------
 
     async def session_prompt(self, params: t.PromptRequest) -> t.PromptResponse:
-        text = prompt_text(params.prompt)
+        content = prompt_content(params.prompt)
+        text = "".join(block.text for block in content if isinstance(block, TextInput))
         session_id = params.session_id
         waiter = self.bridge.begin_prompt(session_id)  # before anything is awaited
-        instructions = compact_command(text)
+        # ``/compact`` and ``/continue`` are prompts of text alone.
+        text_only = all(isinstance(b, TextInput) for b in content)
+        instructions = compact_command(text) if text_only else None
+        steer = _steer_meta(params.meta)
         try:
-            try:
-                turn_id = await self._admit(session_id, text, instructions)
-            except ProviderNotConfigured:
-                # A key added to config.toml, or a terminal sign-in, since start-up.
-                if not await self.reload_credentials():
-                    raise
-                turn_id = await self._admit(session_id, text, instructions)
+            if text_only and _CONTINUE.match(text):
+                turn_id = await self.sessions.continue_turn(session_id)
+                if turn_id is None:
+                    return t.PromptResponse(stop_reason="end_turn", meta={"ponder": {"action": "nothing_to_continue"}})
+            else:
+                try:
+                    turn_id = await self._admit(session_id, content, instructions, steer)
+                except ProviderNotConfigured:
+                    # A key added to config.toml, or a terminal sign-in, since start-up.
+                    if not await self.reload_credentials():
+                        raise
+                    turn_id = await self._admit(session_id, content, instructions, steer)
             await self.bridge.admitted(waiter, turn_id)
-            if instructions is None:
+            if instructions is None and steer is None:
                 await self._title_if_untitled(session_id, params.prompt)
             await waiter.done.wait()
         except anyio.get_cancelled_exc_class():
@@ -391,13 +430,30 @@ class AcpServer:
             self.bridge.end_prompt(waiter)
         return prompt_answer(waiter)
 
-    async def _admit(self, session_id: str, text: str, compact_instructions: str | None) -> str:
-        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, anything else a prompt."""
+    async def _admit(
+        self,
+        session_id: str,
+        content: list[InputBlock],
+        compact_instructions: str | None,
+        steer: dict[str, Any] | None,
+    ) -> str:
+        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, a steer joins the
+        running turn (its id), anything else a prompt (its blocks admitted as ``session/prompt
+        {content}``: a link outside the cwd stays a link)."""
         if compact_instructions is not None:
             turn_id, _compaction_id, _queued = await self.sessions.compact(session_id, compact_instructions or None)
             return turn_id
-        turn_id, _queued = await self.sessions.prompt(session_id, text)
-        return turn_id
+        if steer is not None:
+            expected = steer.get("expected_turn_id")
+            if expected is not None and not isinstance(expected, str):
+                raise InvalidParams("expected_turn_id must be a string.", path="$.params._meta.ponder.expected_turn_id")
+            admitted = await self.sessions.prompt(
+                session_id, None, content=content, links_outside_cwd=True, delivery="steer", expected_turn_id=expected
+            )
+            return admitted.turn_id
+        # A prompt while a turn runs waits for it (ACP's queue semantics): delivery "queue".
+        admitted = await self.sessions.prompt(session_id, None, content=content, links_outside_cwd=True)
+        return admitted.turn_id
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
         """Name an untitled session after its first prompt (ACP has no rename of its own)."""

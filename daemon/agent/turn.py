@@ -14,6 +14,7 @@ import random
 
 from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
+from daemon.agent.history import save_and_end
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
@@ -40,6 +41,7 @@ BACKOFF_CAP_S = 30.0
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
     turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
+    notes = await _media_notes(turn)
     await turn.emit(
         ev.TurnStart,
         {
@@ -47,6 +49,8 @@ async def run_turn(turn: Turn) -> str:
             "thinking": turn.thinking,
             "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
             "kind": "compaction" if turn.compaction_request is not None else "prompt",
+            "continued_from": turn.continued_from,
+            "notes": notes,
         },
     )
     stop_reason, error = "error", None
@@ -68,11 +72,24 @@ async def run_turn(turn: Turn) -> str:
         except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
+        if turn.observe is not None and not turn.cancel_scope.cancel_called:
+            # stop hooks, inside the turn's brackets and its cancel scope: they only watch
+            await turn.observe("stop", {"stop_reason": stop_reason})
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
+
+
+async def _media_notes(turn: Turn) -> list[str]:
+    """What the first request will leave out of the history (images as notes), for ``turn_start``."""
+    if turn.media is None or turn.compaction_request is not None:
+        return []
+    try:
+        return (await turn.media.ready(compaction.request_messages(turn))).notes()
+    except PonderError:
+        return []  # the store failed: the first request's own ``ready`` says so, inside the turn
 
 
 def log_decision(turn: Turn) -> None:
@@ -107,20 +124,48 @@ def cut_off(turn: Turn) -> ErrorInfo:
     return ErrorInfo(code=int(ErrorCode.INVALID_PARAMS), message=f"{what}; {', or '.join(steps)}.")
 
 
+# A reply that ended so can be followed by the steers that arrived while it streamed: one
+# more model call with them. Other endings (refusal, error, cancel) end the turn, and the
+# steers start the next one.
+_STEERABLE_ENDINGS = ("end_turn", "tool_use", "max_tokens")
+
+
 async def _tool_loop(turn: Turn) -> str:
     for _step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
         spent = turn.budget_spent() if turn.budget_spent is not None else None
         if spent is not None:
             raise BudgetExceeded(spent)
+        # After the tools of the last reply have all finished (and the compaction after them):
+        # the steers that arrived meanwhile join, in the provider's shape after the tool results.
+        await join_steers(turn)
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
         if stop != "tool_use" or not calls:
+            if stop in _STEERABLE_ENDINGS and await join_steers(turn):
+                continue  # the reply called no tool: one more model call carries the steers
             # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
             return "end_turn" if stop == "tool_use" else stop
         await run_tools(turn, calls)
         await compaction.maybe_compact(turn, backoff=_backoff)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
+
+
+async def join_steers(turn: Turn) -> bool:
+    """Store the steers waiting for this turn as user messages in its history (``message_start``
+    and ``message_end`` with ``role: user``, in arrival order); True when any joined.
+
+    Shielded once taken: a cancel arriving meanwhile still finds them stored, never half-joined."""
+    if turn.take_steers is None:
+        return False
+    with turn.finishing():
+        messages = await turn.take_steers()
+        for message in messages:
+            message.seq = turn.next_seq()
+            turn.history.append(message)
+            await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "user"})
+            await save_and_end(turn, message)
+    return bool(messages)
 
 
 async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str, ErrorInfo | None]:
@@ -151,8 +196,11 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
     level_refused: str | None = None  # the level a provider refused in this reply, once retried
-    compacted_for_overflow = False
+    overflow_retried = False
+    images_refused = False  # a provider refused an image of this request, once retried without it
     while True:
+        if turn.media is not None:
+            await turn.media.ready(compaction.request_messages(turn))
         reply = Reply(turn)
         try:
             return await reply.stream()
@@ -180,13 +228,38 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 },
             )
         except ProviderError as exc:
+            if not reply.started and not images_refused and turn.media is not None:
+                refused = await turn.media.rejected(exc, turn.history)
+                if refused:
+                    images_refused = True  # the request once more, with that image as a note
+                    attempt += 1
+                    what = "an image" if refused == 1 else f"{refused} images"
+                    message = f"The provider refused {what} ({exc.message}); retrying with a note in its place."
+                    await turn.emit(
+                        ev.Retry,
+                        {
+                            "attempt": attempt,
+                            "max_attempts": max(attempt, turn.settings.max_attempts),
+                            "delay_ms": 0,
+                            "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                        },
+                    )
+                    continue
             if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
-                if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
-                    raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc
-                compacted_for_overflow = True  # compact, then retry the request once
-                outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
-                if outcome.status != "completed":
-                    raise ContextOverflow(exc, compacted=False) from exc
+                # The window and the real size the error names: the retry is shortened to them.
+                compaction.learn_from_overflow(turn, exc.message, reply.sent_estimate)
+                setup = turn.compaction
+                if overflow_retried or setup is None or not setup.auto:
+                    raise ContextOverflow(exc, compacted=overflow_retried, advice=compaction.advice(turn)) from exc
+                overflow_retried = True  # compact (when something can be folded), then retry the request once
+                if not setup.discarded:
+                    outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
+                    if outcome.status in ("failed", "cancelled"):
+                        raise ContextOverflow(exc, compacted=False, advice=compaction.advice(turn)) from exc
+                # The summary was a model call: the retry is another, and the budget may be spent now.
+                spent = turn.budget_spent() if turn.budget_spent is not None else None
+                if spent is not None:
+                    raise BudgetExceeded(spent) from exc
                 continue
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise

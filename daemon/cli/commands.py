@@ -6,8 +6,8 @@ are shown once, in plain words, while its log goes to ``logs/ponder.log`` only. 
 into a program that stops reading (``ponder models | head``) ends the command quietly, with the
 status a Unix tool killed by SIGPIPE has (141).
 
-Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``models``, ``mcp``,
-``login``) with one ``async def NAME(client, args) -> int``: the exit status.
+Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``continuing``,
+``models``, ``mcp``, ``login``) with one ``async def NAME(client, args) -> int``: the exit status.
 """
 
 import argparse
@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import anyio
 
-from daemon.cli import ask, compact, login, mcp, models, sessions
+from daemon.cli import ask, compact, continuing, login, mcp, models, sessions
 from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
@@ -30,6 +30,7 @@ COMMANDS: dict[str, Command] = {
     "ask": ask.ask,
     "sessions": sessions.sessions,
     "compact": compact.compact,
+    "continue": continuing.continue_session,
     "models": models.models,
     "mcp": mcp.mcp,
     "login": login.login,

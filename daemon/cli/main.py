@@ -88,6 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
     ask.add_argument("--approval", choices=get_args(ApprovalPolicy), help="approval policy for a new session")
     ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+    ask.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="attach an image (PNG, JPEG, GIF or WebP; large ones are scaled down); repeatable",
+    )
+    ask.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="attach a text file's content (an embedded resource); repeatable",
+    )
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
@@ -98,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("session_id", help="the session to compact")
     # A default keeps argparse from listing the optional words as required when session_id is missing.
     compact.add_argument("instructions", nargs="*", default=[], help="what the summary should keep (optional)")
+
+    cont = sub.add_parser("continue", help="go on with a session's last turn where it was cut off")
+    cont.add_argument("session_id", help="the session whose last turn goes on")
+    cont.add_argument("--json", action="store_true", help="print every event as one JSON line")
 
     login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
     login.add_argument("provider", choices=["copilot"])

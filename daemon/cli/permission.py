@@ -1,5 +1,6 @@
 """The permission prompt of ``ponder ask``: before a tool changes anything, the person at the
-terminal sees what it will do and answers.
+terminal sees what it will do and answers with one of the answers the daemon offered (once,
+session, always here, no, deny always), seeing the rule a session or "always" answer keeps.
 
 An edit or a write shows the unified diff it would make to the file as it is now (red and green
 on a colour terminal), a command shows its command line, any other tool its arguments; long
@@ -23,7 +24,8 @@ from daemon.jsonrpc.client import RpcClient
 MAX_LINES = 40  # of a diff or a command shown in the prompt
 MAX_PREVIEW_BYTES = 2 * 1024 * 1024  # a larger file is not read to show a diff
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ANSWERS = {"y": "allow_once", "yes": "allow_once", "a": "allow_session", "always": "allow_session"}
+_KEYS = {"y": "allow_once", "s": "allow_session", "a": "allow_always", "n": "deny", "d": "deny_always"}
+_LABELS = {"y": "[y]es once", "s": "[s]ession", "a": "[a]lways here", "n": "[N]o", "d": "[d]eny always"}
 
 
 class PermissionPrompt:
@@ -39,13 +41,19 @@ class PermissionPrompt:
         cwd = await self._cwd(params["session_id"])
         sys.stderr.write(prompt_text(params, cwd, sys.stderr))
         sys.stderr.flush()
-        return {"decision": ANSWERS.get((await read_line_from_terminal()).strip().lower(), "deny")}
+        answer = (await read_line_from_terminal()).strip().lower()[:1]
+        return {"decision": _KEYS[answer] if answer in offered_keys(params) else "deny"}
 
     async def _cwd(self, session_id: str) -> str:
         if session_id not in self._cwds and self.client is not None:
             got = await self.client.request("session/get", {"session_id": session_id})
             self._cwds[session_id] = got["session"]["cwd"]
         return self._cwds.get(session_id, os.getcwd())
+
+
+def offered_keys(params: dict[str, Any]) -> list[str]:
+    """The keys of the answers the daemon offered (a call no rule can be made from offers once or no)."""
+    return [key for key, decision in _KEYS.items() if decision in params.get("options", [])]
 
 
 async def read_line_from_terminal() -> str:
@@ -73,8 +81,13 @@ def prompt_text(params: dict[str, Any], cwd: str, stream: Any) -> str:
     style = Style(stream)
     width = terminal_width(stream) or 120
     body = [_cut(line, width) for line in what_it_does(params["tool"], params["arguments"], cwd, style)]
-    question = f"Allow? {style(BOLD, '[y]')}es once / {style(BOLD, '[a]')}lways this session / [N]o: "
-    return "\n" + "\n".join([style(BOLD, params["title"]), *body, question])
+    rule = params.get("suggested_rule") or {}
+    words = [w if isinstance(w, str) else "{" + ",".join(w) + "}" for w in rule.get("pattern") or []]
+    what = " ".join(words) or rule.get("path") or ""
+    reason = f" ({params['reason']})" if params.get("reason") else ""
+    kept = [style(DIM, f"(session/always keep the rule: {rule.get('tool')} {what})")] if what else []
+    question = f"Allow? {' / '.join(_LABELS[key] for key in offered_keys(params))}: "
+    return "\n" + "\n".join([style(BOLD, params["title"]) + reason, *body, *kept, question])
 
 
 def what_it_does(tool: str, arguments: dict[str, Any], cwd: str, style: Style) -> list[str]:

@@ -9,6 +9,7 @@ dialect reports it at initialize) and every session method answers with the same
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 
@@ -18,6 +19,7 @@ from daemon.config.settings import Config, apply_stored_login
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
 from daemon.mcp import McpManager
+from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry, load
 from daemon.sessions import ClientBridge, SessionManager
 from daemon.store import AsyncStore, SessionRow
@@ -37,6 +39,7 @@ class Daemon:
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
         self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
+        self.permissions = PermissionBook(config)  # rules and hooks, checked once here
         self.sessions = SessionManager(
             config,
             store,
@@ -45,10 +48,15 @@ class Daemon:
             bridge,
             tool_sources=[self.mcp],
             discover_models=self._discover_for,
+            permissions=self.permissions,
         )
         self.shutdown_requested = anyio.Event()
         # What initialize reports: the config's problems, then the store's (if it could not be opened).
-        self.problems = [*config.problems, *([store.store.problem] if store.store.problem else [])]
+        self.problems = [
+            *config.problems,
+            *self.permissions.problems,
+            *([store.store.problem] if store.store.problem else []),
+        ]
         for problem in self.problems:
             log.warning("%s", problem)
 
@@ -83,6 +91,16 @@ class Daemon:
             return await self.store.list_sessions(cwd, limit, cursor)
         except InvalidCursor as exc:
             raise InvalidParams(exc.message, path="$.params.cursor") from None
+
+    async def permissions_list(self, session_id: str | None) -> m.PermissionsListResult:
+        """Every rule in force; for a session, those that apply to it and then its policy's."""
+        session = None
+        if session_id is not None:
+            row = await self.sessions.row(session_id)
+            session = (row.id, Path(row.cwd), row.approval_policy)
+        return m.PermissionsListResult(
+            rules=self.permissions.listing(session), problems=list(self.permissions.problems)
+        )
 
     async def auth_status(self) -> m.AuthStatusResult:
         # Re-read the stored sign-ins: another daemon on this home may have signed in.

