@@ -259,13 +259,13 @@ def test_the_permission_prompt_for_a_new_file_a_command_and_a_long_write(home, t
     with Terminal(args, env_for(home, NO_COLOR="1")) as terminal:
         terminal.expect(r"Allow\?")
         terminal.type("y\n")
-        terminal.expect(r"\$ echo one &&\n   echo two\nin .*\nAllow\?")
+        terminal.expect(r"\$ echo one &&\n   echo two\nin .*\n(\(session/always keep the rule: .*\)\n)?Allow\?")
         terminal.type("n\n")
         assert terminal.wait() == 0
     shown = terminal.text
     assert "\x1b[" not in shown  # NO_COLOR
     assert "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,100 @@\n+line 0\n" in shown
-    assert "+line 35\n… 64 more lines\nAllow?" in shown  # a screenful, saying what was left out
+    assert "+line 35\n… 64 more lines\n" in shown  # a screenful, saying what was left out
     assert (tmp_path / "notes.txt").read_text() == long_text
     assert "The last one failed:\nrun_command was not run: the user denied permission." in shown
     assert "ponder: run_command:" not in shown  # the person said no: no notice about it
@@ -321,9 +321,9 @@ def test_the_readme_mock_tools_example_edits_a_file_and_runs_a_command(home, tmp
     command = shlex.split("\n".join(lines[1:]))
     assert command[:4] == ["ponder", "ask", "--model", "mock/tools"]
     with Terminal(command[1:], env_for(home), cwd=tmp_path) as terminal:
-        terminal.expect(r"\+    print\(\"hello, world\"\)\nAllow\?")
+        terminal.expect(r"\+    print\(\"hello, world\"\)\n(\(session/always keep the rule: .*\)\n)?Allow\?")
         terminal.type("y\n")
-        terminal.expect(r"\$ python3 -c \"import hello; hello.hello\(\)\"\nin .*\nAllow\?")
+        terminal.expect(r"\$ python3 -c \"import hello; hello.hello\(\)\"\nin .*\n(\(session/always keep the rule: .*\)\n)?Allow\?")
         terminal.type("y\n")
         assert terminal.wait() == 0
     assert "The last one returned:\nhello, world\n" in plain(terminal.text)
