@@ -181,6 +181,13 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
+class ThinkingUpdate(BaseEvent, tag="thinking_update"):
+    """Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why."""
+
+    thinking: Thinking
+
+
 class QueueUpdate(BaseEvent, tag="queue_update"):
     """The session's waiting input after every change; not part of any turn (``turn_id`` null)."""
 
@@ -226,6 +233,7 @@ AgentEvent = (
     | ToolExecutionOutput
     | ToolExecutionEnd
     | Retry
+    | ThinkingUpdate
     | UsageEvent
     | CompactionStart
     | CompactionEnd

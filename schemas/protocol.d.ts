@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -1071,6 +1071,16 @@ export interface ThinkingStart {
   type: "thinking_start";
   message_id: string;
   index: number;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why. */
+export interface ThinkingUpdate {
+  type: "thinking_update";
+  thinking: Thinking;
   session_id: string;
   turn_id: string;
   seq: number;

@@ -159,8 +159,8 @@ class Turn:
     provider_name: str
     model_name: str
     provider: Provider
-    # Resolved for the model and adjusted by its provider (``Provider.adjust_thinking``) once,
-    # by the session when it builds the turn; the agent sends it as is and never recomputes it.
+    # The turn's decision for the model (a level retry replaces it); each call's own thinking is
+    # derived from it once per request (``agent.call_thinking``).
     thinking: Thinking
     history: list[ChatMessage]  # the session's messages; this turn appends to it
     emit: Emit
@@ -191,6 +191,8 @@ class Turn:
     media: TurnMedia | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
+    # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).
+    reported: Thinking | None = None
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
     _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
 

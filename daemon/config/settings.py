@@ -27,6 +27,7 @@ from daemon.models.levels import parse_level
 from daemon.util import redact
 from daemon.util.secret import Secret
 from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from daemon.vendors.table import key_hint as vendor_key_hint
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
 
 
@@ -52,7 +53,7 @@ class ProviderConfig:
     base_url: str
     api_key: Secret | None = None
     key_source: str | None = None  # "env" | "config" | "login" | None
-    key_hint: str = ""  # how to configure it, for provider_not_configured
+    key_hint: str = ""  # how to configure it (``daemon.vendors.table.key_hint``); filled when empty
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
     # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
@@ -63,6 +64,10 @@ class ProviderConfig:
     # Provider-specific URLs besides base_url (``ProviderInfo.endpoints``), e.g. where a
     # device sign-in runs; see daemon.providers.device_login.
     endpoints: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.key_hint:
+            self.key_hint = vendor_key_hint(self.name)
 
     @property
     def configured(self) -> bool:
@@ -272,9 +277,7 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
         problems.append(f"config.toml: {provider.problem}")
     key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs)
     provider.api_key, provider.key_source = _find_key(key_envs, section, env)
-    provider.key_hint = info.key_hint or (
-        f"set {' or '.join(key_envs)}" if key_envs else f"set api_key_env in [providers.{name}] of config.toml"
-    )
+    provider.key_hint = vendor_key_hint(name, key_envs)
     return provider
 
 

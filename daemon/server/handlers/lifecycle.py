@@ -1,16 +1,19 @@
 """``initialize`` (and the warm-up after it), ``shutdown`` and ``ping``."""
 
 import threading
+from typing import get_args
 
 import anyio
 
 from daemon import __version__
 from daemon.errors import InvalidParams
 from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
+from daemon.models.spec import LEVELS
 from daemon.server.core import Daemon
 from daemon.server.rpc_bridge import RpcBridge
-from protocol import PROTOCOL_VERSION, THINKING_LEVELS
+from protocol import PROTOCOL_VERSION
 from protocol import methods as m
+from protocol.objects import ApprovalPolicy
 
 WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
 
@@ -38,8 +41,8 @@ class LifecycleHandlers:
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
-                thinking_levels=list(THINKING_LEVELS),
-                approval_policies=["ask", "auto", "read_only"],
+                thinking_levels=list(LEVELS),
+                approval_policies=list(get_args(ApprovalPolicy)),
                 prompt_content=m.PromptContentCapability(
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
                 ),
