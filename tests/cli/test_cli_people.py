@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", re.MULTILINE)  # a timestamped log record
+RULE = r"(\(session/always keep the rule: .*\)\n)?"  # the rule a session/always answer keeps
 RED, GREEN = "\x1b[31m", "\x1b[32m"
 HELLO = 'def hello():\n    print("hello")\n'
 EDIT_HELLO = "tool: edit_file " + json.dumps(
@@ -259,7 +260,7 @@ def test_the_permission_prompt_for_a_new_file_a_command_and_a_long_write(home, t
     with Terminal(args, env_for(home, NO_COLOR="1")) as terminal:
         terminal.expect(r"Allow\?")
         terminal.type("y\n")
-        terminal.expect(r"\$ echo one &&\n   echo two\nin .*\n(\(session/always keep the rule: .*\)\n)?Allow\?")
+        terminal.expect(r"\$ echo one &&\n   echo two\nin .*\n" + RULE + r"Allow\?")
         terminal.type("n\n")
         assert terminal.wait() == 0
     shown = terminal.text
@@ -321,9 +322,9 @@ def test_the_readme_mock_tools_example_edits_a_file_and_runs_a_command(home, tmp
     command = shlex.split("\n".join(lines[1:]))
     assert command[:4] == ["ponder", "ask", "--model", "mock/tools"]
     with Terminal(command[1:], env_for(home), cwd=tmp_path) as terminal:
-        terminal.expect(r"\+    print\(\"hello, world\"\)\n(\(session/always keep the rule: .*\)\n)?Allow\?")
+        terminal.expect(r"\+    print\(\"hello, world\"\)\n" + RULE + r"Allow\?")
         terminal.type("y\n")
-        terminal.expect(r"\$ python3 -c \"import hello; hello.hello\(\)\"\nin .*\n(\(session/always keep the rule: .*\)\n)?Allow\?")
+        terminal.expect(r"\$ python3 -c \"import hello; hello.hello\(\)\"\nin .*\n" + RULE + r"Allow\?")
         terminal.type("y\n")
         assert terminal.wait() == 0
     assert "The last one returned:\nhello, world\n" in plain(terminal.text)
