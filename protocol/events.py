@@ -16,6 +16,7 @@ from protocol.objects import (
     Message,
     QueuedTurn,
     Rule,
+    SandboxMechanism,
     Session,
     StopReason,
     Thinking,
@@ -140,12 +141,22 @@ class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
     chunk: str
 
 
+class ToolSandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How one ``run_command`` ran: confined or not, and whether the sandbox seems to have
+    stopped it (a best guess from its exit status and output; PROTOCOL.md "Sandbox")."""
+
+    enforced: bool
+    mechanism: SandboxMechanism | None
+    denied: bool
+
+
 class ToolExecutionEnd(BaseEvent, tag="tool_execution_end"):
     call_id: str
     name: str
     is_error: bool
     result: str
     message_id: str
+    sandbox: ToolSandbox | msgspec.UnsetType = msgspec.UNSET  # run_command only
 
 
 class Retry(BaseEvent, tag="retry"):

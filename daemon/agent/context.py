@@ -43,8 +43,22 @@ class Approval:
 
 # (call part) -> its approval
 Approve = Callable[[Part], Awaitable[Approval]]
-# (call part, emit_output) -> (text, is_error, images the tool returned: image parts with their bytes)
-RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool, list[Part]]]]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call gave: its text, whether it failed, the images it returned (image
+    parts with their bytes), and for ``run_command`` how the sandbox ran it
+    (``tool_execution_end.sandbox``)."""
+
+    text: str
+    is_error: bool
+    images: list[Part] = field(default_factory=list)
+    sandbox: ev.ToolSandbox | None = None
+
+
+# (call part, emit_output) -> its outcome
+RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[ToolOutcome]]
 # Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
 Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 # After each model call: (the usage it reported or None, an estimate of the request plus its

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from daemon.config.sandbox import SandboxSettings, parse_sandbox
 from daemon.config.stored_login import load_github_token
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
@@ -117,6 +118,7 @@ class Config:
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     budget: Budget | None = None  # [budget]: every new session's default budget
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)  # [sandbox] (daemon.config.sandbox)
     # [[permissions.rules]] and [[hooks.EVENT]] as read: checked by daemon.permissions, which
     # needs the shell parser to try each rule's examples. ``rule_lines``: each rule's line.
     permission_rules: list[Any] = field(default_factory=list)
@@ -215,6 +217,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
                 )
     config.compaction = _compaction(raw.get("compaction", {}), config.problems)
     config.budget = _budget(raw.get("budget", {}), config.problems)
+    config.sandbox = parse_sandbox(raw.get("sandbox", {}), config.problems)
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
         config.mock_delay_ms = _number(

@@ -37,18 +37,20 @@ class LifecycleHandlers:
         if background is not None and not self._warmed:
             self._warmed = True
             background.start_soon(self._warm_up)
+        problems = await self.daemon.problems_now()  # waits for the sandbox probe
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
                 thinking_levels=list(LEVELS),
                 approval_policies=list(get_args(ApprovalPolicy)),
+                sandbox=self.daemon.sandbox.capability(),
                 prompt_content=m.PromptContentCapability(
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
                 ),
             ),
             home=str(self.daemon.config.home),
-            problems=list(self.daemon.problems),
+            problems=problems,
         )
 
     async def _warm_up(self) -> None:
