@@ -249,6 +249,7 @@ def test_the_permission_prompt_shows_an_edits_coloured_diff_and_allows_it(home, 
 
 
 def test_the_permission_prompt_for_a_new_file_a_command_and_a_long_write(home, tmp_path):
+    (home / "config.toml").write_text("[sandbox]\nauto_approve = false\n")  # a sandboxed command asks too
     long_text = "".join(f"line {i}\n" for i in range(100))
     script = "\n".join(
         [
@@ -314,6 +315,7 @@ def test_log_level_is_honoured_for_client_commands_and_the_terminal_gets_plain_w
 
 
 def test_the_readme_mock_tools_example_edits_a_file_and_runs_a_command(home, tmp_path):
+    (home / "config.toml").write_text("[sandbox]\nauto_approve = false\n")  # the command asks, sandbox or not
     text = README.read_text()
     block = text[text.index("    printf 'def hello") :]
     lines = [line.removeprefix("    ") for line in block[: block.index("\n\n")].splitlines()]
