@@ -64,9 +64,9 @@ Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 # After each model call: (its usage, whether that is ponder's estimate because the provider reported
 # none that reads as counts) -> recorded in the session's totals and told as a ``usage`` event.
 RecordUsage = Callable[[Usage, bool], Awaitable[None]]
-# Before each model call (the budget re-read from the store, the truth): None while the session's
-# budget allows one, else the sentence saying which is spent.
-BudgetSpent = Callable[[], Awaitable[str | None]]
+# Before each model call (the budget re-read from the store, the truth, when ``reread``): None while
+# the session's budget allows one, else the sentence saying which is spent.
+BudgetSpent = Callable[[bool], Awaitable[str | None]]
 # Before each model call of a prompt turn: the steers waiting to join it, in arrival order (not
 # stored yet: the turn stores each as a user message of its own, in its brackets).
 TakeSteers = Callable[[], Awaitable[list[ChatMessage]]]
@@ -241,9 +241,11 @@ async def wait_to_retry(turn: Turn, attempt: int, delay: float, exc: ProviderErr
     await anyio.sleep(delay)
 
 
-async def spent_budget(turn: Turn) -> str | None:
-    """None while the session's budget allows another model call, else the sentence saying which is spent."""
-    return await turn.budget_spent() if turn.budget_spent is not None else None
+async def spent_budget(turn: Turn, *, reread: bool = True) -> str | None:
+    """None while the session's budget allows another model call, else the sentence saying which is spent.
+    ``reread``: read the budget from the store first (False for a turn's first call: admission has just
+    caught up with the store when another daemon held the session)."""
+    return await turn.budget_spent(reread) if turn.budget_spent is not None else None
 
 
 def error_info(exc: PonderError) -> ErrorInfo:

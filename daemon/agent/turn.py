@@ -133,9 +133,9 @@ _STEERABLE_ENDINGS = ("end_turn", "tool_use", "max_tokens")
 
 
 async def _tool_loop(turn: Turn) -> str:
-    for _step in range(turn.settings.max_steps):
+    for step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
-        spent = await spent_budget(turn)
+        spent = await spent_budget(turn, reread=step > 0)
         if spent is not None:
             raise BudgetExceeded(spent)
         # After the tools of the last reply have all finished (and the compaction after them):

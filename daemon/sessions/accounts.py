@@ -89,10 +89,12 @@ class SessionAccounts:
 
         return record
 
-    async def budget_spent(self, live: LiveSession) -> str | None:
+    async def budget_spent(self, live: LiveSession, reread: bool = True) -> str | None:
         """None while the session's budget allows another model call, else the sentence saying which is
         spent. The budget is read from the store first: another daemon on the same home may have raised
         or lowered it (the store is the truth; the totals in memory are never older than the store's)."""
+        if not reread:
+            return self.spent(live.row)
         try:
             stored = await self.store.get_session(live.row.id)
         except PonderError as exc:  # the store is down: the budget in memory holds meanwhile
