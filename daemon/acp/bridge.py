@@ -44,7 +44,7 @@ from daemon.acp.config_options import config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
-from daemon.sessions import SessionManager
+from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams

@@ -19,7 +19,7 @@ from daemon.errors import InvalidParams, PonderError
 from daemon.models import thinking
 from daemon.models.catalog import Catalog
 from daemon.providers.table import display_name
-from daemon.sessions import SessionManager
+from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 
 MODEL = "model"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING
 
 from daemon import __version__
-from protocol.objects import ApprovalPolicy
+from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
 if TYPE_CHECKING:  # the config module loads only when a command needs it
     from daemon.config.settings import Config
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--session", help="continue this session")
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
-    ask.add_argument("--approval", choices=get_args(ApprovalPolicy), help="approval policy for a new session")
+    ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
     ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")

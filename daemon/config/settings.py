@@ -18,16 +18,17 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from daemon.config.stored_login import load_github_token
-from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
-from daemon.models.thinking import parse_level
 from daemon.providers.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.util import redact
 from daemon.util.secret import Secret
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
+
+if TYPE_CHECKING:  # read only from a config that sets a price: off the start path otherwise
+    from daemon.context.pricing import Price
 
 
 def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
@@ -56,7 +57,7 @@ class ProviderConfig:
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
     # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
-    prices: dict[str, Price] = field(default_factory=dict)
+    prices: "dict[str, Price]" = field(default_factory=dict)
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
@@ -260,13 +261,15 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
     return provider
 
 
-def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> dict[str, Price]:
+def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> "dict[str, Price]":
     """The ``price`` overrides of a provider's ``[[providers.NAME.models]]``; a bad one is a problem, not a crash."""
     prices: dict[str, Price] = {}
     for entry in models:
         model = entry.get("model")
         if "price" not in entry or not isinstance(model, str) or not model:
             continue
+        from daemon.context.pricing import parse_price_override  # only for a config that sets a price
+
         try:
             prices[model] = parse_price_override(entry["price"])
         except ValueError as exc:
@@ -288,6 +291,8 @@ def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
         auto = defaults.auto
     level = _opt_str(section.get("thinking_level"))
     if level is not None:
+        from daemon.models.thinking import parse_level  # only for a config that sets one
+
         try:
             level = parse_level(level, path="compaction.thinking_level")
         except InvalidParams as exc:

