@@ -77,7 +77,7 @@ class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fallback: ThinkingFallback = "nearest"
 
 
-class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -148,22 +148,28 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     budget: Budget | None = None
 
 
-class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
+class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
-class ThinkingBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="thinking"):
+class ThinkingBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="thinking"
+):
     text: str
     redacted: bool = False
 
 
-class ToolCallBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_call"):
+class ToolCallBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="tool_call"
+):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
-class ToolResultBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_result"):
+class ToolResultBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="tool_result"
+):
     call_id: str
     is_error: bool
     text: str
@@ -172,7 +178,7 @@ class ToolResultBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, 
 Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock
 
 
-class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     message_id: str
     session_id: str
     seq: int

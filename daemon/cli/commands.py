@@ -65,7 +65,10 @@ def _find(exc: BaseException, kind: type[_E]) -> _E | None:
 async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None) -> int:
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     on_request = _ask_permission if interactive else None
-    async with spawn_daemon(home=args.home, log_level="warning", on_request=on_request, started=daemon) as client:
+    # Not waiting for the daemon to exit: by the end every answer is in (see spawn_daemon).
+    async with spawn_daemon(
+        home=args.home, log_level="warning", on_request=on_request, started=daemon, wait_for_exit=False
+    ) as client:
         await client.request(
             "initialize",
             {

@@ -7,36 +7,41 @@ real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from daemon import __version__
 from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
 if TYPE_CHECKING:  # the config module loads only when a command needs it
+    import argparse
+
     from daemon.config.settings import Config
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
     parser.add_argument("--version", action="version", version=f"ponder {__version__}")
     parser.add_argument(
         "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
-    serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    serve.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
     )
-    acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    acp.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
@@ -77,12 +82,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Serve(NamedTuple):
+    """What ``serve`` and ``acp`` run with."""
+
+    command: str  # "serve" or "acp"
+    home: str | None
+    log_level: str
+    max_line_bytes: int
+
+
+def plain_serve(argv: list[str]) -> Serve | None:
+    """``[--home H] [--log-level L] serve [--max-line-bytes N]``, the line an editor spawns, read
+    without argparse: importing it and declaring every command's arguments is a noticeable
+    part of a daemon's start-up. None for any other line, which argparse reads (and explains)."""
+    home, level, rest = None, "info", list(argv)
+    while rest and rest[0] != "serve":
+        option, _, inline = rest.pop(0).partition("=")
+        if option not in ("--home", "--log-level") or (not inline and not rest):
+            return None
+        value = inline or rest.pop(0)
+        if value.startswith("-"):
+            return None  # argparse takes it for an option
+        if option == "--home":
+            home = value
+        elif value in LOG_LEVELS:
+            level = value
+        else:
+            return None
+    if not rest:
+        return None
+    limit = DEFAULT_MAX_LINE_BYTES
+    match rest[1:]:
+        case []:
+            pass
+        case ["--max-line-bytes", digits] if digits.isdigit():
+            limit = int(digits)
+        case _:
+            return None
+    return Serve("serve", home, level, limit)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    plain = plain_serve(argv)
+    if plain is not None:
+        return run_serve(plain)
     args = build_parser().parse_args(argv)
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
-        return run_serve(args)
+        return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes))
     from daemon.jsonrpc.spawn import start_daemon
 
     # Every client command talks to a daemon: start it first, so that it starts up while
@@ -93,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     return commands.run(args, daemon)
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: Serve) -> int:
     import anyio
 
     from daemon.config.settings import load_config, resolve_home

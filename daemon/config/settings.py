@@ -16,9 +16,11 @@ pass_env`` names variables to pass anyway.
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
+
+import msgspec
+from msgspec import field
 
 from daemon.config.stored_login import load_github_token
 from daemon.errors import InvalidParams
@@ -46,8 +48,9 @@ def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[
     }
 
 
-@dataclass
-class ProviderConfig:
+# Structs, not dataclasses: making a dataclass compiles its methods at import, a cost paid
+# by every start of the daemon (tests/server/test_start_path.py).
+class ProviderConfig(msgspec.Struct):
     name: str
     api: str
     base_url: str
@@ -70,8 +73,7 @@ class ProviderConfig:
         return self.problem is None and (self.api_key is not None or not self.needs_key)
 
 
-@dataclass(frozen=True)
-class CompactionSettings:
+class CompactionSettings(msgspec.Struct, frozen=True):
     """``[compaction]``: when the history is folded into a summary, and by which model.
 
     ``auto`` turns every automatic path off (threshold and overflow); ``reserve_tokens`` is the
@@ -86,8 +88,7 @@ class CompactionSettings:
     thinking_level: str | None = None
 
 
-@dataclass
-class Config:
+class Config(msgspec.Struct):
     home: Path
     default_model: str | None = None
     default_thinking_level: str | None = None

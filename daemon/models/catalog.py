@@ -19,7 +19,6 @@ Thinking levels and the per-model request fragments are ``daemon.models.thinking
 this module only describes each model's knob.
 """
 
-import difflib
 import functools
 from collections.abc import Iterable
 from dataclasses import replace
@@ -295,6 +294,8 @@ class Catalog:
         for spec in specs:
             names.setdefault(spec.id, spec.id)
             names.setdefault(spec.model, spec.id)
+        import difflib  # only for a name that is not found
+
         matches = difflib.get_close_matches(model_id, list(names), n=8, cutoff=0.6)
         return list(dict.fromkeys(names[match] for match in matches))[:3]
 

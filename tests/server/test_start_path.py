@@ -32,7 +32,7 @@ PONDER_START_PATH = frozenset(
     {
         "daemon",
         "daemon.cli",
-        "daemon.cli.main",  # argv
+        "daemon.cli.main",  # argv (the plain serve line without argparse)
         "daemon.config",
         "daemon.config.home",
         "daemon.config.settings",  # the home, config.toml and the environment
@@ -84,17 +84,8 @@ PONDER_START_PATH = frozenset(
 # Modules beyond the floor and ponder's own, exactly.
 ALSO_ALLOWED = frozenset(
     {
-        "argparse",  # the command line
-        "gettext",  # argparse's
-        "shutil",  # argparse's help formatter (the terminal's width), made as arguments are declared
-        "fnmatch",  # shutil's
-        "bz2",  # shutil's
-        "_bz2",
-        "lzma",  # shutil's
-        "_lzma",
-        "_compression",
-        "zlib",
         "pathlib",  # the home's paths
+        "fnmatch",  # pathlib's
         "ntpath",  # pathlib's
         "urllib",  # pathlib's
         "urllib.parse",
