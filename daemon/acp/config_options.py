@@ -15,12 +15,12 @@ by what the provider refused since the daemon started), ``xhigh`` included.
 """
 
 from daemon.acp import types as t
+from daemon.catalog.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
-from daemon.models import thinking
-from daemon.models.catalog import Catalog
-from daemon.providers.table import display_name
+from daemon.models.levels import parse_display, parse_level
 from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
+from daemon.vendors.table import display_name
 
 MODEL = "model"
 THOUGHT_LEVEL = "thought_level"
@@ -133,7 +133,7 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
         if request.config_id == THOUGHT_DISPLAY:
             return await _set_display(sessions, row, request.value)
         levels: list[str] = list(sessions.thinking_for(row).supported)
-        level = thinking.parse_level(request.value, path="$.params.value")
+        level = parse_level(request.value, path="$.params.value")
         if level != "default" and level not in levels:
             raise InvalidParams(
                 f"{row.model_id} has no thinking level {request.value!r}; it supports {', '.join(levels)}.",
@@ -149,7 +149,7 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
 
 
 async def _set_display(sessions: SessionManager, row: SessionRow, value: str) -> SessionRow:
-    display = thinking.parse_display(value, path="$.params.value")
+    display = parse_display(value, path="$.params.value")
     if display == _display(sessions, row):
         return row  # the value the selector shows: nothing to change
     return await sessions.set_thinking(row.id, display=display)

@@ -1,12 +1,10 @@
-"""An ACP prompt (content blocks) as the text of ponder's user message, and a title from it.
+"""An ACP prompt (content blocks) as ponder's prompt content, and a title from it.
 
-Text blocks are kept as they are. A ``resource_link`` becomes a Markdown link where it
-stands (the model can read the file with its tools). An embedded ``resource`` is linked
-where it stands and its text is appended after the prompt in a ``<context>`` element, so
-the question reads naturally and the context follows it. Binary resources that are not
-UTF-8 text are named but not inlined; images and audio are refused (the agent does not
-advertise them). Blocks that do not meet at whitespace are separated as a person would
-read them: two text blocks are two paragraphs, a link gets a space from its neighbours.
+ACP's blocks map one to one onto ``session/prompt``'s (PROTOCOL.md "Prompt content"): text,
+image (base64 data), resource_link (read at admission when it is a file inside the cwd, kept
+as a link otherwise) and embedded resource (text, or a blob: UTF-8 text is taken as text, an
+image as an image). Audio is refused (the agent does not advertise it). Admission decides
+the rest, with the same ``-32006`` sentences as on ponder's own protocol.
 """
 
 import base64
@@ -16,6 +14,7 @@ from urllib.parse import unquote, urlparse
 
 from daemon.acp import types as t
 from daemon.errors import InvalidParams
+from protocol.methods import ImageInput, InputBlock, ResourceInput, ResourceLinkInput, TextInput
 
 TITLE_CHARS = 60
 
@@ -27,8 +26,7 @@ def _resource_name(uri: str) -> str:
 
 
 def _resource_text(resource: t.ResourceContents) -> str | None:
-    if resource.text is not None:
-        return resource.text
+    """An embedded blob's text when it is UTF-8 text (editors embed text files both ways)."""
     if resource.blob is None:
         return None
     try:
@@ -41,62 +39,39 @@ def _resource_text(resource: t.ResourceContents) -> str | None:
         return None
 
 
-def prompt_text(blocks: list[t.PromptBlock]) -> str:
-    """The user message for ``blocks``; raises ``InvalidParams`` for what ponder cannot take."""
-    inline: list[str] = []
-    context: list[str] = []
-    previous: t.PromptBlock | None = None
+def prompt_content(blocks: list[t.PromptBlock]) -> list[InputBlock]:
+    """ACP's blocks as ponder's prompt content, one to one; ``InvalidParams`` for audio or an empty prompt.
+
+    A blob that is UTF-8 text becomes the resource's text; any other blob stays a blob, which
+    admission takes when it is an image and refuses (``-32006``) otherwise.
+    """
+    content: list[InputBlock] = []
     for n, block in enumerate(blocks):
-        if isinstance(block, (t.ImageContent, t.AudioContent)):
-            kind = "image" if isinstance(block, t.ImageContent) else "audio"
+        if isinstance(block, t.AudioContent):
             raise InvalidParams(
-                f"ponder does not accept {kind} content in prompts (promptCapabilities.{kind} is false).",
+                "ponder does not accept audio content in prompts (promptCapabilities.audio is false).",
                 path=f"$.params.prompt[{n}]",
             )
         if isinstance(block, t.TextContent):
-            piece = block.text
+            content.append(TextInput(text=block.text))
+        elif isinstance(block, t.ImageContent):
+            content.append(ImageInput(data=block.data, mime_type=block.mime_type, name=_name(block.uri)))
         elif isinstance(block, t.ResourceLink):
-            piece = f"[{block.title or block.name}]({block.uri})"
+            content.append(ResourceLinkInput(uri=block.uri, name=block.title or block.name, mime_type=block.mime_type))
         else:
             resource = block.resource
-            piece = f"[{_resource_name(resource.uri)}]({resource.uri})"
-            text = _resource_text(resource)
-            if text is None:
-                mime = f" ({resource.mime_type})" if resource.mime_type else ""
-                context.append(f'<context uri="{resource.uri}">\n(binary content{mime}, not shown)\n</context>')
+            text = resource.text if resource.text is not None else _resource_text(resource)
+            if text is not None:
+                content.append(ResourceInput(uri=resource.uri, text=text, mime_type=resource.mime_type))
             else:
-                context.append(f'<context uri="{resource.uri}">\n{text}\n</context>')
-        if previous is not None and inline and piece:
-            inline.append(_separator(previous, block, inline[-1], piece))
-        if piece:
-            inline.append(piece)
-            previous = block
-    text = "".join(inline)
-    if context:
-        text = (text + "\n\n" if text else "") + "\n\n".join(context)
-    if not text.strip():
+                content.append(ResourceInput(uri=resource.uri, blob=resource.blob or "", mime_type=resource.mime_type))
+    if not any(not isinstance(b, TextInput) or b.text.strip() for b in content):
         raise InvalidParams("The prompt is empty; send at least one text block.", path="$.params.prompt")
-    return text
+    return content
 
 
-def _separator(before: t.PromptBlock, after: t.PromptBlock, left: str, right: str) -> str:
-    """What goes between two adjacent blocks so they read as a person would read them.
-
-    Blocks that already meet at whitespace are joined as they are (editors interleave
-    mentions with the text around them: ``"Look at "``, link, ``" please"``). Otherwise
-    two text blocks are two paragraphs, and a link stands apart from its neighbours by a
-    space, unless punctuation follows it (``[a.py](…), then``).
-    """
-    if left[-1:].isspace() or right[:1].isspace():
-        return ""
-    if isinstance(before, t.TextContent) and isinstance(after, t.TextContent):
-        return "\n\n"
-    if isinstance(after, t.TextContent) and right[:1] in _CLOSING:
-        return ""
-    return " "
-
-
-_CLOSING = frozenset(",.;:!?)]}…'")  # what follows a word without a space (' for [a.py]'s)
+def _name(uri: str | None) -> str | None:
+    return _resource_name(uri) if uri else None
 
 
 def title_for(blocks: list[t.PromptBlock]) -> str | None:

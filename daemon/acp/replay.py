@@ -8,6 +8,7 @@ they answer, paired within their turn (a prompt and what answered it); a call wi
 any result (the daemon stopped mid-turn) is ``failed``.
 """
 
+import base64
 from typing import Any
 
 from daemon.acp import toolcalls
@@ -17,21 +18,51 @@ from daemon.conversation import ChatMessage, Part
 from daemon.tools import Tool
 
 
-def replay_updates(history: list[ChatMessage], tools: dict[str, Tool[Any]], cwd: str) -> list[t.SessionUpdate]:
+def replay_updates(
+    history: list[ChatMessage], tools: dict[str, Tool[Any]], cwd: str, images: dict[str, bytes] | None = None
+) -> list[t.SessionUpdate]:
+    """``images``: the stored bytes of the user messages' images, by attachment id."""
     updates: list[t.SessionUpdate] = []
     shown: set[str] = set()  # tool call ids replayed so far
     for turn in _turns(history):
         results = _results(turn)
         for message in turn:
             if message.role == "user":
-                text = "".join(part.text for part in message.parts if part.type == "text")
-                if text:
-                    message_id = toolcalls.user_message_id(message.message_id)
-                    updates.append(t.UserMessageChunk(content=t.TextContent(text=text), message_id=message_id))
+                message_id = toolcalls.user_message_id(message.message_id)
+                for block in user_blocks(message, images or {}):
+                    updates.append(t.UserMessageChunk(content=block, message_id=message_id))
             elif message.role == "assistant":
                 for index, part in enumerate(message.parts):
                     updates.extend(_part_updates(message, index, part, results, tools, cwd, shown))
     return updates
+
+
+def user_blocks(message: ChatMessage, images: dict[str, bytes]) -> list[t.UserBlock]:
+    """A user message's blocks as ACP content, in order: adjacent text joined, images with their bytes."""
+    blocks: list[t.UserBlock] = []
+    text: list[str] = []
+    for part in message.parts:
+        if part.type == "text":
+            text.append(part.text)
+            continue
+        if "".join(text):
+            blocks.append(t.TextContent(text="".join(text)))
+        text = []
+        if part.type == "image":
+            data = images.get(part.attachment_id or "")
+            if data is None:
+                blocks.append(t.TextContent(text=f"[image: {part.name or part.attachment_id} ({part.mime_type})]"))
+            else:
+                encoded = base64.b64encode(data).decode("ascii")
+                blocks.append(t.ImageOut(data=encoded, mime_type=part.mime_type or "image/png"))
+        elif part.type == "resource":
+            resource = t.TextResourceOut(uri=part.uri or "", text=part.text, mime_type=part.mime_type)
+            blocks.append(t.EmbeddedResourceOut(resource=resource))
+        elif part.type == "resource_link":
+            blocks.append(t.ResourceLinkOut(uri=part.uri or "", name=part.name or "", mime_type=part.mime_type))
+    if "".join(text):
+        blocks.append(t.TextContent(text="".join(text)))
+    return blocks
 
 
 def _turns(history: list[ChatMessage]) -> list[list[ChatMessage]]:

@@ -27,7 +27,7 @@ from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
 from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
 from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
-from daemon.acp.content import prompt_text, title_for
+from daemon.acp.content import prompt_content, title_for
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
@@ -39,6 +39,7 @@ from daemon.server.lifecycle import serve_connection
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
+from protocol.methods import InputBlock, TextInput
 from protocol.objects import Compaction, ErrorInfo
 
 log = logging.getLogger("ponder.acp")
@@ -193,7 +194,7 @@ class AcpServer:
             protocol_version=t.PROTOCOL_VERSION,
             agent_capabilities=t.AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=t.PromptCapabilities(image=False, audio=False, embedded_context=True),
+                prompt_capabilities=t.PromptCapabilities(image=True, audio=False, embedded_context=True),
                 mcp_capabilities=t.McpCapabilities(http=False, sse=False),
                 session_capabilities=t.SessionCapabilities(list={}, resume={}, close={}, delete={}),
                 meta={
@@ -294,13 +295,17 @@ class AcpServer:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
-        for update in self._replay(live.history, live.compactions, live.row.cwd):
+        ids = [p.attachment_id for m in live.history if m.role == "user" for p in m.parts if p.attachment_id]
+        images = await self.sessions.store.get_attachments(ids) if ids else {}
+        for update in self._replay(live.history, live.compactions, live.row.cwd, images):
             await self.bridge.update(live.row.id, update)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
 
-    def _replay(self, history: list[ChatMessage], compactions: list[Compaction], cwd: str) -> list[t.SessionUpdate]:
+    def _replay(
+        self, history: list[ChatMessage], compactions: list[Compaction], cwd: str, images: dict[str, bytes]
+    ) -> list[t.SessionUpdate]:
         """The stored history's updates, each stored compaction at its place (after the message of its seq)."""
         updates: list[t.SessionUpdate] = []
         done = 0
@@ -308,10 +313,10 @@ class AcpServer:
             upto = done
             while upto < len(history) and history[upto].seq <= compaction.seq:
                 upto += 1
-            updates += replay_updates(history[done:upto], self.sessions.tools, cwd)
+            updates += replay_updates(history[done:upto], self.sessions.tools, cwd, images)
             updates.append(stored_compaction(compaction, capable=self.bridge.compaction_updates))
             done = upto
-        return updates + replay_updates(history[done:], self.sessions.tools, cwd)
+        return updates + replay_updates(history[done:], self.sessions.tools, cwd, images)
 
     async def session_resume(self, params: t.ResumeSessionRequest) -> t.ResumeSessionResponse:
         live = await self.sessions.get(params.session_id)
@@ -365,18 +370,20 @@ class AcpServer:
     # --- prompt turns ---------------------------------------------------------------------
 
     async def session_prompt(self, params: t.PromptRequest) -> t.PromptResponse:
-        text = prompt_text(params.prompt)
+        content = prompt_content(params.prompt)
+        text = "".join(block.text for block in content if isinstance(block, TextInput))
         session_id = params.session_id
         waiter = self.bridge.begin_prompt(session_id)  # before anything is awaited
-        instructions = compact_command(text)
+        # ``/compact`` is a prompt of text alone.
+        instructions = compact_command(text) if all(isinstance(b, TextInput) for b in content) else None
         try:
             try:
-                turn_id = await self._admit(session_id, text, instructions)
+                turn_id = await self._admit(session_id, content, instructions)
             except ProviderNotConfigured:
                 # A key added to config.toml, or a terminal sign-in, since start-up.
                 if not await self.reload_credentials():
                     raise
-                turn_id = await self._admit(session_id, text, instructions)
+                turn_id = await self._admit(session_id, content, instructions)
             await self.bridge.admitted(waiter, turn_id)
             if instructions is None:
                 await self._title_if_untitled(session_id, params.prompt)
@@ -391,12 +398,13 @@ class AcpServer:
             self.bridge.end_prompt(waiter)
         return prompt_answer(waiter)
 
-    async def _admit(self, session_id: str, text: str, compact_instructions: str | None) -> str:
-        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, anything else a prompt."""
+    async def _admit(self, session_id: str, content: list[InputBlock], compact_instructions: str | None) -> str:
+        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, anything else a prompt
+        (its blocks admitted as ``session/prompt {content}``: a link outside the cwd stays a link)."""
         if compact_instructions is not None:
             turn_id, _compaction_id, _queued = await self.sessions.compact(session_id, compact_instructions or None)
             return turn_id
-        turn_id, _queued = await self.sessions.prompt(session_id, text)
+        turn_id, _queued = await self.sessions.prompt(session_id, None, content=content, links_outside_cwd=True)
         return turn_id
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:

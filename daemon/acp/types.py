@@ -35,7 +35,9 @@ class TextContent(_Out, tag_field="type", tag="text"):
 
 
 class ImageContent(_In, tag_field="type", tag="image"):
+    data: str = ""  # base64
     mime_type: str | None = None
+    uri: str | None = None
 
 
 class AudioContent(_In, tag_field="type", tag="audio"):
@@ -62,8 +64,35 @@ class EmbeddedResource(_In, tag_field="type", tag="resource"):
     resource: ResourceContents
 
 
-# What a prompt may contain (image and audio are decoded only to be refused clearly).
+# What a prompt may contain (audio is decoded only to be refused clearly).
 PromptBlock = TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
+
+
+class ImageOut(_Out, tag_field="type", tag="image"):
+    """An image shown back (``session/load``): its stored bytes."""
+
+    data: str
+    mime_type: str
+
+
+class TextResourceOut(_Out):
+    uri: str
+    text: str
+    mime_type: str | None = None
+
+
+class EmbeddedResourceOut(_Out, tag_field="type", tag="resource"):
+    resource: TextResourceOut
+
+
+class ResourceLinkOut(_Out, tag_field="type", tag="resource_link"):
+    uri: str
+    name: str
+    mime_type: str | None = None
+
+
+# What a user message is shown back as, block by block.
+UserBlock = TextContent | ImageOut | EmbeddedResourceOut | ResourceLinkOut
 
 
 # --- initialize and authenticate ---------------------------------------------------------
@@ -299,7 +328,7 @@ class ToolCallFields(_Out):
 
 
 class UserMessageChunk(_Out, tag_field="sessionUpdate", tag="user_message_chunk"):
-    content: TextContent
+    content: UserBlock
     message_id: str | None = None
 
 

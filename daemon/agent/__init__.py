@@ -4,8 +4,9 @@
 before each model call, retries and backoff), ``reply`` (one streamed reply: watchdog,
 checkpoints, usage, finish), ``compaction`` (the history a request sends, when to compact, one
 compaction), ``level_retry`` (the retry after a provider refuses a thinking level), ``tools``
-(one reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_history``)
-and ``call_ids`` (tool-call ids unique in a session). This module only re-exports.
+(one reply's tool calls), ``history`` (messages saved, cancelled results, ``repair_history``),
+``call_ids`` (tool-call ids unique in a session) and ``media`` (the images a request carries).
+This module only re-exports.
 """
 
 from daemon.agent.context import (
@@ -24,6 +25,7 @@ from daemon.agent.context import (
     error_info,
 )
 from daemon.agent.history import CANCELLED_RESULT, repair_history
+from daemon.agent.media import TurnMedia
 from daemon.agent.turn import run_turn
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "RunTool",
     "Summarizer",
     "Turn",
+    "TurnMedia",
     "TurnSettings",
     "error_info",
     "repair_history",

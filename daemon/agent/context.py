@@ -15,9 +15,10 @@ from typing import Any, Protocol
 
 import anyio
 
+from daemon.agent.media import TurnMedia
+from daemon.catalog.learned import LearnedLevels
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
-from daemon.models.thinking import LearnedLevels
 from daemon.providers.base import Provider, StreamLimits
 from protocol import events as ev
 from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
@@ -155,6 +156,8 @@ class Turn:
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None
+    # The images its requests carry (PROTOCOL.md "Prompt content"); None: images are sent as notes.
+    media: TurnMedia | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S

@@ -1,7 +1,7 @@
 """The retry after a provider refuses a thinking level (PROTOCOL.md "Thinking controls").
 
 A provider that answers 400 to a level and names the ones it takes gets the request once
-more at the nearest of those (``daemon.models.thinking.nearest_allowed``); where it names none
+more at the nearest of those (``daemon.models.levels.nearest_allowed``); where it names none
 (Gemini), the refused level alone is struck out of the model's list. Either way the
 daemon's ``LearnedLevels`` remembers it, so every later decision for the model goes
 straight to a level the provider takes.
@@ -9,7 +9,7 @@ straight to a level the provider takes.
 
 from daemon.agent.context import Turn
 from daemon.errors import ThinkingLevelRejected
-from daemon.models.thinking import nearest_allowed
+from daemon.models.levels import nearest_allowed
 from protocol.objects import Thinking
 
 

@@ -27,6 +27,7 @@ from daemon.context.budget import add_usage
 from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
+from daemon.media import budget
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -124,11 +125,17 @@ class Reply:
             model=self.turn.model_name,
             thinking=fitted_thinking(self.turn),  # a budget shrunk near the window
             # Folded at the latest compaction (summary + kept messages), every call answered.
-            messages=for_provider(request_messages(self.turn), self.turn.provider_name),
+            messages=for_provider(self._with_media(request_messages(self.turn)), self.turn.provider_name),
             system_prompt=self.turn.system_prompt,
             tools=self.turn.tools,
             limits=self.turn.settings.limits,
         )
+
+    def _with_media(self, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """Images with their bytes (or notes), resources as delimited text (``agent.media``)."""
+        if self.turn.media is not None:
+            return self.turn.media.render(messages)
+        return budget.render(messages, budget.MediaPlan(model_id=self.turn.model_id), {})
 
     async def stream(self) -> tuple[ChatMessage, str]:
         turn = self.turn

@@ -15,7 +15,6 @@ from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
-from daemon.context.overflow import is_context_overflow
 from daemon.conversation import ChatMessage
 from daemon.errors import (
     BudgetExceeded,
@@ -26,6 +25,7 @@ from daemon.errors import (
     ThinkingLevelRejected,
 )
 from daemon.util.redact import scrub
+from daemon.vendors.overflow import is_context_overflow
 from protocol import events as ev
 from protocol.errors import ErrorCode
 from protocol.objects import CompactionTrigger, ErrorInfo
@@ -39,6 +39,7 @@ BACKOFF_CAP_S = 30.0
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
     turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
+    notes = await _media_notes(turn)
     await turn.emit(
         ev.TurnStart,
         {
@@ -46,6 +47,7 @@ async def run_turn(turn: Turn) -> str:
             "thinking": turn.thinking,
             "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
             "kind": "compaction" if turn.compaction_request is not None else "prompt",
+            "notes": notes,
         },
     )
     stop_reason, error = "error", None
@@ -72,6 +74,16 @@ async def run_turn(turn: Turn) -> str:
     with turn.finishing():
         await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
     return stop_reason
+
+
+async def _media_notes(turn: Turn) -> list[str]:
+    """What the first request will leave out of the history (images as notes), for ``turn_start``."""
+    if turn.media is None or turn.compaction_request is not None:
+        return []
+    try:
+        return (await turn.media.ready(compaction.request_messages(turn))).notes()
+    except PonderError:
+        return []  # the store failed: the first request's own ``ready`` says so, inside the turn
 
 
 def log_decision(turn: Turn) -> None:
@@ -151,7 +163,10 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
     level_refused: str | None = None  # the level a provider refused in this reply, once retried
     compacted_for_overflow = False
+    images_refused = False  # a provider refused an image of this request, once retried without it
     while True:
+        if turn.media is not None:
+            await turn.media.ready(compaction.request_messages(turn))
         reply = Reply(turn)
         try:
             return await reply.stream()
@@ -179,6 +194,23 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 },
             )
         except ProviderError as exc:
+            if not reply.started and not images_refused and turn.media is not None:
+                refused = await turn.media.rejected(exc, turn.history)
+                if refused:
+                    images_refused = True  # the request once more, with that image as a note
+                    attempt += 1
+                    what = "an image" if refused == 1 else f"{refused} images"
+                    message = f"The provider refused {what} ({exc.message}); retrying with a note in its place."
+                    await turn.emit(
+                        ev.Retry,
+                        {
+                            "attempt": attempt,
+                            "max_attempts": max(attempt, turn.settings.max_attempts),
+                            "delay_ms": 0,
+                            "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                        },
+                    )
+                    continue
             if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
                 if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
                     raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc

@@ -7,7 +7,7 @@ that no repr, log line or error message can show them, and every ``Secret`` is a
 ``daemon.util.redact``'s known credentials, masked in tool output, events, the store and logs.
 
 What each built-in provider is (base URL, key variables, endpoints) is read from
-``daemon.providers.table``, as is which environment variables hold credentials
+``daemon.vendors.table``, as is which environment variables hold credentials
 (``CREDENTIAL_ENV_VARS``). Also owns ``child_env``: the daemon's environment minus those
 and any variable holding a known credential, for ``run_command``'s children; ``[tools]
 pass_env`` names variables to pass anyway.
@@ -24,9 +24,9 @@ from msgspec import field
 
 from daemon.config.stored_login import load_github_token
 from daemon.errors import InvalidParams
-from daemon.providers.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.util import redact
 from daemon.util.secret import Secret
+from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
 
 if TYPE_CHECKING:  # read only from a config that sets a price: off the start path otherwise
@@ -227,7 +227,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
 
 
 def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
-    """The built-in providers (``daemon.providers.table``), then those only config.toml names."""
+    """The built-in providers (``daemon.vendors.table``), then those only config.toml names."""
     raw = raw if isinstance(raw, dict) else {}
     providers: dict[str, ProviderConfig] = {}
     for name in list(PROVIDERS) + [n for n in raw if n not in PROVIDERS]:
@@ -292,7 +292,7 @@ def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
         auto = defaults.auto
     level = _opt_str(section.get("thinking_level"))
     if level is not None:
-        from daemon.models.thinking import parse_level  # only for a config that sets one
+        from daemon.models.levels import parse_level  # only for a config that sets one: off the start path
 
         try:
             level = parse_level(level, path="compaction.thinking_level")

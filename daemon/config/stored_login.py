@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from daemon.config.home import make_private_dir
-from daemon.providers.table import GITHUB_CLIENT_ID
 from daemon.util.secret import Secret
+from daemon.vendors.table import GITHUB_CLIENT_ID
 
 __all__ = ["TOKEN_FILE", "load_github_token", "save_github_token", "token_path"]
 

@@ -8,7 +8,6 @@ This package owns the pure parts of issue #19, with no I/O and no state of its o
 - ``summary``: the summarizer's request (system prompt and one user message);
 - ``history``: the messages a request sends after a compaction (summary + kept messages);
 - ``budget``: running totals, and whether a session's budget is spent;
-- ``overflow``: whether a provider error means the request did not fit the window;
 - ``window``: when to compact (reserves capped on small windows), and the thinking budget near the limit.
 
 The agent and the session runner call these; they never touch the store or a provider.

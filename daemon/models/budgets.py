@@ -23,8 +23,8 @@ Where a budget must stay below ``max_tokens``, which caps the thinking *and* the
 capped at the model's output limit, and the budget shrinks when a model's output limit
 leaves less than 8192 tokens of room for the answer.
 
-Pure: the thinking decision (``daemon.models.thinking``) and the providers' fragment
-builders (``daemon.providers.thinking_params``) both read these.
+Pure: the thinking decision (``daemon.catalog.decide``) and the providers' fragment
+builders (``daemon.vendors.thinking_params``) both read these.
 """
 
 from fractions import Fraction

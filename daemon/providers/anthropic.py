@@ -45,7 +45,9 @@ from daemon.providers.base import (
     StopKind,
     UsageUpdate,
     decode_arguments,
+    image_base64,
     replayable,
+    sendable_image,
 )
 from daemon.providers.http import (
     LazyClient,
@@ -261,7 +263,7 @@ def build_messages(request: ProviderRequest) -> list[dict[str, Any]]:
         if message.role == "assistant":
             role, content = "assistant", _assistant_blocks(message, request)
         else:
-            role, content = "user", [b for p in message.parts if (b := _user_block(p)) is not None]
+            role, content = "user", _user_blocks(message.parts)
         if not content:
             continue
         if out and out[-1]["role"] == role:
@@ -298,6 +300,34 @@ def _assistant_blocks(message: ChatMessage, request: ProviderRequest) -> list[di
             blocks.append(
                 {"type": "tool_use", "id": part.call_id or "", "name": part.name or "", "input": part.arguments or {}}
             )
+    return blocks
+
+
+def _user_blocks(parts: list[Part]) -> list[dict[str, Any]]:
+    """A user (or tool) message's blocks; an image a tool returned goes inside its ``tool_result``."""
+    blocks: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        if sendable_image(part):
+            image = {
+                "type": "image",
+                "source": {"type": "base64", "media_type": part.mime_type, "data": image_base64(part)},
+            }
+            result = results.get(part.call_id or "") if part.call_id else None
+            if result is not None:
+                text = result.pop("content", None)
+                result["content"] = [
+                    *([{"type": "text", "text": text}] if isinstance(text, str) else text or []),
+                    image,
+                ]
+            else:
+                blocks.append(image)
+            continue
+        block = _user_block(part)
+        if block is not None:
+            if block["type"] == "tool_result":
+                results[block["tool_use_id"]] = block
+            blocks.append(block)
     return blocks
 
 

@@ -12,6 +12,7 @@ the complete block with its round-trip data. Failures are raised as
 ``daemon.errors.ProviderError`` (or a subclass), never yielded.
 """
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
@@ -179,6 +180,16 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
+
+
+def image_base64(part: Part) -> str:
+    """An image part's bytes as base64 (the agent fills ``data`` for the images a request sends)."""
+    return base64.b64encode(part.data or b"").decode("ascii")
+
+
+def sendable_image(part: Part) -> bool:
+    """Whether ``part`` is an image whose bytes this request carries (the others arrive as text notes)."""
+    return part.type == "image" and part.data is not None
 
 
 def replayable(part: Part, request: ProviderRequest) -> bool:

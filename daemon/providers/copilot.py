@@ -44,9 +44,9 @@ from daemon.providers.http import error_message_from_body, parse_retry_after
 from daemon.providers.openai_chat import OpenAIChatProvider
 from daemon.providers.openai_common import OpenAIStyleProvider
 from daemon.providers.openai_responses import OpenAIResponsesProvider
-from daemon.providers.table import PROVIDERS
 from daemon.util.redact import scrub
 from daemon.util.secret import Secret
+from daemon.vendors.table import PROVIDERS
 from protocol.objects import Thinking
 
 DEFAULT_API_URL = PROVIDERS["copilot"].base_url

@@ -9,7 +9,7 @@ Owns:
   ``expires_in``), ending with exactly one ``auth/completed`` notification. A newer
   ``auth/login`` for the same provider replaces a pending one, which then ends silently.
 * the GitHub URLs of the flow (overridable per ``ProviderConfig.endpoints``, which
-  ``daemon.config.settings`` fills); the OAuth client id is ``daemon.providers.table``'s.
+  ``daemon.config.settings`` fills); the OAuth client id is ``daemon.vendors.table``'s.
 
 The token file ``<home>/copilot.json`` is ``daemon.config.stored_login``'s, and
 ``daemon.config.settings.apply_stored_login`` makes the copilot provider ``configured``
@@ -34,8 +34,8 @@ import anyio
 
 from daemon.config.stored_login import save_github_token
 from daemon.errors import InvalidParams, ProviderNotConfigured, ShuttingDown
-from daemon.providers.table import DEVICE_LOGIN_PROVIDERS, GITHUB_CLIENT_ID
 from daemon.util.secret import Secret
+from daemon.vendors.table import DEVICE_LOGIN_PROVIDERS, GITHUB_CLIENT_ID
 from protocol import methods as m
 from protocol.events import AuthCompleted
 

@@ -43,7 +43,9 @@ from daemon.providers.base import (
     Stop,
     StopKind,
     UsageUpdate,
+    image_base64,
     replayable,
+    sendable_image,
     whole_arguments,
 )
 from daemon.providers.http import (
@@ -56,9 +58,9 @@ from daemon.providers.http import (
     open_stream,
     status_error,
 )
-from daemon.providers.level_rejections import parse_level_rejection
 from daemon.providers.usage import count, normalized_usage
 from daemon.util.clock import new_id
+from daemon.vendors.level_rejections import parse_level_rejection
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -312,6 +314,8 @@ def _user_parts(
     for part in message.parts:
         if part.type == "text" and part.text:
             parts.append({"text": part.text})
+        elif sendable_image(part):  # raw base64, no data: prefix; a tool's image follows its functionResponse
+            parts.append({"inlineData": {"mimeType": part.mime_type, "data": image_base64(part)}})
         elif part.type == "tool_result":
             name = part.name or call_names.get(part.call_id) or "tool"
             response: dict[str, Any] = {"name": name, "response": _function_response(part)}

@@ -135,7 +135,12 @@ def _current_turn(messages: list[ChatMessage]) -> tuple[str, list[ChatMessage]]:
     """The last user prompt and the messages after it (this turn's tool loop so far)."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role == "user":
-            prompt = "".join(p.text for p in messages[i].parts if p.type == "text")
+            # An image reaches the model as bytes: the mock names what it received.
+            prompt = "".join(
+                p.text if p.type == "text" else f"[image {p.mime_type} {p.width}x{p.height} {len(p.data or b'')} bytes]"
+                for p in messages[i].parts
+                if p.type == "text" or (p.type == "image" and p.data is not None)
+            )
             return prompt, messages[i + 1 :]
     return "", []
 

@@ -34,7 +34,9 @@ from daemon.providers.base import (
     ProviderRequest,
     Stop,
     UsageUpdate,
+    image_base64,
     replayable,
+    sendable_image,
     whole_arguments,
 )
 from daemon.providers.http import (
@@ -212,9 +214,12 @@ def _messages(
             ]
         return [out]
     result: list[dict[str, Any]] = []
-    text = "".join(p.text for p in message.parts if p.type == "text")
-    if text:
-        result.append({"role": "user", "content": text})
+    text = "\n\n".join(p.text for p in message.parts if p.type == "text" and p.text)
+    # Images ride on the message as raw base64 strings (``images``); a tool's go in a user
+    # message after its results, as for Chat.
+    images = [image_base64(p) for p in message.parts if sendable_image(p)]
+    if message.role == "user" and (text or images):
+        result.append({"role": "user", "content": text, **({"images": images} if images else {})})
     for part in message.parts:
         if part.type == "tool_result":
             result.append(
@@ -225,6 +230,10 @@ def _messages(
                     "content": part.text,
                 }
             )
+    if message.role == "tool" and (text or images):
+        intro = "Attached image(s) from tool result:" if images else ""
+        content = "\n\n".join(t for t in (intro, text) if t)
+        result.append({"role": "user", "content": content, **({"images": images} if images else {})})
     return result
 
 
@@ -377,6 +386,7 @@ async def _describe(client: httpx.AsyncClient, base: str, tag: dict[str, Any]) -
         "supports_thinking": supports_thinking,
         "think_levels": levels,
         "supports_tools": "tools" in capabilities,
+        "supports_vision": "vision" in capabilities,
         "context_window": _context_length(model_info),
     }
 
@@ -399,13 +409,21 @@ def _int(value: Any) -> int | None:
 
 async def discover_specs(settings: ProviderConfig) -> list[ModelSpec]:
     """The catalogue specs of the models the Ollama at ``settings.base_url`` serves (``ProviderInfo.discovery``)."""
-    from daemon.providers.models import ollama_spec
+    from daemon.vendors.rows import ollama_spec
 
     found = await discover_models(settings.base_url)
     return [
         ollama_spec(
             m["model"],
-            [c for c, on in (("thinking", m["supports_thinking"]), ("tools", m["supports_tools"])) if on],
+            [
+                c
+                for c, on in (
+                    ("thinking", m["supports_thinking"]),
+                    ("tools", m["supports_tools"]),
+                    ("vision", m["supports_vision"]),
+                )
+                if on
+            ],
             context_window=m["context_window"],
             provider=settings.name,
         )

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from daemon.config.settings import ProviderConfig
-from daemon.conversation import ChatMessage
+from daemon.conversation import ChatMessage, Part
 from daemon.providers.assembler import BlockAssembler
 from daemon.providers.base import (
     BlockKind,
@@ -38,7 +38,9 @@ from daemon.providers.base import (
     Stop,
     StopKind,
     UsageUpdate,
+    image_base64,
     replayable,
+    sendable_image,
 )
 from daemon.providers.http import deep_merge
 from daemon.providers.openai_common import (
@@ -51,9 +53,9 @@ from daemon.providers.openai_common import (
     tool_call_part,
 )
 from daemon.providers.openai_dialects import DIALECTS
-from daemon.providers.table import chat_dialect_for
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from daemon.util.clock import new_id
+from daemon.vendors.table import chat_dialect_for
 from protocol.objects import Usage
 
 Dialect = str  # a name in openai_dialects.DIALECTS
@@ -72,7 +74,7 @@ _THINKING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
 
 
 def chat_dialect(config: ProviderConfig) -> Dialect:
-    """The dialect of a provider: its own for a built-in one, else by host (``daemon.providers.table``)."""
+    """The dialect of a provider: its own for a built-in one, else by host (``daemon.vendors.table``)."""
     return chat_dialect_for(config.name, config.base_url)
 
 
@@ -116,6 +118,9 @@ def build_messages(request: ProviderRequest, dialect: Dialect) -> list[dict[str,
 
     Tool results become one ``role: tool`` message each, in the order stored; user text
     parts are joined into one string (the one content form every compatible server takes).
+    A message with images takes the array form instead (``text`` and ``image_url`` parts, in
+    order, images as data URLs); the ``tool`` role is text-only, so images a tool returned
+    follow its results in a user message that says where they came from.
     """
     out: list[dict[str, Any]] = []
     if request.system_prompt:
@@ -129,10 +134,32 @@ def build_messages(request: ProviderRequest, dialect: Dialect) -> list[dict[str,
         for part in message.parts:
             if part.type == "tool_result":
                 out.append({"role": "tool", "tool_call_id": part.call_id or "", "content": part.text})
-        texts = [p.text for p in message.parts if p.type == "text" and p.text]
+        if message.role == "tool":
+            images = [_image_url(p) for p in message.parts if sendable_image(p)]
+            if images:
+                out.append({"role": "user", "content": [{"type": "text", "text": TOOL_IMAGES_INTRO}, *images]})
+            texts = [p.text for p in message.parts if p.type == "text" and p.text]
+        elif any(sendable_image(p) for p in message.parts):
+            content = [
+                _image_url(p) if sendable_image(p) else {"type": "text", "text": p.text}
+                for p in message.parts
+                if sendable_image(p) or (p.type == "text" and p.text)
+            ]
+            out.append({"role": "user", "content": content})
+            continue
+        else:
+            texts = [p.text for p in message.parts if p.type == "text" and p.text]
         if texts:
             out.append({"role": "user", "content": "\n\n".join(texts)})
     return out
+
+
+# What precedes the images a tool returned (the ``tool`` role carries text only).
+TOOL_IMAGES_INTRO = "Attached image(s) from tool result:"
+
+
+def _image_url(part: Part) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{part.mime_type};base64,{image_base64(part)}"}}
 
 
 def _assistant_message(message: ChatMessage, request: ProviderRequest, dialect: Dialect) -> dict[str, Any] | None:

@@ -41,9 +41,9 @@ from daemon.providers.http import (
     read_error_body,
     status_error,
 )
-from daemon.providers.level_rejections import parse_level_rejection
-from daemon.providers.table import PROVIDERS
 from daemon.util.redact import scrub
+from daemon.vendors.level_rejections import parse_level_rejection
+from daemon.vendors.table import PROVIDERS
 
 ExtraHeaders = Callable[[], Awaitable[dict[str, str]]]
 

@@ -5,7 +5,7 @@ of them and asks the request's dialect only for the differences: the output-limi
 how to ask for usage, parallel tool calls, and which reasoning fields go back to the
 server on an assistant turn (DeepSeek ``reasoning_content`` on tool-call turns, Copilot
 ``reasoning_text`` + ``reasoning_opaque``, OpenRouter ``reasoning_details``). Which
-provider speaks which dialect is ``daemon.providers.table``'s (``ProviderInfo.chat_dialect``,
+provider speaks which dialect is ``daemon.vendors.table``'s (``ProviderInfo.chat_dialect``,
 and its ``hosts`` for providers of the user's); a server we know nothing of is ``compat``.
 
 Parsing does not depend on the dialect: every field is understood wherever it shows up.

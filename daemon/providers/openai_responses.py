@@ -45,7 +45,9 @@ from daemon.providers.base import (
     Stop,
     StopKind,
     UsageUpdate,
+    image_base64,
     replayable,
+    sendable_image,
 )
 from daemon.providers.http import deep_merge
 from daemon.providers.openai_common import (
@@ -141,13 +143,26 @@ def build_input(request: ProviderRequest) -> list[dict[str, Any]]:
         if message.role == "assistant":
             items += _assistant_items(message, request)
             continue
+        images = [p for p in message.parts if sendable_image(p) and p.call_id]
         for part in message.parts:
             if part.type == "tool_result":
-                items.append({"type": "function_call_output", "call_id": part.call_id or "", "output": part.text})
-        content = [{"type": "input_text", "text": p.text} for p in message.parts if p.type == "text" and p.text]
+                output: str | list[dict[str, Any]] = part.text
+                mine = [_input_image(p) for p in images if p.call_id == part.call_id]
+                if mine:  # an image a tool returned: the output takes the content-list form
+                    output = [*([{"type": "input_text", "text": part.text}] if part.text else []), *mine]
+                items.append({"type": "function_call_output", "call_id": part.call_id or "", "output": output})
+        content = [
+            _input_image(p) if p.type == "image" else {"type": "input_text", "text": p.text}
+            for p in message.parts
+            if (p.type == "text" and p.text) or (sendable_image(p) and not p.call_id)
+        ]
         if content:
             items.append({"role": "user", "content": content})
     return items
+
+
+def _input_image(part: Part) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": f"data:{part.mime_type};base64,{image_base64(part)}", "detail": "auto"}
 
 
 def _assistant_items(message: ChatMessage, request: ProviderRequest) -> list[dict[str, Any]]:

@@ -1,14 +1,23 @@
 """Creates provider adapters on first use and keeps one per (provider, wire API).
 
 Which adapter speaks each wire API, and which providers wrap it, is
-``daemon.providers.table``'s; adapter modules are imported here lazily, on first use: a
+``daemon.vendors.table``'s; adapter modules are imported here lazily, on first use: a
 daemon that only answers ``initialize`` never imports httpx.
 """
+
+import importlib
+from typing import Any
 
 from daemon.config.settings import Config, ProviderConfig
 from daemon.errors import ProviderNotConfigured
 from daemon.providers.base import Provider
-from daemon.providers.table import PROVIDERS, WIRE_APIS, load
+from daemon.vendors.table import PROVIDERS, WIRE_APIS
+
+
+def load(target: str) -> Any:
+    """The object a ``"module:attribute"`` string names (an adapter, a discovery), importing its module now."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 class ProviderRegistry:

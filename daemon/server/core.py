@@ -26,15 +26,15 @@ from daemon.config.home import make_private_dir
 from daemon.config.settings import Config
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
-from daemon.providers.table import OFFLINE_PROVIDERS, PROVIDERS
 from daemon.sessions.bridge import ClientBridge
 from daemon.store import AsyncStore, SessionRow
+from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 from protocol import methods as m
 from protocol.objects import Session
 
 if TYPE_CHECKING:  # built on first use (see the module docstring)
+    from daemon.catalog.catalog import Catalog
     from daemon.mcp.manager import McpManager
-    from daemon.models.catalog import Catalog
     from daemon.providers.registry import ProviderRegistry
     from daemon.sessions.manager import SessionManager
 
@@ -81,7 +81,7 @@ class Daemon:
     @property
     def catalog(self) -> "Catalog":
         if self._catalog is None:
-            from daemon.models.catalog import Catalog
+            from daemon.catalog.catalog import Catalog
 
             self._catalog = Catalog(self.config)
         return self._catalog
@@ -178,7 +178,7 @@ class Daemon:
             settings = self.config.providers.get(name)
             if info.discovery is None or provider not in (None, name) or settings is None or not settings.configured:
                 continue
-            from daemon.providers.table import load  # the adapter module of the discovery
+            from daemon.providers.registry import load  # the adapter module of the discovery
 
             specs = await load(info.discovery)(settings)
             self.catalog.clear_runtime_models(name)

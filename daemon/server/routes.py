@@ -36,6 +36,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/messages": sessions.session_messages,
         "session/prompt": sessions.session_prompt,
         "session/compact": sessions.session_compact,
+        "attachment/get": sessions.attachment_get,
         "session/cancel": sessions.session_cancel,
         "session/fork": sessions.session_fork,
         "session/rename": sessions.session_rename,

@@ -10,11 +10,11 @@ import logging
 from typing import Any
 
 from daemon import agent
+from daemon.catalog.catalog import Catalog
 from daemon.context.budget import add_cost, add_usage, budget_exceeded
 from daemon.context.pricing import cost_of
 from daemon.context.window import context_fill
 from daemon.errors import StoreError
-from daemon.models.catalog import Catalog
 from daemon.models.spec import ModelSpec
 from daemon.sessions.live import LiveSession
 from daemon.store import AsyncStore, SessionRow

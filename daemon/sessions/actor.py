@@ -12,10 +12,10 @@ from anyio.abc import TaskGroup
 
 from daemon import agent
 from daemon.agent.compaction import should_compact
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
-from daemon.models.catalog import Catalog
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.emitter import EventNumbers

@@ -8,12 +8,12 @@ from typing import Any
 
 from daemon import agent
 from daemon.agent import CompactionSetup, Summarizer
+from daemon.catalog.catalog import Catalog, ModelSpec
+from daemon.catalog.decide import decide_thinking, with_budget
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
-from daemon.models import thinking
 from daemon.models.budgets import budget_range
-from daemon.models.catalog import Catalog, ModelSpec
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts
@@ -99,6 +99,12 @@ class TurnAssembly:
             run_tool=runner.run,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
+            media=agent.TurnMedia(
+                model_id=spec.id,
+                takes_images=spec.takes_images,
+                load=self.store.get_attachments,
+                mark=self.store.mark_image_omitted,
+            ),
             record_usage=self.accounts.recorder(live, spec, emit),
             budget_spent=lambda: self.accounts.budget_spent(live.row),
             settings=agent.TurnSettings(
@@ -141,13 +147,13 @@ class TurnAssembly:
                 provider_name=summarizer_spec.provider,
                 model_name=summarizer_spec.model,
                 model_id=summarizer_spec.id,
-                thinking=thinking.decide_thinking(summarizer_spec, level),
+                thinking=decide_thinking(summarizer_spec, level),
                 context_window=summarizer_spec.context_window,
                 max_output_tokens=summarizer_spec.max_output_tokens,
             ),
             records=live.compactions,
             save=functools.partial(self.store.save_compaction, live.row.id),
-            refit_thinking=functools.partial(thinking.with_budget, spec) if spec.thinking.takes_budget else None,
+            refit_thinking=functools.partial(with_budget, spec) if spec.thinking.takes_budget else None,
             budget_min=budget_range(spec)[0],
             on_summary_usage=functools.partial(self._record_summary_call, live, summarizer_spec, emit),
         )

@@ -23,11 +23,19 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from daemon.agent import CompactionRequest
+from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage, Part
-from daemon.errors import InvalidParams, ModelNotFound, SessionBusy, SessionNotFound, ShuttingDown, StoreError
-from daemon.models import thinking
-from daemon.models.catalog import Catalog, ModelSpec
+from daemon.errors import (
+    InvalidParams,
+    ModelNotFound,
+    SessionBusy,
+    SessionNotFound,
+    ShuttingDown,
+    StoreError,
+    UnknownAttachment,
+)
+from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor
@@ -37,6 +45,7 @@ from daemon.sessions.emitter import EventNumbers
 from daemon.sessions.live import LiveSession, PendingTurn
 from daemon.sessions.model_level import merge_levels, split_model_level
 from daemon.sessions.persistence import SessionWrites
+from daemon.sessions.prompt_content import ContentRules, admit_content
 from daemon.sessions.thinking_settings import ThinkingRequest, session_request
 from daemon.store import AsyncStore, SessionRow
 from daemon.tools import Tool
@@ -44,7 +53,7 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.methods import BudgetParams
+from protocol.methods import BudgetParams, InputBlock
 from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
@@ -249,12 +258,12 @@ class SessionManager:
             id=new_id("ses"),
             cwd=str(_check_cwd(cwd)),
             model_id=spec.id,
-            thinking_level=thinking.parse_level(level, path="$.params.thinking_level") if level else "default",
+            thinking_level=parse_level(level, path="$.params.thinking_level") if level else "default",
             approval_policy=approval_policy or self.config.default_approval_policy,
             title=title,
             system_prompt=system_prompt,
-            thinking_display=thinking.parse_display(display, path="$.params.display") if display else None,
-            thinking_fallback=thinking.parse_fallback(fallback, path="$.params.fallback") if fallback else None,
+            thinking_display=parse_display(display, path="$.params.display") if display else None,
+            thinking_fallback=parse_fallback(fallback, path="$.params.fallback") if fallback else None,
             budget=self.config.budget if budget is None else budget_from(budget),
         )
         # Fallback "error": refused before anything is stored.
@@ -293,7 +302,7 @@ class SessionManager:
             fields: dict[str, Any] = {"model_id": spec.id}
             if level is not None:
                 # "default" is kept as asked: it follows the defaults on this model and the next.
-                fields["thinking_level"] = thinking.parse_level(level, path="$.params.thinking_level")
+                fields["thinking_level"] = parse_level(level, path="$.params.thinking_level")
             # Fallback "error": a level the new model does not take refuses the switch.
             path = "$.params.thinking_level" if level is not None else "$.params.model_id"
             self.thinking_request(msgspec.structs.replace(row, **fields)).check(self.catalog, spec, path)
@@ -312,11 +321,11 @@ class SessionManager:
         """Change some of the session's thinking controls (``budget_tokens=None`` clears a custom budget)."""
         fields: dict[str, Any] = {}
         if level is not None:
-            fields["thinking_level"] = thinking.parse_level(level, path="$.params.level")
+            fields["thinking_level"] = parse_level(level, path="$.params.level")
         if display is not None:
-            fields["thinking_display"] = thinking.parse_display(display, path="$.params.display")
+            fields["thinking_display"] = parse_display(display, path="$.params.display")
         if fallback is not None:
-            fields["thinking_fallback"] = thinking.parse_fallback(fallback, path="$.params.fallback")
+            fields["thinking_fallback"] = parse_fallback(fallback, path="$.params.fallback")
         if budget_tokens is not msgspec.UNSET:
             fields["thinking_budget"] = budget_tokens
         if not fields:
@@ -386,14 +395,37 @@ class SessionManager:
 
     # --- prompts and turns ----------------------------------------------------------------
 
-    async def prompt(self, session_id: str, text: str, thinking_level: str | None = None) -> tuple[str, bool]:
-        """Admit a prompt; ``thinking_level`` applies to its turn only. The prompt keeps the
-        thinking settings in force now, also while it waits behind another turn."""
-        turn_level = None if thinking_level is None else thinking.parse_level(thinking_level, "$.params.thinking_level")
+    async def prompt(
+        self,
+        session_id: str,
+        text: str | None,
+        thinking_level: str | None = None,
+        content: list[InputBlock] | None = None,
+        *,
+        links_outside_cwd: bool = False,
+    ) -> tuple[str, bool]:
+        """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
+        ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
+        force now, also while it waits behind another turn. Content is read, checked and
+        normalised before anything is stored; a refusal stores nothing."""
+        if (text is None) == (content is None):
+            raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
+        turn_level = None if thinking_level is None else parse_level(thinking_level, "$.params.thinking_level")
         live, spec = await self._live_for_turn(session_id)
         # Fallback "error": a level the model does not take is refused before anything is stored.
         path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"
         self.thinking_request(live.row, turn_level).check(self.catalog, spec, path)
+        if content is None:
+            parts = [Part(type="text", text=text or "")]
+        else:
+            rules = ContentRules(
+                cwd=Path(live.row.cwd),
+                model_id=spec.id,
+                takes_images=spec.takes_images,
+                vision_models=[m.id for m in self.catalog.list_models(spec.provider) if m.takes_images],
+                links_outside_cwd=links_outside_cwd,
+            )
+            parts = await admit_content(content, rules)
         async with live.admit_lock:
             await self._make_room(live)
             if live.unsaved:
@@ -404,13 +436,15 @@ class SessionManager:
                 session_id=session_id,
                 seq=live.next_seq(),
                 role="user",
-                parts=[Part(type="text", text=text)],
+                parts=parts,
                 status="complete",
                 created_at=now_rfc3339(),
             )
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
                 await self.store.save_message(message)
+                for part in parts:
+                    part.data = None  # stored once by content; requests read the bytes back from the store
             except BaseException:
                 live.waiting.remove(message)  # refused: the client is told, nothing is kept
                 if live.current is None and not live.queued:
@@ -420,6 +454,14 @@ class SessionManager:
             turn_id = new_id("turn")
             live.inbox_send.send_nowait(PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level)))
             return turn_id, queued
+
+    async def attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes]:
+        """(mime_type, bytes) of an attachment the session's messages name (``attachment/get``)."""
+        await self.row(session_id)  # session_not_found first
+        found = await self.store.get_attachment(session_id, attachment_id)
+        if found is None:
+            raise UnknownAttachment(session_id, attachment_id)
+        return found
 
     async def compact(self, session_id: str, instructions: str | None) -> tuple[str, str, bool]:
         """Admit a compaction turn (``session/compact``), queued like a prompt while a turn runs:

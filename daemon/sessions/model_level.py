@@ -10,7 +10,7 @@ still resolve. Pure: the caller says which ids name a model.
 from collections.abc import Callable
 
 from daemon.errors import InvalidParams
-from daemon.models.thinking import parse_level
+from daemon.models.levels import parse_level
 from protocol.objects import RequestedThinkingLevel
 
 

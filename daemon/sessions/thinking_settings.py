@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from daemon.catalog.catalog import Catalog, ModelSpec
+from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import Config
 from daemon.errors import InvalidParams, UnsupportedThinkingLevel
-from daemon.models.catalog import Catalog, ModelSpec
-from daemon.models.thinking import LearnedLevels, parse_display, parse_fallback, parse_level
+from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.store import SessionRow
 from protocol.objects import RequestedThinkingLevel, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 

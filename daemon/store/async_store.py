@@ -124,6 +124,15 @@ class AsyncStore:
     ) -> None:
         await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
 
+    async def get_attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes] | None:
+        return await self._call(self.store.get_attachment, session_id, attachment_id)
+
+    async def get_attachments(self, attachment_ids: list[str]) -> dict[str, bytes]:
+        return await self._call(self.store.get_attachments, attachment_ids)
+
+    async def mark_image_omitted(self, message_id: str, position: int, reason: str) -> None:
+        await self._call(self.store.mark_image_omitted, message_id, position, reason)
+
     async def record_usage(
         self, session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
     ) -> SessionRow:

@@ -23,12 +23,29 @@ _MESSAGE_COLUMNS = (
 )
 PART_COLUMNS = (
     "message_id, position, type, text, redacted, call_id, name, arguments_json, "
-    "is_error, provider, model, signature, provider_data_json"
+    "is_error, provider, model, signature, provider_data_json, attachment_id, media_json"
 )
+_PART_PLACEHOLDERS = ", ".join("?" * len(PART_COLUMNS.split(",")))
 _PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_usage = msgspec.json.Decoder(Usage).decode
+
+
+class _Media(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A part's ``media_json``: what an image or a resource is (the bytes are the attachment's)."""
+
+    mime_type: str | None = None
+    uri: str | None = None
+    size: int | None = None
+    width: int | None = None
+    height: int | None = None
+    truncated: bool = False
+    omitted: str | None = None
+
+
+_decode_media = msgspec.json.Decoder(_Media).decode
+_MEDIA_TYPES = ("image", "resource", "resource_link")
 
 
 def _null_if_empty(value: str | None) -> str | None:
@@ -49,10 +66,29 @@ def _part_from_row(row: tuple[Any, ...]) -> Part:
         model=row[10],
         signature=row[11],
         provider_data=None if row[12] is None else _decode_object(row[12]),
+        attachment_id=row[13],
+        **({} if row[14] is None else msgspec.structs.asdict(_decode_media(row[14]))),
     )
 
 
+def _media_json(part: Part) -> str | None:
+    if part.type not in _MEDIA_TYPES:
+        return None
+    media = _Media(
+        mime_type=part.mime_type,
+        uri=part.uri,
+        size=part.size,
+        width=part.width,
+        height=part.height,
+        truncated=part.truncated,
+        omitted=part.omitted,
+    )
+    return json_encode(media).decode()
+
+
 def _normalized_part(part: Part) -> Part:
+    if part.data is not None:  # the bytes are the attachment row's, written beside the part
+        part = msgspec.structs.replace(part, data=None)
     if part.provider == "" or part.model == "" or part.signature == "":
         return msgspec.structs.replace(
             part,
@@ -79,6 +115,8 @@ def _part_params(message_id: str, parts: Iterable[Part]) -> list[tuple[Any, ...]
             part.model,
             part.signature,
             None if part.provider_data is None else json_encode(part.provider_data).decode(),
+            part.attachment_id,
+            _media_json(part),
         )
         for position, part in enumerate(parts)
     ]
@@ -96,10 +134,21 @@ class MessageQueries(Database):
         return self._write(self._save_message_body(message))
 
     def _save_message_body(self, message: ChatMessage) -> Callable[[sqlite3.Connection], ChatMessage]:
+        attachments = [part for part in message.parts if part.data is not None and part.attachment_id]
         parts = [_normalized_part(part) for part in message.parts]
 
         def body(db: sqlite3.Connection) -> ChatMessage:
             self._require_session(db, message.session_id)
+            now_at = self._now()
+            # Stored once by content: the id is the sha256 of the bytes, so a second copy is a no-op.
+            db.executemany(
+                "INSERT INTO attachments (id, mime_type, bytes, width, height, data, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                [
+                    (p.attachment_id, p.mime_type or "", len(p.data or b""), p.width, p.height, p.data, now_at)
+                    for p in attachments
+                ],
+            )
             existing = db.execute(
                 "SELECT session_id, created_at FROM messages WHERE id = ?", (message.message_id,)
             ).fetchone()
@@ -140,7 +189,7 @@ class MessageQueries(Database):
                 ) from error
             db.execute("DELETE FROM parts WHERE message_id = ?", (message.message_id,))
             db.executemany(
-                f"INSERT INTO parts ({PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO parts ({PART_COLUMNS}) VALUES ({_PART_PLACEHOLDERS})",
                 _part_params(message.message_id, parts),
             )
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, message.session_id))
@@ -200,6 +249,59 @@ class MessageQueries(Database):
 
         return self._read(body)
 
+    # --- attachments ---------------------------------------------------------------------
+
+    def get_attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes] | None:
+        """(mime_type, bytes) of an attachment that a message of ``session_id`` names, else None."""
+
+        def body(db: sqlite3.Connection) -> tuple[str, bytes] | None:
+            row = db.execute(
+                """
+                SELECT a.mime_type, a.data FROM attachments AS a
+                WHERE a.id = ?1 AND EXISTS (
+                    SELECT 1 FROM parts AS p JOIN messages AS m ON m.id = p.message_id
+                    WHERE p.attachment_id = ?1 AND m.session_id = ?2
+                )
+                """,
+                (attachment_id, session_id),
+            ).fetchone()
+            return None if row is None else (row[0], bytes(row[1]))
+
+        return self._read(body)
+
+    def get_attachments(self, attachment_ids: Iterable[str]) -> dict[str, bytes]:
+        """The bytes of these attachments (those that exist), for a request to a provider."""
+        wanted = list(dict.fromkeys(attachment_ids))
+
+        def body(db: sqlite3.Connection) -> dict[str, bytes]:
+            found: dict[str, bytes] = {}
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                for attachment_id, data in db.execute(f"SELECT id, data FROM attachments WHERE id IN ({marks})", chunk):
+                    found[attachment_id] = bytes(data)
+            return found
+
+        return self._read(body)
+
+    def mark_image_omitted(self, message_id: str, position: int, reason: str) -> None:
+        """Mark a stored image part as sent only as a note from now on (a provider refused it)."""
+
+        def body(db: sqlite3.Connection) -> None:
+            row = db.execute(
+                "SELECT media_json FROM parts WHERE message_id = ? AND position = ? AND type = 'image'",
+                (message_id, position),
+            ).fetchone()
+            if row is None:
+                return
+            media = msgspec.structs.replace(_decode_media(row[0] or "{}"), omitted=reason)
+            db.execute(
+                "UPDATE parts SET media_json = ? WHERE message_id = ? AND position = ?",
+                (json_encode(media).decode(), message_id, position),
+            )
+
+        self._write(body)
+
     # --- incremental checkpoints -------------------------------------------------------
 
     def append_to_message(
@@ -231,7 +333,8 @@ class MessageQueries(Database):
                     updated = db.execute(
                         """
                         UPDATE parts SET type = ?, redacted = ?, call_id = ?, name = ?, arguments_json = ?,
-                            is_error = ?, provider = ?, model = ?, signature = ?, provider_data_json = ?
+                            is_error = ?, provider = ?, model = ?, signature = ?, provider_data_json = ?,
+                            attachment_id = ?, media_json = ?
                         WHERE message_id = ? AND position = ?
                         """,
                         (row[2], *row[4:], message_id, position),
@@ -242,12 +345,13 @@ class MessageQueries(Database):
                 db.execute("DELETE FROM part_appends WHERE message_id = ? AND position = ?", (message_id, position))
                 db.execute(
                     f"""
-                    INSERT INTO parts ({PART_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO parts ({PART_COLUMNS}) VALUES ({_PART_PLACEHOLDERS})
                     ON CONFLICT (message_id, position) DO UPDATE SET
                         type = excluded.type, text = excluded.text, redacted = excluded.redacted,
                         call_id = excluded.call_id, name = excluded.name, arguments_json = excluded.arguments_json,
                         is_error = excluded.is_error, provider = excluded.provider, model = excluded.model,
-                        signature = excluded.signature, provider_data_json = excluded.provider_data_json
+                        signature = excluded.signature, provider_data_json = excluded.provider_data_json,
+                        attachment_id = excluded.attachment_id, media_json = excluded.media_json
                     """,
                     (row[0], position, *row[2:]),
                 )

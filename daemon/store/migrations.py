@@ -217,6 +217,30 @@ def m005_compactions(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX compactions_by_session ON compactions (session_id, seq)")
 
 
+@migration
+def m006_attachments(db: sqlite3.Connection) -> None:
+    # Prompt content (PROTOCOL "Prompt content"): each distinct image once, keyed by the sha256
+    # of its stored bytes; parts name it. Shared by forks (the part rows are copied, not the
+    # bytes); the last session that names one takes it along when deleted (``delete_session``).
+    db.execute(
+        """
+        CREATE TABLE attachments (
+            id         TEXT PRIMARY KEY,
+            mime_type  TEXT NOT NULL,
+            bytes      INTEGER NOT NULL,
+            width      INTEGER,
+            height     INTEGER,
+            data       BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("ALTER TABLE parts ADD COLUMN attachment_id TEXT REFERENCES attachments (id)")
+    # An image's or resource's description: mime_type, uri, size, width, height, truncated, omitted.
+    db.execute("ALTER TABLE parts ADD COLUMN media_json TEXT")
+    db.execute("CREATE INDEX parts_by_attachment ON parts (attachment_id) WHERE attachment_id IS NOT NULL")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -230,8 +230,26 @@ class SessionQueries(Database):
         return self._write(body)
 
     def delete_session(self, session_id: str) -> bool:
-        """Delete the session with its messages, parts, changes and lease; False if absent."""
-        return self._write(lambda db: db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0)
+        """Delete the session with its messages, parts, changes and lease, and the attachments
+        no other session names (a fork shares them); False if absent."""
+
+        def body(db: sqlite3.Connection) -> bool:
+            named = [
+                row[0]
+                for row in db.execute(
+                    "SELECT DISTINCT p.attachment_id FROM parts AS p JOIN messages AS m ON m.id = p.message_id "
+                    "WHERE m.session_id = ? AND p.attachment_id IS NOT NULL",
+                    (session_id,),
+                )
+            ]
+            deleted = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+            db.executemany(
+                "DELETE FROM attachments WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM parts WHERE attachment_id = ?1)",
+                [(attachment_id,) for attachment_id in named],
+            )
+            return deleted
+
+        return self._write(body)
 
     def fork_session(self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None) -> SessionRow:
         """Create ``new_row`` (its parent_id set to ``source_id``) with a copy of the history.
@@ -270,7 +288,7 @@ class SessionQueries(Database):
                 f"""
                 INSERT INTO parts ({PART_COLUMNS})
                 SELECT ?1, position, type, text, redacted, call_id, name, arguments_json,
-                       is_error, provider, model, signature, provider_data_json
+                       is_error, provider, model, signature, provider_data_json, attachment_id, media_json
                 FROM parts WHERE message_id = ?2
                 """,
                 mapping,

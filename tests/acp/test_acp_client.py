@@ -20,9 +20,9 @@ import pytest
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import AllowedOutcome, ClientCapabilities, Implementation, RequestPermissionResponse
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.context.pricing import cost_of
-from daemon.models.catalog import Catalog
 from protocol.objects import Usage
 from tests.support.acp_wire import validate_agent_message
 from tests.support.harness import subprocess_env
@@ -320,14 +320,60 @@ async def test_sigterm_mid_turn_answers_the_prompt_cancelled_and_exits_0(
 
 async def test_prompt_blocks_reach_the_model_separated(home: Path, work: Path, daemon_backend: str) -> None:
     client = Recorder()
+    (work / "notes.txt").write_text("buy milk\n")
     notes = (work / "notes.txt").resolve().as_uri()
     async with ponder_acp(client, home, daemon_backend) as conn:
         session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
         await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
-        blocks = [acp.text_block("Look at these:"), acp.resource_link_block("notes.txt", notes)]
+        blocks = [
+            acp.text_block("Look at these:"),
+            acp.resource_link_block("notes.txt", notes),
+            acp.resource_link_block("spec", "https://example.com/spec"),
+        ]
         assert (await conn.prompt(session_id=session_id, prompt=blocks)).stop_reason == "end_turn"
     [answer] = joined(client.of("agent_message_chunk")).values()  # mock/echo answers with the user message
-    assert answer == f"Look at these: [notes.txt]({notes})"
+    # A file inside the cwd is read at admission and sent as delimited text; another scheme stays a link.
+    assert (
+        answer
+        == f'Look at these:<file uri="{notes}">\nbuy milk\n\n</file>[linked resource: spec <https://example.com/spec>]'
+    )
+
+
+async def test_an_image_reaches_the_model_and_is_replayed_on_load(home: Path, work: Path, daemon_backend: str) -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (32, 16), (0, 200, 0)).save(png, "PNG")
+    data = base64.b64encode(png.getvalue()).decode()
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        # mock/thinker takes no images: a clear error, and nothing is stored.
+        with pytest.raises(acp.RequestError) as refused:
+            await conn.prompt(session_id=session_id, prompt=[acp.image_block(data, "image/png")])
+        assert "takes no images" in str(refused.value) and "mock/echo" in str(refused.value)
+        await conn.set_config_option(config_id="model", session_id=session_id, value="mock/echo")
+        blocks = [
+            acp.text_block("What is this?"),
+            acp.image_block(data, "image/png"),
+            acp.resource_block(acp.schema.TextResourceContents(uri="file:///mem/a.md", text="# A")),
+        ]
+        assert (await conn.prompt(session_id=session_id, prompt=blocks)).stop_reason == "end_turn"
+    [answer] = joined(client.of("agent_message_chunk")).values()
+    assert f"[image image/png 32x16 {len(png.getvalue())} bytes]" in answer
+
+    replay = Recorder()
+    async with ponder_acp(replay, home, daemon_backend) as conn:
+        await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+        await asyncio.sleep(0.05)  # notification handlers run as their own tasks
+    shown = [u.content for u in replay.of("user_message_chunk")]
+    assert [c.type for c in shown] == ["text", "image", "resource"]
+    assert shown[0].text == "What is this?"
+    assert shown[1].data == data and shown[1].mime_type == "image/png"
+    assert shown[2].resource.uri == "file:///mem/a.md" and shown[2].resource.text == "# A"
 
 
 BURSTS = 12

@@ -87,7 +87,7 @@ async def test_initialize_negotiates_version_and_advertises_capabilities(home: P
         assert result["protocolVersion"] == 1
         caps = result["agentCapabilities"]
         assert caps["loadSession"] is True
-        assert caps["promptCapabilities"] == {"image": False, "audio": False, "embeddedContext": True}
+        assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": True}
         assert caps["mcpCapabilities"] == {"http": False, "sse": False}
         assert set(caps["sessionCapabilities"]) == {"list", "resume", "close", "delete"}
         assert caps["_meta"]["ponder"]["methods"] == [
@@ -279,20 +279,28 @@ async def test_prompt_content_blocks_become_the_user_message(home: Path, work: P
                 "resource": {"uri": "file:///src/c.bin", "blob": "AAEC", "mimeType": "application/octet-stream"},
             },
         ]
+        refused = blocks.pop()  # a binary blob that is not an image: -32006, nothing stored
+        with pytest.raises(RpcError) as error:
+            await prompt(client, session_id, *blocks, refused)
+        assert error.value.code == -32006 and error.value.data["reason"] == "format"
+        assert error.value.data["index"] == 4 and "Block 4 (resource)" in error.value.message
         assert await prompt(client, session_id, *blocks) == {"stopReason": "end_turn"}
         live = await daemon.sessions.get(session_id)
-        user = live.history[0].parts[0].text
-        assert user.startswith(
-            "Look at [a.py](file:///src/a.py) and [b.txt](file:///src/b.txt) [c.bin](file:///src/c.bin)\n\n"
+        assert len(live.history) == 2  # the refused prompt left nothing
+        parts = live.history[0].parts
+        assert [p.type for p in parts] == ["text", "resource_link", "text", "resource"]
+        # A link outside the cwd stays a link in ACP mode; the embedded text is kept as sent.
+        assert (parts[1].uri, parts[1].name) == ("file:///src/a.py", "a.py")
+        assert (parts[3].uri, parts[3].text, parts[3].mime_type) == ("file:///src/b.txt", "B-CONTENT", "text/plain")
+        echoed = "".join(u["content"]["text"] for u in updates(drain(client), "agent_message_chunk"))
+        assert echoed == (
+            'Look at [linked resource: a.py <file:///src/a.py>] and <file uri="file:///src/b.txt">\nB-CONTENT\n</file>'
         )
-        assert '<context uri="file:///src/b.txt">\nB-CONTENT\n</context>' in user
-        assert (
-            '<context uri="file:///src/c.bin">\n(binary content (application/octet-stream), not shown)\n</context>'
-            in user
-        )
-        assert "".join(u["content"]["text"] for u in updates(drain(client), "agent_message_chunk")) == user  # echo
 
-        for bad in ([{"type": "image", "data": "AAAA", "mimeType": "image/png"}], [], [text("   ")]):
+        with pytest.raises(RpcError) as error:
+            await prompt(client, session_id, {"type": "image", "data": "AAAA", "mimeType": "image/png"})
+        assert error.value.code == -32006 and error.value.data["reason"] == "format"
+        for bad in ([], [text("   ")]):
             with pytest.raises(RpcError) as error:
                 await prompt(client, session_id, *bad)
             assert error.value.code == -32602

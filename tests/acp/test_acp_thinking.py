@@ -8,9 +8,9 @@ import acp
 import pytest
 
 from tests.acp.test_acp_client import Recorder, option, ponder_acp
-from tests.providers.test_level_rejections import OPENAI_RESPONSES_GPT51
 from tests.support.acp_harness import acp_daemon, drain, updates
 from tests.support.replay import ReplayServer, ScriptedResponse
+from tests.vendors.test_level_rejections import OPENAI_RESPONSES_GPT51
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -10,16 +10,17 @@ import pytest
 from daemon.acp import toolcalls
 from daemon.acp import types as t
 from daemon.acp.bridge import AcpBridge, PromptWaiter, TurnOutcome, usage_update_of
-from daemon.acp.content import prompt_text, title_for
+from daemon.acp.content import prompt_content, title_for
 from daemon.acp.replay import replay_updates
 from daemon.acp.server import AcpError, prompt_answer
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidParams
-from daemon.models.catalog import Catalog
 from daemon.store import SessionRow
 from daemon.tools import builtin_tools
 from protocol import events as ev
+from protocol.methods import ImageInput, ResourceInput, ResourceLinkInput, TextInput
 from protocol.objects import ContextFill, Cost, ErrorInfo
 from tests.support.acp_wire import check, validate_agent_message
 
@@ -76,36 +77,35 @@ def blocks(raw: list[dict[str, Any]]) -> list[t.PromptBlock]:
     return msgspec.convert({"sessionId": "s", "prompt": raw}, t.PromptRequest).prompt
 
 
-def test_prompt_text_links_resources_where_they_stand_and_appends_their_text() -> None:
+def test_prompt_blocks_map_one_to_one_onto_prompt_content() -> None:
     prompt = blocks(
         [
             {"type": "text", "text": "Compare "},
-            {"type": "resource_link", "name": "a.py", "uri": "file:///p/a.py", "title": "A"},
+            {
+                "type": "resource_link",
+                "name": "a.py",
+                "uri": "file:///p/a.py",
+                "title": "A",
+                "mimeType": "text/x-python",
+            },
             {"type": "text", "text": " with "},
             {"type": "resource", "resource": {"uri": "file:///p/b%20c.py", "blob": "aGk="}},
+            {"type": "resource", "resource": {"uri": "file:///p/d.bin", "blob": "AAEC"}},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png", "uri": "file:///p/shot.png"},
         ]
     )
-    assert prompt_text(prompt) == (
-        'Compare [A](file:///p/a.py) with [b c.py](file:///p/b%20c.py)\n\n<context uri="file:///p/b%20c.py">\nhi\n</context>'
-    )
-    assert prompt_text(blocks([{"type": "text", "text": "one"}, {"type": "text", "text": "two"}])) == "one\n\ntwo"
+    assert prompt_content(prompt) == [
+        TextInput(text="Compare "),
+        ResourceLinkInput(uri="file:///p/a.py", name="A", mime_type="text/x-python"),
+        TextInput(text=" with "),
+        ResourceInput(uri="file:///p/b%20c.py", text="hi"),  # a blob that is UTF-8 text is taken as text
+        ResourceInput(uri="file:///p/d.bin", blob="AAEC"),  # admission takes it if it is an image
+        ImageInput(data="iVBORw0KGgo=", mime_type="image/png", name="shot.png"),
+    ]
     with pytest.raises(InvalidParams):
-        prompt_text(blocks([{"type": "audio", "data": "", "mimeType": "audio/wav"}]))
-
-
-def test_prompt_blocks_are_separated_as_a_person_reads_them() -> None:
-    link = {"type": "resource_link", "name": "notes.txt", "uri": "file:///p/notes.txt"}
-    other = {"type": "resource_link", "name": "todo.txt", "uri": "file:///p/todo.txt"}
-    assert prompt_text(blocks([{"type": "text", "text": "Look at these:"}, link, other])) == (
-        "Look at these: [notes.txt](file:///p/notes.txt) [todo.txt](file:///p/todo.txt)"
-    )
-    # Punctuation right after a mention stays attached; whitespace already there is kept as is.
-    assert prompt_text(blocks([link, {"type": "text", "text": ", then"}, {"type": "text", "text": " stop"}])) == (
-        "[notes.txt](file:///p/notes.txt), then stop"
-    )
-    assert prompt_text(blocks([{"type": "text", "text": "See\n"}, link, {"type": "text", "text": "why?"}])) == (
-        "See\n[notes.txt](file:///p/notes.txt) why?"
-    )
+        prompt_content(blocks([{"type": "audio", "data": "", "mimeType": "audio/wav"}]))
+    with pytest.raises(InvalidParams):
+        prompt_content(blocks([{"type": "text", "text": "  "}]))
 
 
 def test_titles_come_from_the_first_line_or_the_first_resource() -> None:

@@ -6,9 +6,10 @@ import pytest
 
 from daemon.agent.context import Turn
 from daemon.agent.level_retry import refused_twice, retry_thinking
+from daemon.catalog.catalog import builtin_specs
+from daemon.catalog.decide import decide_thinking
+from daemon.catalog.learned import LearnedLevels
 from daemon.errors import ThinkingLevelRejected
-from daemon.models.catalog import builtin_specs
-from daemon.models.thinking import LearnedLevels, decide_thinking
 from tests.support.provider_streams import user
 
 # A Turn holds a cancel scope, which needs a running event loop.

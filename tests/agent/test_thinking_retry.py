@@ -12,14 +12,14 @@ import pytest
 
 from daemon.providers.device_login import save_github_token
 from daemon.util.secret import Secret
-from tests.providers.test_level_rejections import (
+from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
+from tests.support.harness import in_memory_daemon
+from tests.support.replay import ScriptedResponse
+from tests.vendors.test_level_rejections import (
     COPILOT_MESSAGES_OPUS47,
     GEMINI_MEDIUM,
     OPENAI_RESPONSES_GPT51,
 )
-from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
-from tests.support.harness import in_memory_daemon
-from tests.support.replay import ScriptedResponse
 
 pytestmark = pytest.mark.anyio
 

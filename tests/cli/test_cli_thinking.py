@@ -108,7 +108,7 @@ def test_an_answer_lost_to_the_output_limit_is_no_success(home, tmp_path, replay
 
 
 def test_a_refused_level_says_which_level_is_tried_instead(home, tmp_path, replay_server):
-    from tests.providers.test_level_rejections import OPENAI_RESPONSES_GPT51
+    from tests.vendors.test_level_rejections import OPENAI_RESPONSES_GPT51
 
     replay_server.enqueue(
         ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=OPENAI_RESPONSES_GPT51)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.context.pricing import cost_of
-from daemon.models.catalog import Catalog
 from protocol.objects import Usage
 from tests.support.harness import subprocess_env
 from tests.support.replay import ReplayServer

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.catalog.catalog import Catalog, models_dev_price
 from daemon.config.settings import load_config
 from daemon.context.pricing import (
     Price,
@@ -16,7 +17,6 @@ from daemon.context.pricing import (
     parse_price_override,
     price_from_models_dev,
 )
-from daemon.models.catalog import Catalog, models_dev_price
 from protocol.objects import Usage
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from daemon.config.settings import ProviderConfig, load_config
@@ -27,8 +28,8 @@ from daemon.conversation import Part
 from daemon.errors import ProviderAuthError, ProviderError
 from daemon.jsonrpc.client import RpcError
 from daemon.providers.copilot import CopilotProvider, CopilotTokens
-from daemon.providers.table import GITHUB_CLIENT_ID
 from daemon.util.secret import Secret
+from daemon.vendors.table import GITHUB_CLIENT_ID
 from protocol.errors import ErrorCode
 from tests.support.fake_github import COPILOT_TOKEN, DEVICE_CODE, GITHUB_TOKEN, FakeGitHub, _json
 from tests.support.harness import in_memory_daemon
@@ -651,3 +652,32 @@ def test_a_sign_in_that_makes_the_home_makes_it_owner_only(tmp_path):
     save_github_token(home, Secret(GITHUB_TOKEN))
     assert home.stat().st_mode & 0o777 == 0o700
     assert token_path(home).stat().st_mode & 0o777 == 0o600
+
+
+async def test_an_image_goes_to_copilot_as_chat_and_responses_content(github, replay_server, home):
+    # Copilot speaks OpenAI Chat (Claude, GPT-4.1, Gemini) and Responses (GPT-5): the image goes
+    # in each API's own form, as a data URL (what the agent fills in for an image it sends).
+    image = Part(type="image", attachment_id="att_x", mime_type="image/png", width=1, height=1, size=4, data=b"\x89PNG")
+    url = "data:image/png;base64,iVBORw=="
+    message = msgspec.structs.replace(user("What is this?"), parts=[Part(type="text", text="What is this?"), image])
+    replay_server.enqueue_fixture("openai-chat", "copilot-claude-reasoning")
+    replay_server.enqueue_fixture("openai-responses", "reasoning-summary-text")
+    for api, model in (("openai-chat", "claude-sonnet-4.5"), ("openai-responses", "gpt-5.2")):
+        adapter = CopilotProvider(copilot_settings(github), api, home)
+        try:
+            got = await collect(adapter, make_request("copilot", model, [message]))
+        finally:
+            await adapter.aclose()
+        assert got.error is None
+    chat, responses = [r.json() for r in replay_server.requests if r.method == "POST"]
+    assert chat["messages"][-1] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}],
+    }
+    assert responses["input"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "What is this?"},
+            {"type": "input_image", "image_url": url, "detail": "auto"},
+        ],
+    }

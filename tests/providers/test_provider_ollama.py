@@ -470,6 +470,7 @@ def found(model: str, thinking: bool, tools: bool, context: int | None, levels: 
         "supports_thinking": thinking,
         "think_levels": levels,
         "supports_tools": tools,
+        "supports_vision": False,
         "context_window": context,
     }
 

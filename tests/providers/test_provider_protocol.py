@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from daemon.providers.base import Provider
-from daemon.providers.table import PROVIDERS, WIRE_APIS, load
+from daemon.providers.registry import load
+from daemon.vendors.table import PROVIDERS, WIRE_APIS
 
 ADAPTERS = sorted({api.adapter for api in WIRE_APIS.values()} | {p.adapter for p in PROVIDERS.values() if p.adapter})
 

@@ -1,6 +1,6 @@
 """The provider table walked entry by entry: every built-in provider has all its parts.
 
-``daemon.providers.table`` is the one place a provider is declared; adding one is its
+``daemon.vendors.table`` is the one place a provider is declared; adding one is its
 ``ProviderInfo`` (plus an adapter for a new wire API) and its catalogue rows. Each test
 here fails, naming the provider, when one of the parts is missing: credentials that
 ``load_config`` really picks up, a wire API with an adapter, catalogue rows (or run-time
@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
+from daemon.catalog.catalog import Catalog, builtin_specs
 from daemon.config.settings import CREDENTIAL_ENV_VARS, load_config
 from daemon.config.stored_login import save_github_token
 from daemon.errors import ProviderAuthError, ProviderError
-from daemon.models.catalog import Catalog, builtin_specs
-from daemon.providers.models import BUILTIN_MODELS
 from daemon.providers.openai_dialects import DIALECTS
-from daemon.providers.registry import ProviderRegistry
-from daemon.providers.table import KNOWN_APIS, PROVIDERS, WIRE_APIS, ProviderInfo, load
-from daemon.providers.thinking_params import FRAGMENTS
+from daemon.providers.registry import ProviderRegistry, load
 from daemon.util.secret import Secret
+from daemon.vendors.rows import BUILTIN_MODELS
+from daemon.vendors.table import KNOWN_APIS, PROVIDERS, WIRE_APIS, ProviderInfo
+from daemon.vendors.thinking_params import FRAGMENTS
 from tests.support.fake_github import GITHUB_TOKEN, FakeGitHub
 from tests.support.provider_streams import LOCAL_FIXTURES, collect, make_request, user
 from tests.support.replay import ScriptedResponse, fixtures_dir
@@ -109,7 +109,7 @@ def test_the_catalogue_has_its_models(name, tmp_path):
     if info.discovery is not None:
         assert inspect.iscoroutinefunction(load(info.discovery)), f"{name}: discovery is not an async function"
     else:
-        assert rows, f"{name}: no catalogue rows in daemon.providers.models and no discovery"
+        assert rows, f"{name}: no catalogue rows in daemon.vendors.rows and no discovery"
     if info.default_model is not None:
         assert info.default_model in [row.model for row in rows], f"{name}: default model has no row"
     assert info.default_model is not None or info.discovery is not None, f"{name}: no default model"
@@ -223,7 +223,7 @@ def test_reading_the_table_imports_no_adapter():
         "import sys, tempfile, pathlib\n"
         "import daemon.server, daemon.acp, daemon.cli.commands\n"
         "from daemon.config.settings import load_config\n"
-        "from daemon.models.catalog import Catalog\n"
+        "from daemon.catalog.catalog import Catalog\n"
         "Catalog(load_config(pathlib.Path(tempfile.mkdtemp()), env={}))\n"
         f"loaded = [m for m in {[*adapters, 'httpx']!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
@@ -240,9 +240,9 @@ async def test_a_provider_added_to_the_table_and_its_rows_is_served_everywhere(m
     ACP's selector, the registry and the Chat adapter all serve the new provider."""
     from daemon.acp.config_options import model_option
     from daemon.models.spec import NO_THINKING
-    from daemon.providers import models
-    from daemon.providers.models import ModelRow
     from daemon.providers.openai_chat import OpenAIChatProvider
+    from daemon.vendors import rows as models
+    from daemon.vendors.rows import ModelRow
 
     info = ProviderInfo(
         "newco", "NewCo Cloud", "openai-chat", "https://api.newco.invalid/v1", ("NEWCO_API_KEY",), "NEWCO_BASE_URL",

@@ -44,8 +44,8 @@ PONDER_START_PATH = frozenset(
         "daemon.jsonrpc.framing",
         "daemon.jsonrpc.stdio",
         "daemon.logs",  # stderr now; the log file opens with the first record
-        "daemon.providers",
-        "daemon.providers.table",  # which providers exist and their key variables (config reads it)
+        "daemon.media",
+        "daemon.media.limits",  # initialize says how many images a prompt may carry, and how big
         "daemon.server",
         "daemon.server.app",
         "daemon.server.core",
@@ -74,6 +74,8 @@ PONDER_START_PATH = frozenset(
         "daemon.util.clock",
         "daemon.util.redact",
         "daemon.util.secret",
+        "daemon.vendors",
+        "daemon.vendors.table",  # which providers exist and their key variables (config reads it)
         "protocol",
         "protocol.errors",
         "protocol.methods",  # the params types of the methods registered

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.conversation import ChatMessage, Part
-from daemon.models.catalog import Catalog
 from daemon.store import SessionRow, Store
 from protocol.objects import Compaction
 from tests.support.harness import in_memory_daemon

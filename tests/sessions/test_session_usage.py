@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 import pytest
 
+from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.context.estimate import request_estimate
 from daemon.context.pricing import cost_of
 from daemon.jsonrpc.client import RpcClient, RpcError
-from daemon.models.catalog import Catalog
 from daemon.sessions import persistence
 from daemon.store import SessionRow, Store
 from daemon.store import db as store_db

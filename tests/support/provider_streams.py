@@ -33,8 +33,8 @@ from daemon.providers.base import (
 from protocol.objects import Thinking
 from tests.support.replay import ReplayServer, ScriptedResponse
 
-# ponder's own provider fixtures (tests/fixtures/<provider>/<name>.{sse,meta.json}), in the
-# layout of the shared ones: for wire features the shared set does not cover.
+# ponder's own fixtures (tests/fixtures/<provider>/<name>.{sse,meta.json}), in the layout of the
+# reference set in tests/fixtures/providers: wire features that set does not cover.
 LOCAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 

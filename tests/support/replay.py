@@ -20,15 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+# The provider wire fixtures the tests replay, carried in the repository (tests/fixtures/README.md).
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 
 
 def fixtures_dir() -> Path:
-    """The shared fixtures folder, or skip the test with a clear message when it is absent."""
-    if not FIXTURES.is_dir():
-        pytest.skip(f"provider fixtures not found at {FIXTURES} (expected ../shared/fixtures beside the repo)")
+    """The provider fixtures folder (``tests/fixtures/providers``)."""
     return FIXTURES
 
 

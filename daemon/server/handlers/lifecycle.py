@@ -6,6 +6,7 @@ import anyio
 
 from daemon import __version__
 from daemon.errors import InvalidParams
+from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
 from daemon.server.core import Daemon
 from daemon.server.rpc_bridge import RpcBridge
 from protocol import PROTOCOL_VERSION, THINKING_LEVELS
@@ -37,7 +38,11 @@ class LifecycleHandlers:
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
-                thinking_levels=list(THINKING_LEVELS), approval_policies=["ask", "auto", "read_only"]
+                thinking_levels=list(THINKING_LEVELS),
+                approval_policies=["ask", "auto", "read_only"],
+                prompt_content=m.PromptContentCapability(
+                    max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
+                ),
             ),
             home=str(self.daemon.config.home),
             problems=list(self.daemon.problems),
@@ -60,7 +65,7 @@ class LifecycleHandlers:
 
             import daemon.mcp.manager
             import daemon.sessions.manager  # noqa: F401 - and with it the agent and the context rules
-            from daemon.models.catalog import builtin_specs
+            from daemon.catalog.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools
 

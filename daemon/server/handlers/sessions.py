@@ -1,5 +1,6 @@
-"""The ``session/*`` methods."""
+"""The ``session/*`` methods, and ``attachment/get``."""
 
+import base64
 from typing import TYPE_CHECKING
 
 from daemon.errors import InvalidParams
@@ -80,8 +81,16 @@ class SessionHandlers:
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
-        turn_id, queued = await self.sessions.prompt(params.session_id, params.text, params.thinking_level)
+        turn_id, queued = await self.sessions.prompt(
+            params.session_id, params.text, params.thinking_level, params.content
+        )
         return m.SessionPromptResult(turn_id=turn_id, queued=queued)
+
+    async def attachment_get(self, params: m.AttachmentGetParams) -> m.AttachmentGetResult:
+        mime_type, data = await self.sessions.attachment(params.session_id, params.attachment_id)
+        return m.AttachmentGetResult(
+            attachment_id=params.attachment_id, mime_type=mime_type, data=base64.b64encode(data).decode("ascii")
+        )
 
     async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
         cancelled, dropped = await self.sessions.cancel(params.session_id)

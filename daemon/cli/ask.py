@@ -1,0 +1,182 @@
+"""``ponder ask``: one prompt in a session, streamed as it arrives.
+
+On a terminal it says on stderr how the model will think (one line, and a warning when that
+differs from what was asked), shows thinking dimmed and the answer normally, and asks before a
+tool changes anything; piped, it prints only the answer; ``--json`` prints every event as a
+JSON line. Ctrl-C cancels the turn cleanly. The exit status is non-zero when the turn ends in
+error (1), with an empty answer cut by the output limit (1), or is cancelled (130).
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from daemon.cli.figures import usage_line
+from daemon.cli.terminal import DIM, RESET, stderr_is_terminal
+from daemon.jsonrpc.client import RpcClient, RpcError
+from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
+
+_KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]
+MOCK_NOTICE = (
+    "ponder: no provider is configured, so this uses the offline mock model {model}. "
+    f"Set {_KEY_ENVS[0]} (or {', '.join(_KEY_ENVS[1:])}, ...) or pass --model to use a real one."
+)
+
+
+async def ask(client: RpcClient, args: argparse.Namespace) -> int:
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt.strip():
+        print("ponder: nothing to ask (give a prompt or pipe one in).", file=sys.stderr)
+        return 2
+    session_id = await _open_session(client, args)
+    turn = await client.request("session/prompt", {"session_id": session_id, "text": prompt})
+    printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty(), notice=stderr_is_terminal())
+    end: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_on_interrupt() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    print("\nponder: cancelling…", file=sys.stderr)
+                    await client.request("session/cancel", {"session_id": session_id})
+
+        tg.start_soon(cancel_on_interrupt)
+        async for event in client.events(turn["turn_id"]):
+            printer.show(event)
+            if event["type"] == "turn_end":
+                end = event
+        tg.cancel_scope.cancel()
+    printer.close()
+    if end.get("stop_reason") == "max_tokens" and end.get("error"):
+        print(f"ponder: {end['error']['message']}", file=sys.stderr)
+        if not printer.wrote_text:  # an empty answer is no success
+            return 1
+    if end.get("stop_reason") == "error":
+        error = end.get("error") or {}
+        print(f"ponder: {error.get('message', 'the turn failed')}", file=sys.stderr)
+        return 1
+    if end.get("stop_reason") == "cancelled":
+        return 130
+    if end.get("stop_reason") == "budget":
+        print(f"ponder: {(end.get('error') or {}).get('message', 'the session budget is spent')}", file=sys.stderr)
+    if not args.json and stderr_is_terminal():
+        print(f"ponder: session {session_id}", file=sys.stderr)
+        # Last, one line: where the session stands (its context fill and what it has cost).
+        line = usage_line((await client.request("session/get", {"session_id": session_id}))["session"])
+        if line is not None:
+            print(line, file=sys.stderr)
+    return 1 if end.get("stop_reason") == "budget" else 0
+
+
+async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
+    session_id = args.session
+    if args.continue_last:
+        cwd = os.path.abspath(args.cwd or os.getcwd())
+        listed = await client.request("session/list", {"cwd": cwd, "limit": 1})
+        if not listed["sessions"]:
+            raise RpcError(-32001, f"No session to continue in {cwd}.")
+        session_id = listed["sessions"][0]["session_id"]
+    if session_id:
+        if args.model:
+            await client.request("model/set", {"session_id": session_id, "model_id": args.model})
+        if args.thinking:
+            await client.request("thinking/set", {"session_id": session_id, "level": args.thinking})
+        await _set_budget(client, session_id, args)
+        await client.request("session/get", {"session_id": session_id})
+        return session_id
+    params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd())}
+    if args.model:
+        params["model_id"] = args.model
+    if args.thinking:
+        params["thinking_level"] = args.thinking
+    if args.approval:
+        params["approval_policy"] = args.approval
+    started = await client.request("session/start", params)
+    model_id = started["session"]["model_id"]
+    if not args.model and model_id.split("/", 1)[0] in OFFLINE_PROVIDERS:
+        print(MOCK_NOTICE.format(model=model_id), file=sys.stderr)
+    thinking = started["thinking"]
+    if thinking.get("reason") and not stderr_is_terminal():  # on a terminal, the turn's thinking line says it
+        print(f"ponder: {thinking['reason']}", file=sys.stderr)
+    await _set_budget(client, started["session"]["session_id"], args)
+    return started["session"]["session_id"]
+
+
+async def _set_budget(client: RpcClient, session_id: str, args: argparse.Namespace) -> None:
+    if args.thinking_budget is not None:
+        await client.request("thinking/set", {"session_id": session_id, "budget_tokens": args.thinking_budget})
+
+
+def thinking_lines(thinking: dict[str, Any]) -> list[str]:
+    """What a person sees of a turn's thinking decision: ``Thinking: medium (14,720 tokens)`` on a
+    budget model, ``Thinking: high effort`` on the others, ``Thinking: off``; then why the level
+    differs from the one asked for, when it does."""
+    effective = thinking["effective"]
+    if effective == "off":
+        lines = ["Thinking: off"]
+    elif thinking.get("budget_tokens") is not None:
+        lines = [f"Thinking: {effective} ({thinking['budget_tokens']:,} tokens)"]
+    else:
+        lines = [f"Thinking: {effective} effort"]
+    if thinking.get("reason") and thinking["requested"] not in ("default", effective):
+        lines.append(f"ponder: {thinking['reason']}")
+    return lines
+
+
+class _Printer:
+    def __init__(self, *, json_mode: bool, tty: bool, notice: bool = False) -> None:
+        self.json_mode = json_mode
+        self.tty = tty
+        self.notice = notice and not json_mode  # the thinking line on stderr
+        self.in_thinking = False
+        self.wrote_text = False
+        self.closed = False  # stdout went away (e.g. piped into head): stop writing
+
+    def show(self, event: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        try:
+            self._show(event)
+        except BrokenPipeError:
+            self.closed = True
+
+    def _show(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if self.json_mode:
+            sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+            return
+        if kind == "turn_start" and self.notice:
+            print("\n".join(thinking_lines(event["thinking"])), file=sys.stderr, flush=True)
+        elif kind == "thinking_delta" and self.tty:
+            if not self.in_thinking:
+                sys.stdout.write(DIM)
+                self.in_thinking = True
+            sys.stdout.write(event["delta"])
+        elif kind == "thinking_end" and self.tty and self.in_thinking:
+            sys.stdout.write(RESET + "\n\n")
+            self.in_thinking = False
+        elif kind == "text_delta":
+            sys.stdout.write(event["delta"])
+            self.wrote_text = True
+        elif kind == "tool_execution_start" and self.tty:
+            sys.stdout.write(f"{DIM}→ {event['name']} {json.dumps(event['arguments'], ensure_ascii=False)}{RESET}\n")
+        elif kind == "retry":
+            # A retry at once (another thinking level) says what it does in its message.
+            wait = f" Retrying in {event['delay_ms'] / 1000:.1f}s…" if event["delay_ms"] else ""
+            print(f"ponder: {event['error']['message']}{wait}", file=sys.stderr)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.in_thinking:
+            sys.stdout.write(RESET)
+        if self.wrote_text and not self.json_mode:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
