@@ -10,10 +10,10 @@ in one write only when it shrinks the estimate. Messages are never changed.
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import anyio
+import msgspec
 
 from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, wait_to_retry
 from daemon.agent.history import repair_history
@@ -37,8 +37,7 @@ CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 Backoff = Callable[[int, float | None], float]  # (attempt, retry_after) -> seconds before the next attempt
 
 
-@dataclass(frozen=True)
-class CompactionOutcome:
+class CompactionOutcome(msgspec.Struct, frozen=True):
     status: CompactionStatus
     error: ErrorInfo | None = None
 

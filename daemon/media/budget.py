@@ -13,8 +13,6 @@ Pure: the bytes are fetched by the caller for the ids ``MediaPlan.send`` names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import msgspec
 
 from daemon.conversation import ChatMessage, Part
@@ -28,12 +26,11 @@ OVER_BYTES = "over_bytes"
 REJECTED = "rejected_by_provider"
 
 
-@dataclass
-class MediaPlan:
+class MediaPlan(msgspec.Struct):
     """For one request: the images sent (by part), why each other one is a note, and the notes."""
 
-    send: dict[PartKey, str] = field(default_factory=dict)  # part -> attachment_id
-    left_out: dict[PartKey, str] = field(default_factory=dict)  # part -> cause
+    send: dict[PartKey, str] = msgspec.field(default_factory=dict)  # part -> attachment_id
+    left_out: dict[PartKey, str] = msgspec.field(default_factory=dict)  # part -> cause
     model_id: str = ""
 
     def notes(self) -> list[str]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import io
 import warnings
-from dataclasses import dataclass
 
+import msgspec
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from daemon.errors import UnusableContent
@@ -39,8 +39,7 @@ _MAGIC = (
 )
 
 
-@dataclass(frozen=True)
-class NormalizedImage:
+class NormalizedImage(msgspec.Struct, frozen=True):
     """The bytes to store and what they are; ``original_*`` describe what was given."""
 
     data: bytes

