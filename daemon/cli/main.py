@@ -91,12 +91,14 @@ class Serve(NamedTuple):
     max_line_bytes: int
 
 
-def plain_serve(argv: list[str]) -> Serve | None:
-    """``[--home H] [--log-level L] serve [--max-line-bytes N]``, the line an editor spawns, read
-    without argparse: importing it and declaring every command's arguments is a noticeable
-    part of a daemon's start-up. None for any other line, which argparse reads (and explains)."""
+CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
+
+
+def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None:
+    """``--home H`` and ``--log-level L`` (either spelling) before the command: (home, level,
+    the command and its arguments); None when anything else comes first (argparse reads it)."""
     home, level, rest = None, "info", list(argv)
-    while rest and rest[0] != "serve":
+    while rest and rest[0].startswith("-"):
         option, _, inline = rest.pop(0).partition("=")
         if option not in ("--home", "--log-level") or (not inline and not rest):
             return None
@@ -109,8 +111,17 @@ def plain_serve(argv: list[str]) -> Serve | None:
             level = value
         else:
             return None
-    if not rest:
+    return home, level, rest
+
+
+def plain_serve(argv: list[str]) -> Serve | None:
+    """``[--home H] [--log-level L] serve [--max-line-bytes N]``, the line an editor spawns, read
+    without argparse: importing it and declaring every command's arguments is a noticeable
+    part of a daemon's start-up. None for any other line, which argparse reads (and explains)."""
+    found = _global_options(argv)
+    if found is None or not found[2] or found[2][0] != "serve":
         return None
+    home, level, rest = found
     limit = DEFAULT_MAX_LINE_BYTES
     match rest[1:]:
         case []:
@@ -127,16 +138,29 @@ def main(argv: list[str] | None = None) -> int:
     plain = plain_serve(argv)
     if plain is not None:
         return run_serve(plain)
-    args = build_parser().parse_args(argv)
+    # Every client command talks to a daemon: start it first, before even argparse, so that
+    # it starts up while this process reads its arguments and imports the client's stack.
+    found = _global_options(argv)
+    daemon = None
+    if found is not None and found[2] and found[2][0] in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
+        from daemon.jsonrpc.spawn import start_daemon
+
+        daemon = start_daemon(home=found[0], log_level="warning")
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit:  # a mistake in the command's own arguments: argparse said which
+        if daemon is not None:
+            daemon.kill()
+            daemon.wait()
+        raise
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes))
-    from daemon.jsonrpc.spawn import start_daemon
+    if daemon is None:
+        from daemon.jsonrpc.spawn import start_daemon
 
-    # Every client command talks to a daemon: start it first, so that it starts up while
-    # this process imports the client's async stack.
-    daemon = start_daemon(home=args.home, log_level="warning")
+        daemon = start_daemon(home=args.home, log_level="warning")
     from daemon.cli import commands
 
     return commands.run(args, daemon)

@@ -1,9 +1,16 @@
 """``ponder serve``'s command line is read without argparse when it is the plain line editors
-spawn (``daemon.cli.main.plain_serve``); anything else goes to argparse. Both must agree."""
+spawn (``daemon.cli.main.plain_serve``); anything else goes to argparse. Both must agree. A
+client command starts its daemon before argparse reads the rest."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Serve, build_parser, plain_serve
+from tests.support.harness import subprocess_env
 
 
 def by_argparse(argv: list[str]) -> Serve:
@@ -54,3 +61,25 @@ OTHERS = [
 @pytest.mark.parametrize("argv", OTHERS, ids=lambda argv: " ".join(argv) or "(nothing)")
 def test_anything_else_goes_to_argparse(argv: list[str]) -> None:
     assert plain_serve(argv) is None
+
+
+def test_a_client_command_starts_its_daemon_before_argparse_and_stops_it_on_a_mistake(tmp_path: Path) -> None:
+    # ``ponder ask`` starts its daemon before reading its own arguments; when argparse then
+    # refuses them, that daemon is stopped, not left behind.
+    home = tmp_path / "home"
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "--home", str(home), "ask", "--no-such-option", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **subprocess_env(home)},
+    )
+    assert done.returncode == 2 and "unrecognized arguments: --no-such-option" in done.stderr
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and str(home) in _cmdline(pid)]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile, or not ours to read
+        return ""
