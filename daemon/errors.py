@@ -157,6 +157,12 @@ class BudgetExceeded(PonderError):
     code = ErrorCode.BUDGET_EXCEEDED
 
 
+class HookDenied(PonderError):
+    """A ``user_prompt_submit`` hook refused the prompt; its turn ends ``error`` with the hook's reason."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+
 class ProviderError(PonderError):
     """A provider failed: HTTP status, an error event mid-stream, or a broken stream.
 
@@ -186,17 +192,21 @@ class ProviderError(PonderError):
 
 class ContextOverflow(ProviderError):
     """The request did not fit the model's context window and compaction could not make it fit:
-    automatic compaction is off, or the retry after compacting overflowed too."""
+    automatic compaction is off, or the retry after compacting (and shortening what was too big)
+    overflowed too. ``advice``: what to do, when more is known than "compact the session"."""
 
-    def __init__(self, cause: ProviderError, *, compacted: bool) -> None:
+    def __init__(self, cause: ProviderError, *, compacted: bool, advice: str | None = None) -> None:
         if compacted:
             what = "still does not fit the model's context window after compacting it"
         else:
             what = "does not fit the model's context window and was not compacted"
         detail = cause.message.rstrip(".")
+        todo = advice or (
+            "Compact the session (session/compact, or /compact in an editor; with instructions to keep less) "
+            "and send the prompt again."
+        )
         super().__init__(
-            f"The conversation {what} ({detail}). Compact the session (session/compact, or /compact in an editor; "
-            "with instructions to keep less) and send the prompt again.",
+            f"The conversation {what} ({detail}). {todo}",
             provider=cause.provider,
             status=cause.status,
             kind=cause.kind,

@@ -14,6 +14,7 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    Rule,
     Session,
     StopReason,
     Thinking,
@@ -108,10 +109,27 @@ class MessageEnd(BaseEvent, tag="message_end"):
     message: Message
 
 
+PermissionSource = Literal["rule", "policy", "user", "hook", "sandbox"]
+HookEventName = Literal["pre_tool_use", "post_tool_use", "user_prompt_submit", "stop", "pre_compact"]
+HookStatus = Literal["completed", "blocked", "failed", "timed_out"]
+
+
+class Permission(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Why a tool call ran or not: which decision, from which step, by which rule."""
+
+    decision: Literal["allow", "deny"]
+    source: PermissionSource
+    rule: Rule | None = None
+    note: str | None = None  # what was not kept or saved, or why no rule could allow the call
+
+
 class ToolExecutionStart(BaseEvent, tag="tool_execution_start"):
     call_id: str
     name: str
     arguments: dict[str, Any]
+    # null for a call that never reached the permission check and never runs (arguments that are
+    # not JSON or do not fit the tool, an unknown tool: the tool error says which)
+    permission: Permission | None = None
 
 
 class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
@@ -160,6 +178,20 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     error: ErrorInfo | None = None
 
 
+class HookStart(BaseEvent, tag="hook_start"):
+    hook_id: str
+    event: HookEventName
+    command: str
+
+
+class HookEnd(BaseEvent, tag="hook_end"):
+    hook_id: str
+    event: HookEventName
+    status: HookStatus
+    duration_ms: int
+    output: str  # what the hook printed (its reason), cut short and with credentials masked
+
+
 class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -186,6 +218,8 @@ AgentEvent = (
     | UsageEvent
     | CompactionStart
     | CompactionEnd
+    | HookStart
+    | HookEnd
     | TurnEnd
 )
 

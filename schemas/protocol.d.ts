@@ -2,7 +2,7 @@
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -180,6 +180,34 @@ export interface ErrorInfo {
   message: string;
   provider_status: number | null;
 }
+
+export interface HookEnd {
+  type: "hook_end";
+  hook_id: string;
+  event: HookEventName;
+  status: HookStatus;
+  duration_ms: number;
+  output: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** When a hook runs. */
+export type HookEventName = "post_tool_use" | "pre_compact" | "pre_tool_use" | "stop" | "user_prompt_submit";
+
+export interface HookStart {
+  type: "hook_start";
+  hook_id: string;
+  event: HookEventName;
+  command: string;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
+/** How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke. */
+export type HookStatus = "blocked" | "completed" | "failed" | "timed_out";
 
 /** An image in a user message (or returned by a tool: ``call_id`` names the call); the bytes
     are fetched with ``attachment/get``, never carried here. ``mime_type``, ``bytes``, ``width``
@@ -373,6 +401,7 @@ export interface Methods {
   "session/rename": SessionRenameMethod;
   "session/delete": SessionDeleteMethod;
   "session/budget": SessionBudgetMethod;
+  "permissions/list": PermissionsListMethod;
   "mcp/list": McpListMethod;
   "auth/status": AuthStatusMethod;
   "auth/login": AuthLoginMethod;
@@ -391,6 +420,7 @@ export interface Model {
   max_output_tokens: number | null;
   supports_tools: boolean;
   available: boolean;
+  context_window_source: "catalog" | "config" | "default" | "learned";
   input_modalities: string[];
 }
 
@@ -436,8 +466,19 @@ export interface Notifications {
   "$/cancelRequest": CancelRequestNotification;
 }
 
+/** A word of a run_command pattern: a word, or a list of alternative words. */
+export type PatternWord = string | string[];
+
+/** Why a tool call ran or not: which decision, from which step, by which rule. */
+export interface Permission {
+  decision: "allow" | "deny";
+  source: PermissionSource;
+  rule: Rule | null;
+  note: string | null;
+}
+
 /** The person's answer to a `permission/request`. */
-export type PermissionDecision = "allow_once" | "allow_session" | "deny";
+export type PermissionDecision = "allow_always" | "allow_once" | "allow_session" | "deny" | "deny_always";
 
 /** `permission/request`: its params and result. */
 export interface PermissionRequestMethod {
@@ -454,10 +495,32 @@ export interface PermissionRequestParams {
   arguments: { [key: string]: unknown };
   title: string;
   options: PermissionDecision[];
+  suggested_rule: ProposedRule | null;
+  reason: string | null;
 }
 
 export interface PermissionRequestResult {
   decision: PermissionDecision;
+  rule?: { [key: string]: unknown } | null;
+}
+
+/** Which step decided a tool call: see PROTOCOL.md, Permissions. */
+export type PermissionSource = "hook" | "policy" | "rule" | "sandbox" | "user";
+
+/** `permissions/list`: its params and result. */
+export interface PermissionsListMethod {
+  method: "permissions/list";
+  params: PermissionsListParams;
+  result: PermissionsListResult;
+}
+
+export interface PermissionsListParams {
+  session_id?: string | null;
+}
+
+export interface PermissionsListResult {
+  rules: Rule[];
+  problems: string[];
 }
 
 /** `ping`: its params and result. */
@@ -474,6 +537,15 @@ export interface PromptContentCapability {
   resource_link: boolean;
   max_images_per_prompt: number;
   max_image_bytes: number;
+}
+
+/** A rule as a client sends it back with a ``permission/request`` answer (an edited ``suggested_rule``). */
+export interface ProposedRule {
+  tool: string;
+  decision: RuleDecision;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
 }
 
 /** Who a message streamed during a turn is from: the model, or the tools (their results). */
@@ -531,12 +603,34 @@ export interface Retry {
 /** Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results). */
 export type Role = "assistant" | "tool" | "user";
 
+/** A permission rule (PROTOCOL.md "Permissions"): ``pattern`` for ``run_command`` (a
+    command prefix, word by word), ``path`` for file tools (a glob relative to the cwd). */
+export interface Rule {
+  tool: string;
+  decision: RuleDecision;
+  source: RuleSource;
+  pattern: PatternWord[] | null;
+  path: string | null;
+  justification: string | null;
+  project: string | null;
+  file: string | null;
+  line: number | null;
+}
+
+/** What a permission rule does with the calls it matches. */
+export type RuleDecision = "allow" | "ask" | "deny";
+
+/** Where a permission rule comes from: see PROTOCOL.md, Permissions. */
+export type RuleSource = "always" | "config" | "policy" | "session";
+
 export interface ServerCapabilities {
   thinking_levels: string[];
   approval_policies: string[];
   batches: boolean;
   cancel_request: boolean;
   prompt_content: PromptContentCapability | null;
+  permission_rules: boolean;
+  hooks: boolean;
 }
 
 export interface ServerInfo {
@@ -952,6 +1046,7 @@ export interface ToolExecutionStart {
   call_id: string;
   name: string;
   arguments: { [key: string]: unknown };
+  permission: Permission | null;
   session_id: string;
   turn_id: string;
   seq: number;

@@ -37,7 +37,7 @@ import gen_typescript
 
 from protocol import PROTOCOL_VERSION, events, methods, objects
 from protocol.errors import ErrorCode
-from protocol.events import NOTIFICATIONS, AgentEvent, ReplyRole
+from protocol.events import NOTIFICATIONS, AgentEvent, HookEventName, HookStatus, PermissionSource, ReplyRole
 from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
@@ -51,8 +51,11 @@ from protocol.objects import (
     Block,
     MessageStatus,
     MessageStopReason,
+    PatternWord,
     RequestedThinkingLevel,
     Role,
+    RuleDecision,
+    RuleSource,
     SessionStatus,
     StopReason,
     ThinkingLevel,
@@ -81,6 +84,12 @@ NAMED: dict[str, tuple[Any, str]] = {
     "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
     "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
     "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
+    "RuleDecision": (RuleDecision, "What a permission rule does with the calls it matches."),
+    "RuleSource": (RuleSource, "Where a permission rule comes from: see PROTOCOL.md, Permissions."),
+    "PatternWord": (PatternWord, "A word of a run_command pattern: a word, or a list of alternative words."),
+    "PermissionSource": (PermissionSource, "Which step decided a tool call: see PROTOCOL.md, Permissions."),
+    "HookEventName": (HookEventName, "When a hook runs."),
+    "HookStatus": (HookStatus, "How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke."),
 }
 
 ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it

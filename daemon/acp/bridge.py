@@ -47,15 +47,26 @@ from daemon.jsonrpc.connection import Connection
 from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
-from protocol.methods import PermissionRequestParams
+from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import ContextFill, Cost, ErrorInfo, Session
 
 log = logging.getLogger("ponder.acp")
 
-ALLOW_ONCE: Final = "allow_once"
-ALLOW_ALWAYS: Final = "allow_always"
-REJECT_ONCE: Final = "reject_once"
-REJECT_ALWAYS: Final = "reject_always"
+# ponder's permission decisions as ACP options (PROTOCOL.md "Permissions": ACP options).
+_OPTION_KINDS: Final[dict[str, t.PermissionKind]] = {
+    "allow_once": "allow_once",
+    "allow_session": "allow_always",
+    "allow_always": "allow_always",
+    "deny": "reject_once",
+    "deny_always": "reject_always",
+}
+_OPTION_NAMES: Final = {
+    "allow_once": "Allow",
+    "allow_session": "Allow for this session",
+    "allow_always": "Always allow in this project",
+    "deny": "Reject",
+    "deny_always": "Always reject in this project",
+}
 
 
 @dataclass
@@ -113,7 +124,6 @@ class AcpBridge:
         self._prompts: set[PromptWaiter] = set()  # every session/prompt in flight
         self._by_turn: dict[str, PromptWaiter] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
-        self._rejected: dict[str, set[str]] = {}  # session -> tools rejected for the session
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
@@ -142,7 +152,6 @@ class AcpBridge:
 
     def close_session(self, session_id: str) -> None:
         self._open.pop(session_id, None)
-        self._rejected.pop(session_id, None)
 
     @contextmanager
     def quiet(self, session_id: str) -> Iterator[None]:
@@ -371,9 +380,7 @@ class AcpBridge:
 
     # --- approval -------------------------------------------------------------------------
 
-    async def ask_permission(self, params: PermissionRequestParams) -> str:
-        if params.tool in self._rejected.get(params.session_id, set()):
-            return "deny"
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
         turn = self._turns.get(params.turn_id)
         cwd = turn.cwd if turn is not None else (await self._manager.row(params.session_id)).cwd
         request = t.RequestPermissionRequest(
@@ -387,28 +394,16 @@ class AcpBridge:
                 locations=toolcalls.locations(params.tool, params.arguments, cwd),
                 content=await toolcalls.preview(params.tool, params.arguments, cwd),
             ),
+            # optionId is ponder's decision; "always" ones keep the request's suggested rule.
             options=[
-                t.PermissionOption(option_id=ALLOW_ONCE, name="Allow", kind=ALLOW_ONCE),
-                t.PermissionOption(
-                    option_id=ALLOW_ALWAYS, name=f"Always allow {params.tool} in this session", kind=ALLOW_ALWAYS
-                ),
-                t.PermissionOption(option_id=REJECT_ONCE, name="Reject", kind=REJECT_ONCE),
-                t.PermissionOption(
-                    option_id=REJECT_ALWAYS, name=f"Always reject {params.tool} in this session", kind=REJECT_ALWAYS
-                ),
+                t.PermissionOption(option_id=o, name=_OPTION_NAMES[o], kind=_OPTION_KINDS[o]) for o in params.options
             ],
         )
         answer = await self.connection.request("session/request_permission", request, t.RequestPermissionResponse)
-        if answer.outcome.outcome != "selected":
-            return "deny"  # cancelled: the client withdrew the question
         choice = answer.outcome.option_id
-        if choice == ALLOW_ONCE:
-            return "allow_once"
-        if choice == ALLOW_ALWAYS:
-            return "allow_session"
-        if choice == REJECT_ALWAYS:
-            self._rejected.setdefault(params.session_id, set()).add(params.tool)
-        return "deny"
+        if answer.outcome.outcome != "selected" or choice not in params.options:
+            return PermissionRequestResult(decision="deny")  # cancelled: the client withdrew the question
+        return PermissionRequestResult(decision=choice)
 
 
 def usage_update_of(context: ContextFill | None, cost: Cost | None) -> t.UsageUpdate | None:

@@ -1,14 +1,27 @@
 """Compaction inside the agent: the history a request sends, when to compact, and one compaction.
 
-The pure rules are ``daemon.context``'s (estimate, window, cut, summary, history); this module
-runs them against a ``Turn``: it sends the latest compaction's summary plus the messages from
-its ``first_kept_seq`` on (``request_messages``), checks the estimated next request against
-``window - reserve`` (``maybe_compact``), and runs one compaction (``compact``): the
-``compaction_start``/``compaction_end`` events, the summarizer's call, and the record, stored
-in one write only when it shrinks the estimate. Messages are never changed.
+The pure rules are ``daemon.context``'s (estimate, window, cut, shrink, summary, history); this
+module runs them against a ``Turn``: it sends the latest compaction's summary plus the messages
+from its ``first_kept_seq`` on (``request_messages``), with tool results too big to fit shortened
+in the request (``messages_to_send``); checks the estimated next request against ``window -
+reserve`` (``maybe_compact``); and runs one compaction (``compact``): the
+``compaction_start``/``compaction_end`` events, the summarizer's call, and the record, stored in
+one write only when it shrinks the estimate. Messages are never changed.
+
+A turn can outgrow the window on its own: the cut then falls inside it (between a tool result
+and the next model call, ``daemon.context.cut.choose_cut_in_turn``), and the summary carries
+the request in progress verbatim. A summary is only asked for when folding can shrink the
+request even if the summarizer fills all the room it is given; one that did not shrink it
+anyway is thrown away and counted (``CompactionSetup.discarded``): no further automatic
+compaction is tried for that prompt, so no prompt pays for more than one discarded summary.
+
+Estimates are corrected by what the provider counts (``CompactionSetup.calibration``, from
+every call's reported input tokens and from the numbers an overflow error names), and an
+overflow error that names the window teaches it (``learn_from_overflow``).
 """
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -17,17 +30,20 @@ import msgspec
 
 from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, wait_to_retry
 from daemon.agent.history import repair_history
+from daemon.agent.watchdog import Watchdog
 from daemon.context.budget import add_usage
-from daemon.context.cut import choose_cut
-from daemon.context.estimate import next_request_estimate, request_estimate
+from daemon.context.cut import choose_cut, choose_cut_in_turn
+from daemon.context.estimate import messages_tokens, next_request_estimate, request_estimate, text_tokens
 from daemon.context.history import compaction_shrinks, history_for_request
+from daemon.context.shrink import FLOOR_TOKENS, fit_tool_results, shortened
 from daemon.context.summary import SummaryRequest, summary_request
 from daemon.context.window import effective_keep_recent, fit_thinking_budget, needs_compaction
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError, ProviderError
+from daemon.errors import PonderError, ProviderError, ThinkingLevelRejected
 from daemon.models.budgets import ANSWER_ROOM
-from daemon.providers.base import BlockEnd, ProviderRequest, UsageUpdate
+from daemon.providers.base import BlockEnd, KeepAlive, ProviderRequest, UsageUpdate
 from daemon.util.clock import new_id
+from daemon.vendors.overflow import overflow_numbers
 from protocol import events as ev
 from protocol.objects import Compaction, CompactionTrigger, ErrorInfo, Thinking, Usage
 
@@ -56,14 +72,50 @@ def request_messages(turn: Turn, history: list[ChatMessage] | None = None) -> li
     return history_for_request(repaired, latest(turn), strip_thinking=strip)
 
 
+# What a request may take of the window: the rest is the reply's (an eighth of the window, at most
+# ANSWER_ROOM). Old tool results shortened to fit keep at most this much each (a 32nd of the window).
+OLD_RESULT_CAP_MAX = 2000
+# The request in progress, carried verbatim in a summary that folds it, is at most this share of the window.
+VERBATIM_REQUEST_SHARE = 16
+# The shortest summary worth paying for: folding that cannot leave this much room is skipped unasked.
+SUMMARY_FLOOR_TOKENS = 500
+IN_PROGRESS_HEADING = "\n\n## The request in progress (verbatim)\n"
+
+
+def request_limit(context_window: int) -> int:
+    """The most tokens a request may take of ``context_window``; the rest is room for the reply."""
+    return context_window - min(ANSWER_ROOM, context_window // 8)
+
+
+def messages_to_send(turn: Turn) -> tuple[list[ChatMessage], int]:
+    """``request_messages`` as the provider gets them: tool results too big for the window shortened
+    (the store keeps them whole), unless ``[compaction] auto`` is off; and how many were shortened."""
+    messages = request_messages(turn)
+    setup = turn.compaction
+    if setup is None or not setup.auto or not setup.context_window:  # ``auto = false``: sent as they are
+        return messages, 0
+    window = setup.context_window
+    # The limit in the estimate's units: the calibration says how far the provider's counts are from it.
+    limit = int(request_limit(window) / setup.calibration.ratio)
+    fixed = request_estimate(turn.system_prompt, turn.tools, [])
+    old_cap = max(FLOOR_TOKENS, min(OLD_RESULT_CAP_MAX, window // 32))
+    return fit_tool_results(messages, fixed_tokens=fixed, limit=limit, old_cap=old_cap)
+
+
 def full_estimate(turn: Turn, history: list[ChatMessage] | None = None) -> int:
-    """The next request counted from scratch (characters / 4)."""
-    return request_estimate(turn.system_prompt, turn.tools, request_messages(turn, history))
+    """The next request counted from scratch, corrected by what the provider counted before."""
+    estimate = request_estimate(turn.system_prompt, turn.tools, request_messages(turn, history))
+    return _scaled(turn, estimate)
+
+
+def _scaled(turn: Turn, estimate: int) -> int:
+    return turn.compaction.calibration.scale(estimate) if turn.compaction is not None else estimate
 
 
 def next_estimate(turn: Turn) -> int:
     """The next request: from the provider-reported tokens of the last reply made since the latest
-    compaction plus what was appended after it; counted from scratch when there is none."""
+    compaction plus what was appended after it (corrected by the calibration); counted from scratch
+    when there is none."""
     folded_at = latest(turn)
     for index in range(len(turn.history) - 1, -1, -1):
         message = turn.history[index]
@@ -71,8 +123,25 @@ def next_estimate(turn: Turn) -> int:
             break
         usage = message.usage
         if message.role == "assistant" and usage is not None and usage.input_tokens:
-            return next_request_estimate(usage.input_tokens, usage.output_tokens or 0, turn.history[index + 1 :])
+            appended = _scaled(turn, messages_tokens(turn.history[index + 1 :]))
+            return next_request_estimate(usage.input_tokens, usage.output_tokens or 0, []) + appended
     return full_estimate(turn)
+
+
+def learn_from_overflow(turn: Turn, message: str, sent_estimate: int | None) -> None:
+    """What an overflow error teaches: the window it names (when smaller than the one assumed, or
+    none was known: kept for the model by ``CompactionSetup.learn_window``), and how many tokens
+    the request really had (the calibration)."""
+    setup = turn.compaction
+    if setup is None:
+        return
+    used, limit = overflow_numbers(message)
+    if limit is not None and (setup.context_window is None or limit < setup.context_window):
+        setup.context_window = limit
+        if setup.learn_window is not None:
+            setup.learn_window(limit)
+    if used is not None and sent_estimate:
+        setup.calibration.observe(sent_estimate, used)
 
 
 def fitted_thinking(turn: Turn) -> Thinking:
@@ -94,10 +163,29 @@ def fitted_thinking(turn: Turn) -> Thinking:
     return setup.refit_thinking(decided, budget, budget + answer, reason)
 
 
-def should_compact(turn: Turn) -> bool:
-    """Whether ``[compaction] auto`` is on and the estimated next request exceeds ``window - reserve``."""
+def advice(turn: Turn) -> str | None:
+    """What to do about a request that does not fit even after compacting and shortening: which of
+    its parts nothing here can shrink take the room (the system prompt and tools, the latest prompt).
+    None when automatic compaction is off (then compacting is the advice)."""
     setup = turn.compaction
     if setup is None or not setup.auto:
+        return None
+    fixed = _scaled(turn, request_estimate(turn.system_prompt, turn.tools, []))
+    prompt = next((m for m in reversed(turn.history) if m.role == "user"), None)
+    asked = _scaled(turn, messages_tokens([prompt])) if prompt is not None else 0
+    window = f"its {setup.context_window:,}-token window" if setup.context_window else "its window"
+    return (
+        f"What no compaction can shrink takes most of {turn.model_id}'s room ({window}): about {fixed:,} tokens of "
+        f"system prompt and tool definitions and {asked:,} of the latest prompt. Send a shorter prompt, switch to a "
+        "model with a larger context window (model/set), or start a new session."
+    )
+
+
+def should_compact(turn: Turn) -> bool:
+    """Whether ``[compaction] auto`` is on and the estimated next request exceeds ``window - reserve``
+    (and no summary was thrown away for this prompt yet)."""
+    setup = turn.compaction
+    if setup is None or not setup.auto or setup.discarded:
         return False
     if turn.budget_spent is not None and turn.budget_spent() is not None:
         return False  # no summary call on a spent budget: the turn's next model call ends it ``budget``
@@ -131,6 +219,8 @@ async def compact(
     assert setup is not None
     compaction_id = compaction_id or new_id("cmp")
     tokens_before = next_estimate(turn)
+    if turn.observe is not None:  # pre_compact hooks: they only watch, and cannot stop it
+        await turn.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
     await turn.emit(
         ev.CompactionStart, {"compaction_id": compaction_id, "trigger": trigger, "tokens_before": tokens_before}
     )
@@ -164,14 +254,40 @@ async def _run(
     previous = latest(turn)
     history = repair_history(turn.history)
     live = [m for m in history if previous is None or m.seq >= previous.first_kept_seq]
-    cut = choose_cut(live, effective_keep_recent(setup.context_window, setup.keep_recent_tokens))
-    if cut is None:
+    keep = effective_keep_recent(setup.context_window, setup.keep_recent_tokens)
+    cut = choose_cut(live, keep)
+    # No user message to cut at: one turn holds it all. When the next request does not fit (an
+    # overflow, or beyond ``window - reserve``), the cut falls inside that turn.
+    pressed = trigger == "overflow" or needs_compaction(tokens_before, setup.context_window, setup.reserve_tokens)
+    first_kept_seq = cut.seq if cut is not None else choose_cut_in_turn(live, keep) if pressed else None
+    folded = [m for m in live if first_kept_seq is not None and m.seq < first_kept_seq]
+    if first_kept_seq is None or not folded:
         return CompactionOutcome("skipped")
-    folded = [m for m in live if m.seq < cut.seq]
     summarizer = setup.summarizer
+    before_messages = turn.history[: len(turn.history) - pending] if pending else turn.history
+    candidate = Compaction(
+        compaction_id=compaction_id,
+        seq=before_messages[-1].seq if before_messages else 0,
+        trigger=trigger,
+        summary="",
+        first_kept_seq=first_kept_seq,
+        tokens_before=tokens_before,
+        tokens_after=0,
+        model_id=summarizer.model_id,
+        created_at="",
+    )
+    in_progress = _request_in_progress(history, live, first_kept_seq, setup.context_window)
+    measured_before = full_estimate(turn)
+    # Before paying for a summary: folding must leave room for one of a useful size (a longer one that
+    # does not shrink the request after all is thrown away, and counted in ``discarded``).
+    room = min(summarizer.output_room, SUMMARY_FLOOR_TOKENS) + text_tokens(in_progress)
+    floor = _after(turn, history, candidate, setup) + _scaled(turn, room)
+    if not compaction_shrinks(measured_before, floor):
+        log.info("compaction %s skipped: %d tokens now, at least %d after", compaction_id, measured_before, floor)
+        return CompactionOutcome("skipped")
     request = summary_request(
         folded,
-        previous_summary=previous.summary if previous is not None else None,
+        previous_summary=_without_in_progress(previous.summary) if previous is not None else None,
         instructions=instructions,
         context_window=summarizer.context_window,
         max_output_tokens=summarizer.output_room,
@@ -184,33 +300,48 @@ async def _run(
             f"{summarizer.provider_name} returned an empty summary; nothing was compacted.",
             provider=summarizer.provider_name,
         )
-    before_messages = turn.history[: len(turn.history) - pending] if pending else turn.history
-    candidate = Compaction(
-        compaction_id=compaction_id,
-        seq=before_messages[-1].seq if before_messages else 0,
-        trigger=trigger,
-        summary=summary,
-        first_kept_seq=cut.seq,
-        tokens_before=tokens_before,
-        tokens_after=0,
-        model_id=summarizer.model_id,
-        created_at="",
-    )
-    measured_before = full_estimate(turn)
-    tokens_after = request_estimate(
-        turn.system_prompt,
-        turn.tools,
-        history_for_request(history, candidate, strip_thinking=setup.strip_thinking),
-    )
+    candidate.summary = summary.strip() + in_progress
+    tokens_after = _after(turn, history, candidate, setup)
     if not compaction_shrinks(measured_before, tokens_after):
-        log.info("compaction %s skipped: %d tokens before, %d after", compaction_id, measured_before, tokens_after)
+        setup.discarded += 1  # paid for and thrown away: no more automatic compaction for this prompt
+        log.info("compaction %s discarded: %d tokens before, %d after", compaction_id, measured_before, tokens_after)
         return CompactionOutcome("skipped")
     candidate.tokens_after = tokens_after
     with anyio.CancelScope(shield=True):  # stored and in memory, or neither
         stored = await setup.save(candidate, usage)
         setup.records.append(stored)
-    end.update(summary=summary, tokens_after=tokens_after)
+    end.update(summary=candidate.summary, tokens_after=tokens_after)
     return CompactionOutcome("completed")
+
+
+def _after(turn: Turn, history: list[ChatMessage], candidate: Compaction, setup: CompactionSetup) -> int:
+    """The request's estimate once folded at ``candidate`` (with its summary as it stands)."""
+    folded = history_for_request(history, candidate, strip_thinking=setup.strip_thinking)
+    return _scaled(turn, request_estimate(turn.system_prompt, turn.tools, folded))
+
+
+def _request_in_progress(
+    history: list[ChatMessage], live: list[ChatMessage], first_kept_seq: int, context_window: int | None
+) -> str:
+    """When the cut falls inside a turn, the user's request that turn is working on, verbatim (within
+    a share of the window), for the end of the summary: the model goes on with what was asked, not
+    with a paraphrase. Empty when the kept messages start with a user message."""
+    kept = [m for m in live if m.seq >= first_kept_seq]
+    if kept and kept[0].role == "user":
+        return ""
+    asked = [m for m in history if m.role == "user" and m.seq < first_kept_seq]
+    if not asked:
+        return ""
+    text = "\n".join(part.text for part in asked[-1].parts if part.type == "text" and part.text).strip()
+    if not text:
+        return ""
+    room = max(FLOOR_TOKENS, (context_window or 0) // VERBATIM_REQUEST_SHARE) if context_window else 2000
+    return IN_PROGRESS_HEADING + shortened(text, room)
+
+
+def _without_in_progress(summary: str) -> str:
+    """A summary without the verbatim request a mid-turn compaction added (the next one adds it anew)."""
+    return summary.split(IN_PROGRESS_HEADING, 1)[0]
 
 
 async def _summarize(
@@ -218,11 +349,25 @@ async def _summarize(
 ) -> tuple[str, Usage | None]:
     """The summarizer's answer, retried like a reply (``retry`` events, ``backoff`` between attempts, up to
     ``TurnSettings.max_attempts``) when the provider fails in a way worth retrying. Nothing of a failed
-    attempt reached the client, so a failure mid-stream is retried too."""
+    attempt reached the client, so a failure mid-stream is retried too. A thinking level the provider
+    refuses is learned for the summarizer's model (as for a reply) and the summary asked for once more
+    at the level it now decides."""
     attempt = 1
+    level_retried = False
     while True:
         try:
             return await _summarize_once(turn, summarizer, request)
+        except ThinkingLevelRejected as exc:
+            refused = exc.rejected or summarizer.thinking.effective
+            turn.learned.learn(summarizer.model_id, allowed=exc.allowed, refused=refused)
+            if level_retried or summarizer.rethink is None:
+                raise
+            retried = summarizer.rethink()
+            if retried.effective == summarizer.thinking.effective:
+                raise
+            level_retried = True
+            log.info("the summarizer refused %r; retrying with %r", refused, retried.effective)
+            summarizer.thinking = retried
         except ProviderError as exc:
             if backoff is None or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise
@@ -233,7 +378,8 @@ async def _summarize(
 
 
 async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRequest) -> tuple[str, Usage | None]:
-    """The summarizer's answer (its text parts) and usage; no tools, its own thinking level."""
+    """The summarizer's answer (its text parts) and usage; no tools, its own thinking level. Watched like
+    a reply: silence for ``stall_timeout_s`` (or only keep-alives for ``no_progress_timeout_s``) aborts it."""
     provider_request = ProviderRequest(
         provider=summarizer.provider_name,
         model=summarizer.model_name,
@@ -245,20 +391,37 @@ async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRe
     )
     texts: list[str] = []
     usage: Usage | None = None
-    try:
-        with anyio.fail_after(turn.settings.no_progress_timeout_s):
-            async with summarizer.provider.stream(provider_request) as events:
-                async for event in events:
-                    if isinstance(event, BlockEnd) and event.part.type == "text":
-                        texts.append(event.part.text)
-                    elif isinstance(event, UsageUpdate):
-                        usage = event.usage
-    except TimeoutError:
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as scope:
+            watchdog = Watchdog(turn.settings, scope)
+            tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
+            try:
+                async with summarizer.provider.stream(provider_request) as events:
+                    async for event in events:
+                        watchdog.last_life = time.monotonic()
+                        if isinstance(event, KeepAlive):
+                            continue
+                        watchdog.last_progress = watchdog.last_life
+                        if isinstance(event, BlockEnd) and event.part.type == "text":
+                            texts.append(event.part.text)
+                        elif isinstance(event, UsageUpdate):
+                            usage = event.usage
+            except Exception as exc:
+                failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if watchdog.verdict is not None:
+        seconds = turn.settings.stall_timeout_s if watchdog.verdict == "stall" else turn.settings.no_progress_timeout_s
+        what = "nothing" if watchdog.verdict == "stall" else "only keep-alives"
         raise ProviderError(
-            f"{summarizer.provider_name} did not finish the summary within "
-            f"{turn.settings.no_progress_timeout_s:g} s; nothing was compacted.",
+            f"{summarizer.provider_name} sent {what} for {seconds:g} s while writing the summary; "
+            "nothing was compacted.",
             provider=summarizer.provider_name,
-        ) from None
+            retryable=True,
+            kind=watchdog.verdict,
+        )
     return "".join(texts), usage
 
 

@@ -17,6 +17,7 @@ import anyio
 
 from daemon.agent.media import TurnMedia
 from daemon.catalog.learned import LearnedLevels
+from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import Provider, StreamLimits
@@ -28,10 +29,24 @@ from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 SHUTDOWN_GRACE_S = 2.0
 
 Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
-# (call part) -> (allowed, message shown to the model when denied)
-Approve = Callable[[Part], Awaitable[tuple[bool, str]]]
-# (name, arguments, emit_output) -> (text, is_error)
-RunTool = Callable[[str, dict[str, Any], Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool]]]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Whether a tool call runs: ``message`` is what the model gets when it does not, and
+    ``permission`` what ``tool_execution_start`` says about the decision."""
+
+    allowed: bool
+    message: str = ""
+    permission: ev.Permission | None = None
+
+
+# (call part) -> its approval
+Approve = Callable[[Part], Awaitable[Approval]]
+# (call part, emit_output) -> (text, is_error, images the tool returned: image parts with their bytes)
+RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool, list[Part]]]]
+# Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
+Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 # After each model call: (the usage it reported or None, an estimate of the request plus its
 # reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
 RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
@@ -78,6 +93,9 @@ class Summarizer:
     thinking: Thinking  # ``[compaction] thinking_level``, else the lowest the model takes
     context_window: int | None
     max_output_tokens: int | None
+    # The same level decided again, consulting what providers refused since (``LearnedLevels``):
+    # how a summary whose level was refused is asked for once more. None: no retry.
+    rethink: Callable[[], Thinking] | None = None
 
     @property
     def output_room(self) -> int:
@@ -97,7 +115,7 @@ class CompactionSetup:
     auto: bool
     reserve_tokens: int
     keep_recent_tokens: int
-    context_window: int | None
+    context_window: int | None  # the catalogue's, the declared one, one learned from an overflow, or a default
     strip_thinking: bool  # ``ModelSpec.thinking_bound_to_prefix`` of the session's model
     summarizer: Summarizer
     records: list[Compaction]
@@ -108,6 +126,13 @@ class CompactionSetup:
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
     on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
+    # How far the provider's token counts are from the estimate (the session's, shared by its turns).
+    calibration: Calibration = field(default_factory=Calibration)
+    # Summaries paid for and thrown away (they did not shrink the request) for the prompt this turn
+    # serves: one is the most, after it no automatic compaction is tried.
+    discarded: int = 0
+    # Keeps a window an overflow error named, for the model, for the life of the daemon.
+    learn_window: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +166,7 @@ class Turn:
     next_seq: Callable[[], int]
     approve: Approve
     run_tool: RunTool
+    observe: Observe | None = None
     tools: list[ToolSpec] = field(default_factory=list)
     # The thinking decision again at another level, consulting ``learned``: how the agent
     # retries a request whose level the provider refused (``agent.level_retry``). None: no retry.

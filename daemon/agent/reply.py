@@ -5,24 +5,26 @@ was written (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appe
 since the last checkpoint, so a crash loses little and a long reply costs the same per
 delta at its end as at its start; the final save (also incremental) marks it ``complete``.
 
-A watchdog task aborts a response when the provider goes silent (``stall_timeout_s``; its
-keep-alives count as life) or sends only keep-alives (``no_progress_timeout_s``). Time spent
-waiting for the client to read what we relay is neither: back-pressure from our own output
-never counts against the provider.
+A ``Watchdog`` (``daemon.agent.watchdog``) aborts a response when the provider goes silent
+(``stall_timeout_s``; its keep-alives count as life) or sends only keep-alives
+(``no_progress_timeout_s``). Time spent waiting for the client to read what we relay is
+neither: back-pressure from our own output never counts against the provider.
 """
 
+import logging
 import re
 import time
 from contextlib import AsyncExitStack
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import anyio
 import msgspec
 
 from daemon.agent.call_ids import ReplyCallIds, for_provider
-from daemon.agent.compaction import fitted_thinking, request_messages
-from daemon.agent.context import Turn, TurnSettings
+from daemon.agent.compaction import fitted_thinking, messages_to_send
+from daemon.agent.context import Turn
 from daemon.agent.history import record_cancelled_results, save_and_end
+from daemon.agent.watchdog import Verdict, Watchdog
 from daemon.context.budget import add_usage
 from daemon.context.estimate import request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
@@ -54,40 +56,8 @@ CHECKPOINT_BYTES = 1024 * 1024
 # has closed (or sooner, before the next event): until then the adapter still holds the
 # block's deltas, and encoding the event beside them would hold the text three times over.
 LATE_END_CHARS = 1024 * 1024
+log = logging.getLogger("ponder.agent")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Why the watchdog aborted a response: nothing at all, or nothing but keep-alives, for too long.
-Verdict = Literal["stall", "no_progress"]
-
-
-class Watchdog:
-    """Aborts one streamed response when the provider goes silent or sends only keep-alives.
-
-    One task per response (a cancel scope per event would cost more than relaying the
-    event): the stream loop only stamps the time after each event, and time spent relaying
-    an event to the client is excluded, since a slow client is not a stalled provider.
-    """
-
-    def __init__(self, settings: TurnSettings, scope: anyio.CancelScope) -> None:
-        self.settings = settings
-        self.scope = scope
-        self.last_life = self.last_progress = time.monotonic()
-        self.relaying = False
-        self.verdict: Verdict | None = None  # set once it fired
-
-    async def run(self) -> None:
-        stall_s, progress_s = self.settings.stall_timeout_s, self.settings.no_progress_timeout_s
-        while True:
-            if self.relaying:  # the provider's clock starts again when the client has read
-                await anyio.sleep(min(1.0, stall_s / 4))
-                continue
-            now = time.monotonic()
-            stall_left = self.last_life + stall_s - now
-            progress_left = self.last_progress + progress_s - now
-            if stall_left <= 0 or progress_left <= 0:
-                self.verdict = "stall" if stall_left <= 0 else "no_progress"
-                self.scope.cancel()
-                return
-            await anyio.sleep(min(stall_left, progress_left))
 
 
 class Reply:
@@ -114,21 +84,28 @@ class Reply:
         self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
         self.changed_parts: set[int] = set()
         self.late_end: tuple[type, dict[str, Any]] | None = None  # a big block's end event, see LATE_END_CHARS
+        self.sent_estimate: int | None = None  # the estimate of the request as sent (for the calibration)
 
     @property
     def started(self) -> bool:
         return self.message is not None
 
     def _request(self) -> ProviderRequest:
+        turn = self.turn
+        # Folded at the latest compaction (summary + kept messages), every call answered, tool
+        # results too big for the window shortened (in this request only).
+        messages, shortened = messages_to_send(turn)
+        if shortened:
+            log.info("turn %s: %d tool result(s) shortened to fit the context window", turn.turn_id, shortened)
+        self.sent_estimate = request_estimate(turn.system_prompt, turn.tools, messages)
         return ProviderRequest(
-            provider=self.turn.provider_name,
-            model=self.turn.model_name,
-            thinking=fitted_thinking(self.turn),  # a budget shrunk near the window
-            # Folded at the latest compaction (summary + kept messages), every call answered.
-            messages=for_provider(self._with_media(request_messages(self.turn)), self.turn.provider_name),
-            system_prompt=self.turn.system_prompt,
-            tools=self.turn.tools,
-            limits=self.turn.settings.limits,
+            provider=turn.provider_name,
+            model=turn.model_name,
+            thinking=fitted_thinking(turn),  # a budget shrunk near the window
+            messages=for_provider(self._with_media(messages), turn.provider_name),
+            system_prompt=turn.system_prompt,
+            tools=turn.tools,
+            limits=turn.settings.limits,
         )
 
     def _with_media(self, messages: list[ChatMessage]) -> list[ChatMessage]:
@@ -456,6 +433,8 @@ class Reply:
         turn = self.turn
         usage = self.usage
         reported = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
+        if usage is not None and turn.compaction is not None and self.sent_estimate is not None:
+            turn.compaction.calibration.observe(self.sent_estimate, usage.input_tokens)
         if turn.record_usage is None or not (reported or message.status == "complete"):
             return
         estimate = None if reported else request_estimate(turn.system_prompt, turn.tools, turn.history)

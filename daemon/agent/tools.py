@@ -3,6 +3,7 @@ that records their results (with "cancelled" results for those a cancel cut shor
 """
 
 import anyio
+import msgspec
 
 from daemon.agent.context import Turn
 from daemon.agent.history import save_and_end, with_cancelled
@@ -26,47 +27,59 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
     )
     turn.history.append(message)
     results: list[Part | None] = [None] * len(calls)
+    images: dict[int, list[Part]] = {}  # the image parts a call's tool returned, after its result
     await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "tool"})
     try:
-        approved: list[int] = []
+        approved: list[tuple[int, ev.Permission | None]] = []
         for i, call in enumerate(calls):
             raw = invalid_arguments(call)
             if raw is not None:  # nothing to approve or run: the model hears why and may try again
-                await _emit_start(turn, call)
+                await _emit_start(turn, call, None)
                 results[i] = await _finish_call(turn, message, call, arguments_problem(raw), True)
                 continue
-            allowed, why = await turn.approve(call)
-            if allowed:
-                approved.append(i)
+            approval = await turn.approve(call)
+            if approval.allowed:
+                approved.append((i, approval.permission))
             else:
-                await _emit_start(turn, call)
-                results[i] = await _finish_call(turn, message, call, why, True)
+                await _emit_start(turn, call, approval.permission)
+                results[i] = await _finish_call(turn, message, call, approval.message, True)
         async with anyio.create_task_group() as tg:
-            for i in approved:
-                tg.start_soon(_execute, turn, message, calls[i], results, i)
+            for i, permission in approved:
+                tg.start_soon(_execute, turn, message, calls[i], permission, results, images, i)
     except anyio.get_cancelled_exc_class():
         with turn.finishing():
             message.parts = with_cancelled(calls, results)
             message.status = "interrupted"
             await save_and_end(turn, message)
         raise
-    message.parts = [r for r in results if r is not None]
+    message.parts = [p for i, r in enumerate(results) if r is not None for p in (r, *images.get(i, []))]
     await save_and_end(turn, message)
 
 
-async def _emit_start(turn: Turn, call: Part) -> None:
+async def _emit_start(turn: Turn, call: Part, permission: ev.Permission | None) -> None:
     await turn.emit(
-        ev.ToolExecutionStart, {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}}
+        ev.ToolExecutionStart,
+        {"call_id": call.call_id, "name": call.name, "arguments": call.arguments or {}, "permission": permission},
     )
 
 
-async def _execute(turn: Turn, message: ChatMessage, call: Part, results: list[Part | None], i: int) -> None:
-    await _emit_start(turn, call)
+async def _execute(
+    turn: Turn,
+    message: ChatMessage,
+    call: Part,
+    permission: ev.Permission | None,
+    results: list[Part | None],
+    images: dict[int, list[Part]],
+    i: int,
+) -> None:
+    await _emit_start(turn, call, permission)
 
     async def output(chunk: str) -> None:
         await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
 
-    text, is_error = await turn.run_tool(call.name or "", call.arguments or {}, output)
+    text, is_error, returned = await turn.run_tool(call, output)
+    if returned:  # images a tool returned go to the model with its result (a note if it takes none)
+        images[i] = [msgspec.structs.replace(p, call_id=call.call_id) for p in returned]
     results[i] = await _finish_call(turn, message, call, text, is_error)
 
 

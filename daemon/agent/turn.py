@@ -69,6 +69,9 @@ async def run_turn(turn: Turn) -> str:
         except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
+        if turn.observe is not None and not turn.cancel_scope.cancel_called:
+            # stop hooks, inside the turn's brackets and its cancel scope: they only watch
+            await turn.observe("stop", {"stop_reason": stop_reason})
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
     with turn.finishing():
@@ -162,7 +165,7 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
 async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     attempt = 1
     level_refused: str | None = None  # the level a provider refused in this reply, once retried
-    compacted_for_overflow = False
+    overflow_retried = False
     images_refused = False  # a provider refused an image of this request, once retried without it
     while True:
         if turn.media is not None:
@@ -212,12 +215,20 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                     )
                     continue
             if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
-                if compacted_for_overflow or turn.compaction is None or not turn.compaction.auto:
-                    raise ContextOverflow(exc, compacted=compacted_for_overflow) from exc
-                compacted_for_overflow = True  # compact, then retry the request once
-                outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
-                if outcome.status != "completed":
-                    raise ContextOverflow(exc, compacted=False) from exc
+                # The window and the real size the error names: the retry is shortened to them.
+                compaction.learn_from_overflow(turn, exc.message, reply.sent_estimate)
+                setup = turn.compaction
+                if overflow_retried or setup is None or not setup.auto:
+                    raise ContextOverflow(exc, compacted=overflow_retried, advice=compaction.advice(turn)) from exc
+                overflow_retried = True  # compact (when something can be folded), then retry the request once
+                if not setup.discarded:
+                    outcome = await compaction.compact(turn, "overflow", backoff=_backoff)
+                    if outcome.status in ("failed", "cancelled"):
+                        raise ContextOverflow(exc, compacted=False, advice=compaction.advice(turn)) from exc
+                # The summary was a model call: the retry is another, and the budget may be spent now.
+                spent = turn.budget_spent() if turn.budget_spent is not None else None
+                if spent is not None:
+                    raise BudgetExceeded(spent) from exc
                 continue
             if reply.started or not exc.retryable or attempt >= turn.settings.max_attempts:
                 raise

@@ -29,6 +29,7 @@ from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defa
 from daemon.catalog.learned import LearnedLevels
 from daemon.config.settings import Config, ProviderConfig
 from daemon.context.pricing import Price, price_from_models_dev
+from daemon.context.window import LearnedWindows, WindowSource
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
@@ -164,6 +165,7 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
         supports_tools=bool(tools) if tools is not None else (bool(md.tool_call) if md else True),
         thinking=_declared_control(api, sorted(canonical, key=LEVELS.index), thinking_param, off_value),
         thinking_bound_to_prefix=_declared_prefix_binding(entry, api, model),
+        context_window_source="config" if _opt_int(entry.get("context_window")) else "catalog",
         input_modalities=_declared_modalities(entry) or (_md_modalities(md) if md else None) or ("text",),
     )
 
@@ -235,6 +237,8 @@ class Catalog:
         # The levels providers refused and named since this daemon started (one per daemon,
         # as the Catalog is): every later decision for those models consults it.
         self.learned = LearnedLevels()
+        # The windows providers named in overflow errors, and the default for models nobody described.
+        self.windows = LearnedWindows()
         from daemon.vendors.rows import BUILTIN_MODELS  # the rows import this module's ModelSpec
 
         builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
@@ -404,7 +408,13 @@ class Catalog:
             learned=self.learned if learned is None else learned,
         )
 
+    def context_window(self, spec: ModelSpec) -> tuple[int, WindowSource]:
+        """The window ponder works with for ``spec`` and where it came from (``LearnedWindows.window``)."""
+        source: WindowSource = "config" if spec.context_window_source == "config" else "catalog"
+        return self.windows.window(spec.id, spec.context_window, source)
+
     def to_wire(self, spec: ModelSpec) -> Model:
+        window, window_source = self.context_window(spec)
         return Model(
             id=spec.id,
             provider=spec.provider,
@@ -416,7 +426,8 @@ class Catalog:
             # The level "default" really gives on this model: [defaults] thinking_level, then the
             # provider's default_thinking_level, then the model's own (an override may not fit it).
             default_thinking_level=self.decide(spec).effective,
-            context_window=spec.context_window,
+            context_window=window,
+            context_window_source=window_source,
             max_output_tokens=spec.max_output_tokens,
             supports_tools=spec.supports_tools,
             available=self.is_available(spec.provider),

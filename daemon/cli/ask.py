@@ -3,15 +3,19 @@
 On a terminal it says on stderr how the model will think (one line, and a warning when that
 differs from what was asked), shows thinking dimmed and the answer normally, and asks before a
 tool changes anything; piped, it prints only the answer; ``--json`` prints every event as a
-JSON line. Ctrl-C cancels the turn cleanly. The exit status is non-zero when the turn ends in
-error (1), with an empty answer cut by the output limit (1), or is cancelled (130).
+JSON line. ``--image`` and ``--file`` attach files (read here, sent as prompt content). Ctrl-C
+cancels the turn cleanly. The exit status is non-zero when the turn ends in error (1), with an
+empty answer cut by the output limit (1), or is cancelled (130).
 """
 
 import argparse
+import base64
 import json
 import os
 import signal
+import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,8 +37,18 @@ async def ask(client: RpcClient, args: argparse.Namespace) -> int:
     if not prompt.strip():
         print("ponder: nothing to ask (give a prompt or pipe one in).", file=sys.stderr)
         return 2
+    try:
+        attached = attachments(args.image, args.file)
+    except AttachmentError as exc:
+        print(f"ponder: {exc}", file=sys.stderr)
+        return 2
     session_id = await _open_session(client, args)
-    turn = await client.request("session/prompt", {"session_id": session_id, "text": prompt})
+    params: dict[str, Any] = {"session_id": session_id}
+    if attached:
+        params["content"] = [{"type": "text", "text": prompt}, *attached]
+    else:
+        params["text"] = prompt
+    turn = await client.request("session/prompt", params)
     printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty(), notice=stderr_is_terminal())
     end: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
@@ -71,6 +85,48 @@ async def ask(client: RpcClient, args: argparse.Namespace) -> int:
         if line is not None:
             print(line, file=sys.stderr)
     return 1 if end.get("stop_reason") == "budget" else 0
+
+
+# What ``ask`` reads of one attached file: the daemon refuses larger images anyway (48 MiB) and
+# keeps 256 KiB of a text file; the JSON line carrying them stays well under its 32 MiB limit.
+MAX_ATTACHED_BYTES = 16 * 1024 * 1024
+
+
+class AttachmentError(Exception):
+    """An attached file that cannot be sent, said in one sentence."""
+
+
+def attachments(images: list[str], files: list[str]) -> list[dict[str, Any]]:
+    """Prompt blocks for ``--image`` and ``--file``. The command reads them itself (they are the
+    person's own choice, anywhere on disk) and sends their bytes; the daemon checks them as it
+    checks every prompt block."""
+    blocks: list[dict[str, Any]] = []
+    for path in images:
+        data = _read(path)
+        blocks.append({"type": "image", "data": base64.b64encode(data).decode("ascii"), "name": os.path.basename(path)})
+    for path in files:
+        data = _read(path)
+        uri = Path(path).resolve().as_uri()
+        try:
+            blocks.append({"type": "resource", "uri": uri, "text": data.decode("utf-8")})
+        except UnicodeDecodeError:  # an image sent with --file is still taken; anything else is refused
+            blocks.append({"type": "resource", "uri": uri, "blob": base64.b64encode(data).decode("ascii")})
+    return blocks
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise AttachmentError(f"{path} is not a regular file.")
+            data = file.read(MAX_ATTACHED_BYTES + 1)
+    except OSError as exc:
+        raise AttachmentError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    if len(data) > MAX_ATTACHED_BYTES:
+        raise AttachmentError(
+            f"{path} is larger than {MAX_ATTACHED_BYTES // (1024 * 1024)} MiB; attach a smaller file."
+        )
+    return data
 
 
 async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:

@@ -62,6 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
     ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
     ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+    ask.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="attach an image (PNG, JPEG, GIF or WebP; large ones are scaled down); repeatable",
+    )
+    ask.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="attach a text file's content (an embedded resource); repeatable",
+    )
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")

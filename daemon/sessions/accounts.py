@@ -55,7 +55,8 @@ class SessionAccounts:
         while the store is down), and the store gets it with the next call it takes.
         """
         cost = cost_of(usage, self.catalog.price(spec))
-        fill = context if context is not None else context_fill(usage, spec.context_window)
+        window = self.catalog.context_window(spec)[0]
+        fill = context if context is not None else context_fill(usage, window)
         row = live.row
         unstored_usage, unstored_cost = self._unstored.pop(row.id, (Usage(), None))
         to_store = (add_usage(unstored_usage, usage), add_cost(unstored_cost, cost))
@@ -71,7 +72,7 @@ class SessionAccounts:
             row = live.row
             row.totals, row.cost, row.context = stored.totals, stored.cost, stored.context
         return {
-            "context": row.context or ContextFill(used=0, size=spec.context_window),
+            "context": row.context or ContextFill(used=0, size=window),
             "usage": usage or Usage(),
             "totals": row.totals,
             "cost": cost,
@@ -82,7 +83,8 @@ class SessionAccounts:
         """A turn's ``record_usage``: each reply counted, then told as a ``usage`` event."""
 
         async def record(usage: Usage | None, estimate: int | None) -> None:
-            estimated = None if estimate is None else ContextFill(used=estimate, size=spec.context_window)
+            window = self.catalog.context_window(spec)[0]
+            estimated = None if estimate is None else ContextFill(used=estimate, size=window)
             fields = await self.record_call(live, spec, usage, context=estimated)
             await emit(ev.UsageEvent, fields)
 

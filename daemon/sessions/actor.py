@@ -88,9 +88,12 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the
         # prompt's turn reads the history and the records when it runs, so it stays as built).
         if message is not None and should_compact(turn):
-            if await _compact_before_prompt(manager, live, pending.thinking) == "cancelled":
+            stop_reason, discarded = await _compact_before_prompt(manager, live, pending.thinking)
+            if stop_reason == "cancelled":
                 await _bracket(manager, live, pending, "cancelled")
                 return
+            if turn.compaction is not None:  # a summary thrown away there counts for this prompt
+                turn.compaction.discarded += discarded
     except PonderError as exc:
         await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
@@ -106,9 +109,10 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             await manager.bridge.session_updated(manager.wire_session(live.row))
 
 
-async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> str:
+async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> tuple[str, int]:
     """Before a prompt (the last message of the history now) whose request exceeds ``window -
-    reserve``: a compaction turn of its own (``kind: "compaction"``); its stop reason."""
+    reserve``: a compaction turn of its own (``kind: "compaction"``); its stop reason, and how many
+    summaries it paid for and threw away."""
     request = agent.CompactionRequest(compaction_id=new_id("cmp"), trigger="threshold", pending=1)
     pending = PendingTurn(new_id("turn"), None, thinking, request)
     # Not the releasing emitter: the prompt's turn follows under the same lease.
@@ -117,9 +121,10 @@ async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinki
     )
     live.current = turn
     try:
-        return await agent.run_turn(turn)
+        stop_reason = await agent.run_turn(turn)
     finally:
         live.turn_done()
+    return stop_reason, turn.compaction.discarded if turn.compaction is not None else 0
 
 
 def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit) -> agent.Emit:

@@ -9,11 +9,12 @@ from typing import Any
 from daemon import agent
 from daemon.agent import CompactionSetup, Summarizer
 from daemon.catalog.catalog import Catalog, ModelSpec
-from daemon.catalog.decide import decide_thinking, with_budget
+from daemon.catalog.decide import with_budget
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
 from daemon.models.budgets import budget_range
+from daemon.permissions.book import PermissionBook
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import SessionAccounts
@@ -24,7 +25,7 @@ from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
 from protocol import events as ev
-from protocol.objects import Usage
+from protocol.objects import Thinking, Usage
 
 log = logging.getLogger("ponder.sessions")
 
@@ -40,8 +41,10 @@ class TurnAssembly:
         providers: ProviderRegistry,
         bridge: ClientBridge,
         tool_sources: list[ToolSource],
+        permissions: PermissionBook,
     ) -> None:
         self.config = config
+        self.permissions = permissions  # the rules and hooks every turn's tool calls go through
         self.store = store
         self.catalog = catalog
         self.providers = providers
@@ -68,7 +71,15 @@ class TurnAssembly:
         spec = self.catalog.get(row.model_id)
         provider = self.providers.get(spec.provider, spec.api)
         runner = ToolRunner(
-            self.config, self.bridge, live, pending.turn_id, self.tools, self.tool_sources, spec.supports_tools
+            self.config,
+            self.bridge,
+            live,
+            pending.turn_id,
+            self.tools,
+            self.tool_sources,
+            spec.supports_tools,
+            self.permissions,
+            emit,
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking
@@ -97,6 +108,7 @@ class TurnAssembly:
             next_seq=live.next_seq,
             approve=runner.approve,
             run_tool=runner.run,
+            observe=runner.observe,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
             media=agent.TurnMedia(
@@ -136,21 +148,30 @@ class TurnAssembly:
         level = settings.thinking_level or "off"
         if level == "default":
             level = self.catalog.default_level(summarizer_spec)
+        catalog = self.catalog
+
+        def summarizer_thinking() -> Thinking:
+            # Consults the levels providers refused since the daemon started, as a reply's decision does.
+            return catalog.decide(summarizer_spec, level, learned=catalog.learned)
+
         return CompactionSetup(
             auto=settings.auto,
             reserve_tokens=settings.reserve_tokens,
             keep_recent_tokens=settings.keep_recent_tokens,
-            context_window=spec.context_window,
+            context_window=catalog.context_window(spec)[0],
             strip_thinking=spec.thinking_bound_to_prefix,
             summarizer=Summarizer(
                 provider=summarizer_provider,
                 provider_name=summarizer_spec.provider,
                 model_name=summarizer_spec.model,
                 model_id=summarizer_spec.id,
-                thinking=decide_thinking(summarizer_spec, level),
-                context_window=summarizer_spec.context_window,
+                thinking=summarizer_thinking(),
+                context_window=catalog.context_window(summarizer_spec)[0],
                 max_output_tokens=summarizer_spec.max_output_tokens,
+                rethink=summarizer_thinking,
             ),
+            calibration=live.calibration,
+            learn_window=functools.partial(catalog.windows.learn, spec.id),
             records=live.compactions,
             save=functools.partial(self.store.save_compaction, live.row.id),
             refit_thinking=functools.partial(with_budget, spec) if spec.thinking.takes_budget else None,

@@ -4,7 +4,7 @@ for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
 from typing import TYPE_CHECKING, Protocol
 
-from protocol.methods import PermissionRequestParams
+from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:  # the event types load with the first session, not at start-up
@@ -26,5 +26,6 @@ class ClientBridge(Protocol):
     async def session_updated(self, session: Session) -> None:
         """A session's settings or title changed (``session/updated``)."""
 
-    async def ask_permission(self, params: PermissionRequestParams) -> str:
-        """The person's decision; raises ``ClientRequestError`` when they cannot be asked."""
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+        """The person's answer (a decision, maybe an edited rule); raises ``ClientRequestError``
+        when they cannot be asked."""

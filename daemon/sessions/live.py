@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 from daemon import agent
+from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage
 from daemon.sessions.thinking_settings import ThinkingRequest
 from daemon.store import SessionRow
@@ -32,6 +33,8 @@ class LiveSession:
     inbox_receive: Any
     # The session's compaction records in seq order; requests fold the history at the last one.
     compactions: list[Compaction] = field(default_factory=list)
+    # How far the provider's token counts are from ponder's estimate, learned call by call.
+    calibration: Calibration = field(default_factory=Calibration)
     emit_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     # Admission (lease, catching up with the store, storing the prompt) is one step per
     # session: two prompts interleaving there could reload the history under each other.
@@ -47,7 +50,6 @@ class LiveSession:
     # Waiting prompts a cancel dropped while a turn ran: they join the history once that
     # turn has written its last messages (a cut-off tool call's results come first).
     dropped: list[ChatMessage] = field(default_factory=list)
-    allowed_tools: set[str] = field(default_factory=set)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
     unsaved: dict[str, ChatMessage] = field(default_factory=dict)

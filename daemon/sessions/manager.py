@@ -36,6 +36,7 @@ from daemon.errors import (
     UnknownAttachment,
 )
 from daemon.models.levels import parse_display, parse_fallback, parse_level
+from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import drop_queue, run_actor
@@ -72,6 +73,7 @@ class SessionManager:
         *,
         tool_sources: list[ToolSource] | None = None,
         discover_models: Callable[[str], Awaitable[None]] | None = None,
+        permissions: PermissionBook | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -86,7 +88,9 @@ class SessionManager:
         self._changes = KeyedLock()  # per session: settings changes apply one at a time, in arrival order
         self.task_group: TaskGroup | None = None  # the actors' (set by ``run``)
         self.shutting_down = False
-        self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources)
+        # The permission rules and hooks (config.toml, permissions.toml, each session's).
+        self.permissions = permissions if permissions is not None else PermissionBook(config)
+        self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources, self.permissions)
         self.accounts = self.assembly.accounts  # every model call's usage, cost and budget
         self.events = EventNumbers(bridge)
         self.writes = SessionWrites(store, self.background_task_group)

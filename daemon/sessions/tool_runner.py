@@ -1,23 +1,27 @@
-"""Running a turn's tool calls: approval (policy, asking the person, tools allowed for the
-session) and execution with credentials masked in everything a tool prints."""
+"""Running a turn's tool calls: approval (``permission_gate``: rules, hooks, the policy, asking
+the person), execution with credentials masked in everything a tool prints, and the turn's
+hooks (``user_prompt_submit`` when it starts, ``post_tool_use`` after each call)."""
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from daemon import agent
 from daemon.agent import Turn
 from daemon.config.settings import Config
 from daemon.conversation import Part
-from daemon.jsonrpc.connection import ClientRequestError
+from daemon.errors import HookDenied
+from daemon.permissions.book import PermissionBook
 from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
+from daemon.sessions.permission_gate import PermissionGate
+from daemon.sessions.prompt_content import tool_images
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
-from daemon.tools.approval import decide, denial_message
 from daemon.tools.base import ToolContext
 from daemon.tools.source import ToolSource
 from daemon.util.redact import SecretMask
 from daemon.util.redact import known as known_secrets
-from protocol.methods import PermissionRequestParams
 
 
 class ToolRunner:
@@ -32,6 +36,8 @@ class ToolRunner:
         tools: dict[str, Tool[Any]],
         sources: list[ToolSource],
         offer_tools: bool,
+        permissions: PermissionBook,
+        emit: agent.Emit,
     ) -> None:
         self.config = config
         self.bridge = bridge
@@ -41,54 +47,48 @@ class ToolRunner:
         self.sources = sources
         self.offer_tools = offer_tools  # the model supports tools
         self.cwd = Path(live.row.cwd)
+        self.hooks = HookRunner(
+            permissions.hooks,
+            emit,
+            {"session_id": live.row.id, "turn_id": turn_id, "cwd": live.row.cwd},
+            self.cwd,
+            config.pass_env,
+        )
+        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks)
 
     async def prepare(self, turn: Turn) -> None:
-        """Add the tool sources' tools (MCP servers), as they are for this session now, and
-        offer the model every tool (``Turn.prepare``: runs inside the turn, after ``turn_start``)."""
+        """Run the ``user_prompt_submit`` hooks of a prompt's turn (a deny ends it ``error``), add
+        the tool sources' tools (MCP servers), as they are for this session now, and offer the
+        model every tool (``Turn.prepare``: runs inside the turn, after ``turn_start``)."""
+        if turn.compaction_request is None and turn.user_message is not None:
+            prompt = "\n".join(p.text for p in turn.user_message.parts if p.type == "text")
+            verdict = await self.hooks.run("user_prompt_submit", {"prompt": prompt})
+            if verdict.decision == "deny":
+                raise HookDenied(verdict.reason)
         for source in self.sources:
             self.tools.update(await source.tools_for(self.live.row))
         turn.tools = tool_specs(self.tools) if self.offer_tools else []
 
-    async def approve(self, call: Part) -> tuple[bool, str]:
-        """(allowed, the message the model gets when not) for one tool call."""
-        name = call.name or ""
-        tool = self.tools.get(name)
+    async def approve(self, call: Part) -> agent.Approval:
+        """Whether one tool call runs (``PermissionGate``), and what ``tool_execution_start`` says."""
+        tool = self.tools.get(call.name or "")
         if tool is None:
-            return True, ""  # unknown tools fail in execute_tool with a message the model can use
-        live = self.live
-        policy = live.row.approval_policy
-        verdict = decide(policy, tool.mutating, name, live.allowed_tools, self.bridge.can_ask)
-        if verdict == "run":
-            return True, ""
-        if verdict == "deny":
-            return False, denial_message(policy, name)
+            return agent.Approval(True)  # unknown tools fail in execute_tool with a message the model can use
         try:
             title = tool.summary(parse_arguments(tool, call.arguments or {}))
         except ToolError:
-            return True, ""  # invalid arguments: execute_tool reports them without running anything
-        params = PermissionRequestParams(
-            session_id=live.row.id,
-            turn_id=self.turn_id,
-            call_id=call.call_id or "",
-            tool=name,
-            arguments=call.arguments or {},
-            title=title,
-            options=["allow_once", "allow_session", "deny"],
-        )
-        try:
-            decision = await self.bridge.ask_permission(params)
-        except ClientRequestError:
-            return False, denial_message(policy, name, "cannot_ask")
-        if decision == "allow_session":
-            live.allowed_tools.add(name)
-        if decision == "deny":
-            return False, denial_message(policy, name, "user_denied")
-        return True, ""
+            return agent.Approval(True)  # invalid arguments: execute_tool reports them without running anything
+        return await self.gate.decide(call, tool, title)
 
-    async def run(
-        self, name: str, arguments: dict[str, Any], output: Callable[[str], Awaitable[None]] | None
-    ) -> tuple[str, bool]:
-        """(text, is_error) of one call; ``output`` gets what the tool prints as it runs."""
+    async def observe(self, event: str, fields: dict[str, Any]) -> None:
+        """The watching hooks (``stop``, ``pre_compact``): ``Turn.observe``."""
+        await self.hooks.observe(event, fields)
+
+    async def run(self, call: Part, output: Callable[[str], Awaitable[None]] | None) -> tuple[str, bool, list[Part]]:
+        """(text, is_error, images) of one call; ``output`` gets what the tool prints as it runs;
+        then the ``post_tool_use`` hooks see the result. Images a tool returned are checked and
+        scaled as a prompt's are (``tool_images``)."""
+        name, arguments = call.name or "", call.arguments or {}
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
         # reaches events, the store and the model, so credentials are masked on the way
         # out. Known now, not at turn start: a short-lived provider token may be new since.
@@ -108,4 +108,16 @@ class ToolRunner:
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:
             await output(rest)
-        return mask.scrub(result.text), result.is_error
+        text = mask.scrub(result.text)
+        if self.hooks.any_for("post_tool_use", name):
+            fields = {
+                "tool_name": name,
+                "tool_input": arguments,
+                "call_id": call.call_id,
+                "tool_result": {"text": text, "is_error": result.is_error},
+            }
+            await self.hooks.observe("post_tool_use", fields)
+        if not result.images:
+            return text, result.is_error, []
+        images, problems = await tool_images(result.images)
+        return "\n".join([text, *problems]), result.is_error, images

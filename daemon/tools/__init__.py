@@ -96,7 +96,7 @@ async def execute_tool(tools: dict[str, Tool[Any]], name: str, arguments: Any, c
 def _valid_utf8(result: ToolResult) -> ToolResult:
     """``result`` with any lone surrogate (a non-UTF-8 byte of a file name, kept by ``os.fsdecode``) escaped."""
     text = escape_surrogates(result.text)
-    return result if text is result.text else ToolResult(text, is_error=result.is_error)
+    return result if text is result.text else ToolResult(text, is_error=result.is_error, images=result.images)
 
 
 def _signature(tool: Tool[Any]) -> str:

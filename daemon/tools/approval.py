@@ -1,9 +1,10 @@
-"""The approval gate, as pure functions: whether a tool call runs, asks, or is denied.
+"""The approval policy, as pure functions: what a session's policy does with a tool call no
+rule or hook decided, and the tool error a denied call gets.
 
 Per PROTOCOL "Approval policies": ``ask`` runs read-only tools and asks the client for
 mutating ones (denied when the client cannot be asked); ``auto`` runs everything;
-``read_only`` always denies mutating tools. A tool the person allowed for the session
-(``allow_session``) runs without asking again, except under ``read_only``.
+``read_only`` always denies mutating tools, whatever a rule or hook allows. The rules and
+hooks that come first are ``daemon.permissions`` and ``daemon.sessions.permission_gate``.
 
 An MCP tool is read-only only when its server says so (``readOnlyHint``) and config.toml
 marks the server ``trusted`` (``daemon.mcp.tools``); a denial under ``read_only`` says so.
@@ -16,7 +17,7 @@ from typing import Literal
 from daemon.tools.base import MCP_TOOL_PREFIX
 from protocol.objects import ApprovalPolicy
 
-__all__ = ["Decision", "DenialReason", "decide", "denial_message"]
+__all__ = ["Decision", "DenialReason", "denial_message", "policy_decision"]
 
 Decision = Literal["run", "ask", "deny"]
 # read_only: the policy forbids it; cannot_ask: 'ask' with a client that cannot answer;
@@ -24,17 +25,12 @@ Decision = Literal["run", "ask", "deny"]
 DenialReason = Literal["read_only", "cannot_ask", "user_denied"]
 
 
-def decide(
-    policy: ApprovalPolicy, tool_mutating: bool, tool_name: str, session_allowed: set[str], client_can_ask: bool
-) -> Decision:
-    if not tool_mutating:
-        return "run"
-    if policy == "auto":
+def policy_decision(policy: ApprovalPolicy, tool_mutating: bool) -> Decision:
+    """What the policy alone does with a call (whether the client can be asked is the asker's business)."""
+    if not tool_mutating or policy == "auto":
         return "run"
     if policy == "ask":
-        if tool_name in session_allowed:
-            return "run"
-        return "ask" if client_can_ask else "deny"
+        return "ask"
     # read_only, and any policy this code does not know: fail closed.
     return "deny"
 

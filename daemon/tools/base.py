@@ -31,6 +31,9 @@ class ToolError(Exception):
 class ToolResult(msgspec.Struct, frozen=True):
     text: str
     is_error: bool = False
+    # Images the tool returned (an MCP tool's image content): (mime_type, bytes) as received;
+    # the session checks and scales them before a vision model sees them.
+    images: tuple[tuple[str, bytes], ...] = ()
 
 
 class ToolContext(msgspec.Struct, frozen=True):

@@ -5,6 +5,10 @@ Such an error is not transient (retrying the same request fails the same way): w
 with an error saying how to compact. Providers say it differently, so this looks at the
 error's code first and its text second (the wordings recorded in docs/research/long-sessions.md),
 and refuses look-alikes that are really rate limits ("Too many tokens, please wait").
+
+Most overflow errors also name the numbers: how many tokens the request had and the model's
+limit. ``overflow_numbers`` reads them, so that a model whose window ponder did not know
+learns it, and the estimate learns how far off it was.
 """
 
 import re
@@ -50,3 +54,45 @@ def is_context_overflow(message: str, *, status: int | None = None, kind: str | 
     if status == 413:
         return True
     return OVERFLOW_TEXT.search(message) is not None
+
+
+# (pattern, group of the request's tokens, group of the limit); the wordings of OVERFLOW_TEXT's providers.
+_NUMBERS: tuple[tuple[re.Pattern[str], int | None, int | None], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), used, limit)
+    for pattern, used, limit in (
+        # Anthropic: "prompt is too long: 213462 tokens > 200000 maximum"
+        (r"prompt is too long: ([\d,]+) tokens > ([\d,]+)", 1, 2),
+        # OpenAI Chat, DeepSeek, OpenRouter: "maximum context length is 8192 tokens. However, your messages
+        # resulted in 9000 tokens" (also "you requested 9000 tokens (8000 in the messages, ...)")
+        (r"maximum context length is ([\d,]+) tokens.*?(?:resulted in|requested) ([\d,]+) tokens", 2, 1),
+        (r"maximum context length is ([\d,]+) tokens", None, 1),
+        # Copilot: "prompt token count of 140000 exceeds the limit of 128000"
+        (r"prompt token count of ([\d,]+) exceeds the limit of ([\d,]+)", 1, 2),
+        # Gemini: "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)"
+        (r"input token count \(?([\d,]+)\)? exceeds the maximum number of tokens allowed \(?([\d,]+)", 1, 2),
+        # OpenAI Responses: "Your input exceeds the context window of this model (400000 tokens)"
+        (r"context window of this model \(?([\d,]+)", None, 1),
+        # Ollama: "the input length (9000 tokens) exceeds the context length (8192 tokens)"
+        (r"input length \(?([\d,]+) tokens?\)? exceeds the (?:maximum )?context length \(?([\d,]+)", 1, 2),
+    )
+)
+# Numbers beyond this are not a window (a garbled message): ignored.
+_MAX_TOKENS = 100_000_000
+
+
+def overflow_numbers(message: str) -> tuple[int | None, int | None]:
+    """(the request's tokens, the model's limit) as an overflow error states them; None where it does not."""
+    text = message[:2000]  # an error message, not a document: bounded work on any input
+    for pattern, used_group, limit_group in _NUMBERS:
+        match = pattern.search(text)
+        if match is None:
+            continue
+        used = _number(match.group(used_group)) if used_group else None
+        limit = _number(match.group(limit_group)) if limit_group else None
+        return used, limit
+    return None, None
+
+
+def _number(text: str) -> int | None:
+    value = int(text.replace(",", ""))
+    return value if 0 < value <= _MAX_TOKENS else None

@@ -281,7 +281,13 @@ async def test_a_tool_call_with_approval(
         assert result.stop_reason == "end_turn"
 
     [(tool_call, options)] = client.permissions
-    assert [o.kind for o in options] == ["allow_once", "allow_always", "reject_once", "reject_always"]
+    assert [(o.option_id, o.kind) for o in options] == [
+        ("allow_once", "allow_once"),
+        ("allow_session", "allow_always"),
+        ("allow_always", "allow_always"),
+        ("deny", "reject_once"),
+        ("deny_always", "reject_always"),
+    ]
     target = str((work / "hello.txt").resolve())
     assert tool_call.kind == "edit" and tool_call.raw_input == {"path": "hello.txt", "content": "hello from ponder\n"}
     [start] = client.of("tool_call")

@@ -2,6 +2,7 @@
 against the vendored ACP schema (tests/support/acp_wire.py) before the test sees it."""
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -313,9 +314,11 @@ async def test_prompt_content_blocks_become_the_user_message(home: Path, work: P
     ("choice", "written", "asked_twice"),
     [
         ("allow_once", True, True),
+        ("allow_session", True, False),
         ("allow_always", True, False),
-        ("reject_once", False, True),
-        ("reject_always", False, False),
+        ("deny", False, True),
+        ("deny_always", False, False),
+        ("reject_once", False, True),  # not one of the options offered: a deny
         ("cancelled", False, True),
     ],
 )
@@ -335,7 +338,7 @@ async def test_mutating_tools_ask_for_permission(
     async with acp_daemon(home, on_request=on_request, log=log) as (client, _daemon):
         session_id = await new_session(client, work, "mock/tools")
         script = (
-            'tool: write_file {"path": "a.txt", "content": "one"}\ntool: write_file {"path": "b.txt", "content": "two"}'
+            'tool: write_file {"path": "a.txt", "content": "one"}\ntool: write_file {"path": "a.txt", "content": "two"}'
         )
         assert await prompt(client, session_id, text(script)) == {"stopReason": "end_turn"}
         received = updates(drain(client))
@@ -344,10 +347,20 @@ async def test_mutating_tools_ask_for_permission(
     first = asked[0]
     assert [(o["optionId"], o["kind"]) for o in first["options"]] == [
         ("allow_once", "allow_once"),
+        ("allow_session", "allow_always"),
         ("allow_always", "allow_always"),
-        ("reject_once", "reject_once"),
-        ("reject_always", "reject_always"),
+        ("deny", "reject_once"),
+        ("deny_always", "reject_always"),
     ]
+    assert [o["name"] for o in first["options"]][1:3] == ["Allow for this session", "Always allow in this project"]
+    # "always" answers write the same rule as the ponder protocol's: the file's path, for this project.
+    kept = home / "permissions.toml"
+    if choice.endswith("_always"):
+        rules = tomllib.loads(kept.read_text())["rules"]
+        decision = "allow" if choice == "allow_always" else "deny"
+        assert rules == [{"project": str(work.resolve()), "tool": "write_file", "decision": decision, "path": "a.txt"}]
+    else:
+        assert not kept.exists()
     target = str((work / "a.txt").resolve())
     call = first["toolCall"]
     assert call["kind"] == "edit" and call["title"] == "Write a.txt (3 bytes)"
@@ -363,7 +376,9 @@ async def test_mutating_tools_ask_for_permission(
     question = next(i for i, m in enumerate(log) if m.get("method") == "session/request_permission")
     assert announced < question
 
-    assert (work / "a.txt").exists() is written and (work / "b.txt").exists() is written
+    assert (work / "a.txt").exists() is written
+    if written:
+        assert (work / "a.txt").read_text() == "two"
     by_call: dict[str, list[dict[str, Any]]] = {}
     for update in received:
         if "toolCallId" in update:
@@ -373,9 +388,9 @@ async def test_mutating_tools_ask_for_permission(
         assert sequence[0]["sessionUpdate"] == "tool_call" and sequence[0]["kind"] == "edit"
         final = sequence[-1]["content"]
         if written:
-            assert final[0]["type"] == "diff" and final[0]["oldText"] is None
+            assert final[0]["type"] == "diff"
         else:
-            assert "denied" in final[0]["content"]["text"]
+            assert "denied" in final[0]["content"]["text"] or "permission rule" in final[0]["content"]["text"]
 
 
 async def test_edits_are_reported_as_diffs_of_the_file(home: Path, work: Path) -> None:

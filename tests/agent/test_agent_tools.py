@@ -95,7 +95,15 @@ async def test_allow_once_runs_and_deny_reports_to_the_model(home, tmp_path):
     assert not (tmp_path / "b.txt").exists()
     first, _second = answers.requests
     assert first["tool"] == "write_file" and first["arguments"] == {"path": "a.txt", "content": "one"}
-    assert first["options"] == ["allow_once", "allow_session", "deny"] and first["session_id"] == session_id
+    assert first["options"] == ["allow_once", "allow_session", "allow_always", "deny", "deny_always"]
+    assert first["session_id"] == session_id
+    assert first["suggested_rule"] == {
+        "tool": "write_file",
+        "decision": "allow",
+        "pattern": None,
+        "path": "a.txt",
+        "justification": None,
+    }
     assert first["turn_id"] == events[0]["turn_id"] and "a.txt" in first["title"]
     ends = tool_ends(events)
     assert ends[0]["is_error"] is False
@@ -103,14 +111,22 @@ async def test_allow_once_runs_and_deny_reports_to_the_model(home, tmp_path):
     assert events[-1]["stop_reason"] == "end_turn"  # a denial is a tool error; the turn goes on
 
 
-async def test_allow_session_is_remembered(home, tmp_path):
-    answers = Answers("allow_session")
+async def test_allow_session_keeps_the_suggested_rule_for_the_session(home, tmp_path):
+    answers = Answers("allow_session", "allow_once")
     async with in_memory_daemon(home, permission_requests=True, on_request=answers) as (client, _):
         session_id = await start(client, tmp_path)
         await run_prompt(client, session_id, script(("write_file", {"path": "a.txt", "content": "1"})))
-        await run_prompt(client, session_id, script(("write_file", {"path": "b.txt", "content": "2"})))
-    assert len(answers.requests) == 1
-    assert (tmp_path / "b.txt").read_text() == "2"
+        events = await run_prompt(client, session_id, script(("write_file", {"path": "a.txt", "content": "2"})))
+        [start_event] = [e for e in events if e["type"] == "tool_execution_start"]
+        assert start_event["permission"]["source"] == "rule"
+        assert start_event["permission"]["rule"]["source"] == "session"
+        assert start_event["permission"]["rule"]["path"] == "a.txt"
+        assert len(answers.requests) == 1  # the same file again: the session rule allows it
+        await run_prompt(client, session_id, script(("write_file", {"path": "b.txt", "content": "3"})))
+        assert len(answers.requests) == 2  # another file: asked again (the rule is the call's path, not the tool)
+    assert (tmp_path / "a.txt").read_text() == "2"
+    assert (tmp_path / "b.txt").read_text() == "3"
+    assert not (home / "permissions.toml").exists()  # a session rule is never written down
 
 
 async def test_client_without_permission_capability_means_deny_with_a_hint(home, tmp_path):

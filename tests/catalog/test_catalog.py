@@ -163,6 +163,7 @@ def test_to_wire_model(tmp_path):
         "max_output_tokens": 128_000,
         "supports_tools": True,
         "available": False,
+        "context_window_source": "catalog",
         "input_modalities": ["text", "image"],
     }
     echo = catalog.to_wire(catalog.get("mock/echo"))

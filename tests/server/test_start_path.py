@@ -200,8 +200,13 @@ def test_the_guard_sees_a_module_that_joins_the_start_path(tmp_path: Path) -> No
     assert unexpected(grown, floor) == ["daemon.agent.turn", "daemon.sessions.manager", "json", "logging.handlers"]
 
 
-def test_the_constants_the_start_path_uses_match_the_protocol_types() -> None:
+def test_the_constants_the_start_path_uses_match_their_sources() -> None:
     # cli.main reads APPROVAL_POLICIES instead of protocol.objects (a client spawns its daemon first).
     assert APPROVAL_POLICIES == get_args(ApprovalPolicy)
+    # server.core names the permissions file to know, without loading the rules, whether there is one.
+    from daemon.permissions.always import FILE_NAME
+    from daemon.server.core import PERMISSIONS_FILE
+
+    assert PERMISSIONS_FILE == FILE_NAME
     assert THINKING_LEVELS == get_args(ThinkingLevel)
     assert msgspec.json.decode(INITIALIZE)["method"] == "initialize"

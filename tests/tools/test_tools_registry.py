@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from daemon.tools import ToolContext, ToolError, ToolResult, builtin_tools, execute_tool, parse_arguments, tool_specs
-from daemon.tools.approval import decide, denial_message
+from daemon.tools.approval import denial_message, policy_decision
 from daemon.tools.base import Tool, ToolArgs, inline_schema
 
 
@@ -138,29 +138,22 @@ async def test_cancellation_propagates_through_execute_tool(tmp_path: Path) -> N
 
 # --- approval --------------------------------------------------------------------
 
-# (policy, mutating, allowed for the session, client can ask) -> decision
+# (policy, mutating) -> what the policy alone does (rules and hooks come first: tests/permissions)
 DECISIONS = [
-    ("ask", False, False, False, "run"),
-    ("ask", False, False, True, "run"),
-    ("ask", True, False, True, "ask"),
-    ("ask", True, False, False, "deny"),
-    ("ask", True, True, True, "run"),
-    ("ask", True, True, False, "run"),
-    ("auto", False, False, False, "run"),
-    ("auto", True, False, False, "run"),
-    ("auto", True, False, True, "run"),
-    ("read_only", False, False, False, "run"),
-    ("read_only", True, False, True, "deny"),
-    ("read_only", True, True, True, "deny"),  # allow_session never overrides read_only
-    ("bogus", True, False, True, "deny"),  # unknown policy: fail closed
-    ("bogus", False, False, True, "run"),
+    ("ask", False, "run"),
+    ("ask", True, "ask"),
+    ("auto", False, "run"),
+    ("auto", True, "run"),
+    ("read_only", False, "run"),
+    ("read_only", True, "deny"),
+    ("bogus", True, "deny"),  # unknown policy: fail closed
+    ("bogus", False, "run"),
 ]
 
 
-@pytest.mark.parametrize(("policy", "mutating", "allowed", "can_ask", "expected"), DECISIONS)
-def test_decide(policy: str, mutating: bool, allowed: bool, can_ask: bool, expected: str) -> None:
-    session_allowed = {"write_file"} if allowed else {"run_command"}
-    assert decide(policy, mutating, "write_file", session_allowed, can_ask) == expected
+@pytest.mark.parametrize(("policy", "mutating", "expected"), DECISIONS)
+def test_policy_decision(policy: str, mutating: bool, expected: str) -> None:
+    assert policy_decision(policy, mutating) == expected  # type: ignore[arg-type]
 
 
 def test_denial_messages_say_why_and_how() -> None:

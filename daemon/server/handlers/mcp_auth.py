@@ -1,4 +1,4 @@
-"""``mcp/list``, ``auth/status`` and ``auth/login``."""
+"""``mcp/list``, ``permissions/list``, ``auth/status`` and ``auth/login``."""
 
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,9 @@ class McpAuthHandlers:
         if params.session_id is not None:
             await self.daemon.sessions.row(params.session_id)  # session_not_found for unknown ids
         return m.McpListResult(servers=await self.daemon.mcp.list_servers(params.session_id))
+
+    async def permissions_list(self, params: m.PermissionsListParams) -> m.PermissionsListResult:
+        return await self.daemon.permissions_list(params.session_id)
 
     async def auth_status(self, params: m.Empty) -> m.AuthStatusResult:
         return await self.daemon.auth_status()
