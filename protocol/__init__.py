@@ -5,5 +5,4 @@ from these types by ``scripts/gen_schemas.py``.
 """
 
 PROTOCOL_VERSION = 1
-THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 APPROVAL_POLICIES = ("ask", "auto", "read_only")  # ``objects.ApprovalPolicy``, for code that must not load msgspec

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from daemon import __version__
 from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
-if TYPE_CHECKING:  # the config module loads only when a command needs it
+if TYPE_CHECKING:  # the config module loads only when a command needs it; argparse only off the serve line
     import argparse
 
     from daemon.config.settings import Config
@@ -22,6 +22,32 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+MAX_TOKENS = 2**31 - 1
+
+
+def _tokens(text: str) -> int:
+    """A token count given on the command line: a whole number from 0 to 2,147,483,647."""
+    import argparse
+
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if not 0 <= value <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_TOKENS:,} tokens")
+    return value
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,16 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
     )
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="how much the daemon writes to logs/ponder.log in the home (default: info)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
     serve.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
+    serve.add_argument(
+        "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
+    )
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
     )
     acp.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
+    acp.add_argument("--quiet", action="store_true", help="log to logs/ponder.log only, not stderr")
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
@@ -52,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--thinking", help="off, minimal, low, medium, high, xhigh or max")
     ask.add_argument(
         "--thinking-budget",
-        type=int,
+        type=_tokens,
         metavar="N",
         help="thinking budget in tokens for models that take one (clamped to the model's range)",
     )
@@ -79,20 +114,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
-    sessions.add_argument("--limit", type=int, default=20)
+    sessions.add_argument("--limit", type=_positive, default=20, help="how many sessions to list (default: 20)")
+    sessions.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     compact = sub.add_parser("compact", help="fold a session's older messages into a summary (nothing is deleted)")
     compact.add_argument("session_id", help="the session to compact")
-    compact.add_argument("instructions", nargs="*", help="what the summary should keep (optional)")
+    # A default keeps argparse from listing the optional words as required when session_id is missing.
+    compact.add_argument("instructions", nargs="*", default=[], help="what the summary should keep (optional)")
+
+    cont = sub.add_parser("continue", help="go on with a session's last turn where it was cut off")
+    cont.add_argument("session_id", help="the session whose last turn goes on")
+    cont.add_argument("--json", action="store_true", help="print every event as one JSON line")
 
     login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
     login.add_argument("provider", choices=["copilot"])
 
     models = sub.add_parser("models", help="list the models ponder knows")
-    models.add_argument("--provider")
+    models.add_argument("--provider", help="only this provider's models")
+    models.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
-    mcp.add_argument("--json", action="store_true", help="print the mcp/list result as JSON")
+    mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
     return parser
 
 
@@ -103,6 +145,7 @@ class Serve(NamedTuple):
     home: str | None
     log_level: str
     max_line_bytes: int
+    quiet: bool = False
 
 
 CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
@@ -129,22 +172,24 @@ def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None
 
 
 def plain_serve(argv: list[str]) -> Serve | None:
-    """``[--home H] [--log-level L] serve [--max-line-bytes N]``, the line an editor spawns, read
-    without argparse: importing it and declaring every command's arguments is a noticeable
-    part of a daemon's start-up. None for any other line, which argparse reads (and explains)."""
+    """``[--home H] [--log-level L] serve [--max-line-bytes N] [--quiet]``, the line an editor (or
+    a client command) spawns, read without argparse: importing it and declaring every command's
+    arguments is a noticeable part of a daemon's start-up. None for any other line, which
+    argparse reads (and explains)."""
     found = _global_options(argv)
     if found is None or not found[2] or found[2][0] != "serve":
         return None
     home, level, rest = found
-    limit = DEFAULT_MAX_LINE_BYTES
-    match rest[1:]:
-        case []:
-            pass
-        case ["--max-line-bytes", digits] if digits.isdigit():
-            limit = int(digits)
-        case _:
-            return None
-    return Serve("serve", home, level, limit)
+    limit, quiet, options = DEFAULT_MAX_LINE_BYTES, False, rest[1:]
+    while options:
+        match options:
+            case ["--quiet", *more]:
+                quiet, options = True, more
+            case ["--max-line-bytes", digits, *more] if digits.isdigit():
+                limit, options = int(digits), more
+            case _:
+                return None
+    return Serve("serve", home, level, limit, quiet)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_serve(plain)
     # Every client command talks to a daemon: start it first, before even argparse, so that
     # it starts up while this process reads its arguments and imports the client's stack.
+    # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.
     found = _global_options(argv)
     daemon = None
     if found is not None and found[2] and found[2][0] in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
-        from daemon.jsonrpc.spawn import start_daemon
+        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
-        daemon = start_daemon(home=found[0], log_level="warning")
+        daemon = start_daemon(home=found[0], log_level=found[1], serve_args=QUIET_SERVE)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit:  # a mistake in the command's own arguments: argparse said which
@@ -170,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
-        return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes))
+        return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:
-        from daemon.jsonrpc.spawn import start_daemon
+        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
-        daemon = start_daemon(home=args.home, log_level="warning")
+        daemon = start_daemon(home=args.home, log_level=args.log_level, serve_args=QUIET_SERVE)
     from daemon.cli import commands
 
     return commands.run(args, daemon)
@@ -197,7 +243,7 @@ def run_serve(args: Serve) -> int:
 
     home = resolve_home(args.home)
     config = load_config(home)
-    setup_logging(config.log_dir, args.log_level)
+    setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
     anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
     return 0

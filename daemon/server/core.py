@@ -27,6 +27,7 @@ from daemon.config.home import make_private_dir
 from daemon.config.settings import Config
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.store import AsyncStore, SessionRow
 from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
@@ -61,7 +62,14 @@ class _Started:
 class Daemon:
     """The parts one served connection runs on, whatever its dialect."""
 
-    def __init__(self, config: Config, connection: Connection, store: AsyncStore, bridge: ClientBridge) -> None:
+    def __init__(
+        self,
+        config: Config,
+        connection: Connection,
+        store: AsyncStore,
+        bridge: ClientBridge,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.config = config
         self.connection = connection
         self.store = store
@@ -74,6 +82,8 @@ class Daemon:
         self._waiting_runs: list[tuple[PartRun, _Started]] = []  # built before ``attach``
         self._started: list[_Started] = []
         self._permissions: PermissionBook | None = None
+        # run_command's OS sandbox (MCP servers are not sandboxed); probed on a thread.
+        self.sandbox = Sandbox(config.sandbox, config.home) if sandbox is None else sandbox
         self.shutdown_requested = anyio.Event()
         if any(provider.models for provider in config.providers.values()):
             self.catalog  # noqa: B018 - declared models are checked now: initialize reports their problems
@@ -87,6 +97,13 @@ class Daemon:
         ]
         for problem in self.problems:
             log.warning("%s", problem)
+
+    async def problems_now(self) -> list[str]:
+        """What ``initialize`` reports: the config's and the store's problems, and a missing sandbox."""
+        if not self.sandbox.probed:  # (open_daemon waited already; without a yield, answers stay in order)
+            await anyio.to_thread.run_sync(self.sandbox.wait_probed)
+        sandbox_problem = self.sandbox.problem()
+        return [*self.problems, *([sandbox_problem] if sandbox_problem else [])]
 
     # --- the parts, built on first use -----------------------------------------------------
 
@@ -142,6 +159,7 @@ class Daemon:
                 self.bridge,
                 tool_sources=[self.mcp],
                 discover_models=self._discover_for,
+                sandbox=self.sandbox,
                 permissions=self.permissions,
             )
             self._host(self._sessions.run)
@@ -254,10 +272,14 @@ async def open_daemon(config: Config, connection: Connection, bridge: ClientBrid
         make_private_dir(config.home)
     except OSError as exc:
         log.warning("cannot create the home %s: %s", config.home, exc)  # the store says what this means
+    # The sandbox probe (a bwrap run, ~20 ms) overlaps opening the store; it is done before the
+    # first request is read, so initialize answers at once and in order.
+    sandbox = Sandbox(config.sandbox, config.home)
     store = await AsyncStore.open_or_unavailable(config.db_path)
     daemon = None
     try:
-        daemon = Daemon(config, connection, store, bridge)
+        daemon = Daemon(config, connection, store, bridge, sandbox)
+        await anyio.to_thread.run_sync(sandbox.wait_probed)
         yield daemon
     finally:
         with anyio.CancelScope(shield=True):
@@ -266,4 +288,5 @@ async def open_daemon(config: Config, connection: Connection, bridge: ClientBrid
                     await daemon._mcp.aclose()
                 if daemon._providers is not None:
                     await daemon._providers.aclose()
+            sandbox.close()
             await store.aclose()
