@@ -76,6 +76,11 @@ class Daemon:
             if params.get("turn_id") == turn_id and params.get("type") == "turn_end":
                 return params
 
+    def cpu_s(self) -> float:
+        """The daemon's CPU time so far (user + system): what admission cost, whatever the load."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def peak_rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
@@ -106,17 +111,20 @@ def admission(kind: str, size: tuple[int, int]) -> None:
             daemon.request("initialize", {"protocol_version": 1})
             session = daemon.request("session/start", {"model_id": "mock/echo", "cwd": str(work)})["session"]
             before = daemon.peak_rss_mb()
+            cpu = daemon.cpu_s()
             started = time.perf_counter()
             turn = daemon.request("session/prompt", {"session_id": session["session_id"], "content": blocks})
             admitted = time.perf_counter() - started
+            cpu = daemon.cpu_s() - cpu
             daemon.wait_turn(turn["turn_id"])
             stored = daemon.request("session/messages", {"session_id": session["session_id"]})["messages"][0]
             kept = sum(b["bytes"] for b in stored["content"])
             shape = {(b["width"], b["height"]) for b in stored["content"]}
             print(
                 f"20 images {size[0]}x{size[1]} as {kind}: {raw / 1e6:.1f} MB given, {kept / 1e6:.1f} MB stored "
-                f"{sorted(shape)}; admission {admitted:.2f} s; daemon peak RSS {daemon.peak_rss_mb():.0f} MB "
-                f"(before the prompt {before:.0f} MB)"
+                f"{sorted(shape)}; admission {admitted:.2f} s ({cpu:.2f} s of daemon CPU); "
+                f"daemon peak RSS {daemon.peak_rss_mb():.0f} MB "
+                f"(before the prompt {before:.0f} MB); load average {os.getloadavg()[0]:.1f}"
             )
         finally:
             daemon.close()
@@ -173,7 +181,8 @@ def fifty_screenshots() -> None:
             print(
                 f"50 screenshots in one session: request 50 is {sizes[-1] / 1e6:.1f} MB "
                 f"({sent} images as bytes, {as_notes} as notes; largest request {max(sizes) / 1e6:.1f} MB); "
-                f"turn_start.notes: {notes}; daemon peak RSS {daemon.peak_rss_mb():.0f} MB"
+                f"turn_start.notes: {notes}; daemon peak RSS {daemon.peak_rss_mb():.0f} MB; "
+                f"load average {os.getloadavg()[0]:.1f}"
             )
         finally:
             daemon.close()
