@@ -168,6 +168,20 @@ class ShuttingDown(PonderError):
         super().__init__("The daemon is shutting down.")
 
 
+class SandboxUnavailable(PonderError):
+    """``[sandbox] required = true`` and no sandbox works here: no session is created (-32009)."""
+
+    code = ErrorCode.SANDBOX_UNAVAILABLE
+
+    def __init__(self, mechanism: str | None, reason: str, hint: str) -> None:
+        super().__init__(
+            f"No OS sandbox works here and config.toml requires one ([sandbox] required = true): {reason} {hint}",
+            mechanism=mechanism,
+            reason=reason,
+            hint=hint,
+        )
+
+
 class RequestCancelled(PonderError):
     code = ErrorCode.REQUEST_CANCELLED
 

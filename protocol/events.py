@@ -16,6 +16,7 @@ from protocol.objects import (
     Message,
     QueuedTurn,
     Rule,
+    SandboxMechanism,
     Session,
     StopReason,
     Thinking,
@@ -140,12 +141,22 @@ class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
     chunk: str
 
 
+class ToolSandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How one ``run_command`` ran: confined or not, and whether the sandbox seems to have
+    stopped it (a best guess from its exit status and output; PROTOCOL.md "Sandbox")."""
+
+    enforced: bool
+    mechanism: SandboxMechanism | None
+    denied: bool
+
+
 class ToolExecutionEnd(BaseEvent, tag="tool_execution_end"):
     call_id: str
     name: str
     is_error: bool
     result: str
     message_id: str
+    sandbox: ToolSandbox | msgspec.UnsetType = msgspec.UNSET  # run_command only
 
 
 class Retry(BaseEvent, tag="retry"):
@@ -179,6 +190,13 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     tokens_after: int | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
+
+
+class ThinkingUpdate(BaseEvent, tag="thinking_update"):
+    """Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why."""
+
+    thinking: Thinking
 
 
 class QueueUpdate(BaseEvent, tag="queue_update"):
@@ -226,6 +244,7 @@ AgentEvent = (
     | ToolExecutionOutput
     | ToolExecutionEnd
     | Retry
+    | ThinkingUpdate
     | UsageEvent
     | CompactionStart
     | CompactionEnd

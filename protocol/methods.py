@@ -8,7 +8,18 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, ProposedRule, Rule, Session, Thinking
+from protocol.objects import (
+    ApprovalPolicy,
+    HistoryItem,
+    Message,
+    Model,
+    ProposedRule,
+    Rule,
+    SandboxMechanism,
+    SandboxMode,
+    Session,
+    Thinking,
+)
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -42,6 +53,16 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class SandboxCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
+    none works, or what the one found cannot do."""
+
+    available: bool
+    mechanism: SandboxMechanism | None
+    network_isolation: bool
+    reason: str | None
+
+
 class SteeringCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
     ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing")."""
@@ -67,6 +88,7 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    sandbox: SandboxCapability | None = None
     steering: SteeringCapability = msgspec.field(default_factory=SteeringCapability)
     # ``session/continue``: the last interrupted turn goes on without a new prompt.
     # (``continue`` is a Python keyword: the wire name is set with ``name``.)
@@ -136,6 +158,13 @@ class BudgetParams(msgspec.Struct, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
+class SandboxParams(msgspec.Struct, kw_only=True):
+    """``session/start {sandbox}``: what differs from config.toml's ``[sandbox]``."""
+
+    mode: SandboxMode | None = None
+    network: bool | None = None
+
+
 class SessionStartParams(msgspec.Struct, kw_only=True):
     model_id: str | None = None  # may end in "/LEVEL"
     thinking_level: str | None = None
@@ -146,6 +175,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
     budget: BudgetParams | None = None  # else config.toml [budget]
+    sandbox: SandboxParams | None = None  # else config.toml [sandbox]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

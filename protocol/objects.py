@@ -20,6 +20,9 @@ Role = Literal["user", "assistant", "tool"]
 MessageOrigin = Literal["prompt", "steer", "continue"]
 MessageStatus = Literal["complete", "interrupted", "error"]
 SessionStatus = Literal["idle", "running"]
+# PROTOCOL.md "Sandbox": how run_command is confined, and by what.
+SandboxMode = Literal["off", "read_only", "workspace_write"]
+SandboxMechanism = Literal["bubblewrap", "landlock", "sandbox-exec"]
 StopReason = Annotated[
     Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"],
     msgspec.Meta(
@@ -138,6 +141,23 @@ class Compaction(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     created_at: str
 
 
+class SessionSandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
+
+    ``enforced`` is false when commands run unconfined (mode ``off``, or no sandbox works
+    here); ``degraded`` names what the mechanism cannot enforce (``git``, ``home``,
+    ``network``); ``auto_approve`` whether an enforced sandbox may stand in for ``ask``.
+    """
+
+    mode: SandboxMode
+    network: bool
+    writable_roots: list[str]
+    mechanism: SandboxMechanism | None
+    enforced: bool
+    degraded: list[str]
+    auto_approve: bool
+
+
 class WaitingSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines."""
 
@@ -179,6 +199,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cost: Cost | None = None
     context: ContextFill | None = None
     budget: Budget | None = None
+    sandbox: SessionSandbox | None = None  # always set by the daemon
     queue: Queue = msgspec.field(default_factory=lambda: Queue())
 
 

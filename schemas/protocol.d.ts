@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -276,7 +276,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32009 sandbox_unavailable, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -674,11 +674,27 @@ export type RuleDecision = "allow" | "ask" | "deny";
 /** Where a permission rule comes from: see PROTOCOL.md, Permissions. */
 export type RuleSource = "always" | "config" | "policy" | "session";
 
+/** The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
+    none works, or what the one found cannot do. */
+export interface SandboxCapability {
+  available: boolean;
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  network_isolation: boolean;
+  reason: string | null;
+}
+
+/** ``session/start {sandbox}``: what differs from config.toml's ``[sandbox]``. */
+export interface SandboxParams {
+  mode?: "off" | "read_only" | "workspace_write" | null;
+  network?: boolean | null;
+}
+
 export interface ServerCapabilities {
   thinking_levels: string[];
   approval_policies: string[];
   batches: boolean;
   cancel_request: boolean;
+  sandbox: SandboxCapability | null;
   steering: SteeringCapability;
   continue: boolean;
   prompt_content: PromptContentCapability | null;
@@ -707,6 +723,7 @@ export interface Session {
   cost: Cost | null;
   context: ContextFill | null;
   budget: Budget | null;
+  sandbox: SessionSandbox | null;
   queue: Queue;
 }
 
@@ -913,6 +930,21 @@ export interface SessionResumeResult {
   items: (MessageItem | CompactionItem)[];
 }
 
+/** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
+
+    ``enforced`` is false when commands run unconfined (mode ``off``, or no sandbox works
+    here); ``degraded`` names what the mechanism cannot enforce (``git``, ``home``,
+    ``network``); ``auto_approve`` whether an enforced sandbox may stand in for ``ask``. */
+export interface SessionSandbox {
+  mode: "off" | "read_only" | "workspace_write";
+  network: boolean;
+  writable_roots: string[];
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  enforced: boolean;
+  degraded: string[];
+  auto_approve: boolean;
+}
+
 /** `session/start`: its params and result. */
 export interface SessionStartMethod {
   method: "session/start";
@@ -930,6 +962,7 @@ export interface SessionStartParams {
   system_prompt?: string | null;
   approval_policy?: ApprovalPolicy | null;
   budget?: BudgetParams | null;
+  sandbox?: SandboxParams | null;
 }
 
 /** `running` while a turn runs in the session, else `idle`. */
@@ -1076,6 +1109,16 @@ export interface ThinkingStart {
   seq: number;
 }
 
+/** Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why. */
+export interface ThinkingUpdate {
+  type: "thinking_update";
+  thinking: Thinking;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
 export interface ToolCallBlock {
   type: "tool_call";
   call_id: string;
@@ -1124,6 +1167,7 @@ export interface ToolExecutionEnd {
   is_error: boolean;
   result: string;
   message_id: string;
+  sandbox?: ToolSandbox;
   session_id: string;
   turn_id: string;
   seq: number;
@@ -1154,6 +1198,14 @@ export interface ToolResultBlock {
   call_id: string;
   is_error: boolean;
   text: string;
+}
+
+/** How one ``run_command`` ran: confined or not, and whether the sandbox seems to have
+    stopped it (a best guess from its exit status and output; PROTOCOL.md "Sandbox"). */
+export interface ToolSandbox {
+  enforced: boolean;
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  denied: boolean;
 }
 
 export interface TurnEnd {

@@ -14,7 +14,8 @@ see all of it:
   ``JsonRpcResponse``, ``JsonRpcErrorResponse``).
 
 A field of a daemon → client object is required: msgspec writes every field, defaults
-included, so it is always sent. Client → daemon params keep their defaults optional.
+included, so it is always sent; only one that defaults to ``msgspec.UNSET`` is left out
+until set, and stays optional. Client → daemon params keep their defaults optional.
 
 ``--check`` exits non-zero when the committed file is stale.
 
@@ -244,7 +245,13 @@ def require_sent_fields(defs: dict[str, Any], outgoing: set[str], incoming: set[
             raise SystemExit(f"{name} is both sent and received, and has optional fields {optional}: split it in two")
         if classes[name].__struct_config__.omit_defaults:
             raise SystemExit(f"{name} omits defaults, so {optional} are not always sent")
-        schema["required"] = list(schema["properties"])
+        # A field that defaults to UNSET is left out until it is set (``tool_execution_end.sandbox``).
+        unset = {
+            field.encode_name
+            for field in msgspec.structs.fields(classes[name])
+            if field.default is msgspec.UNSET and field.default_factory is msgspec.NODEFAULT
+        }
+        schema["required"] = [p for p in schema["properties"] if p not in unset]
         for prop in schema["properties"].values():
             prop.pop("default", None)
 

@@ -18,6 +18,9 @@ Translation, event by event:
   (``usage_update_of``). ACP requires a window size: a model whose window is unknown sends none.
 - a ``retry`` re-checks the config options: a provider that refused the thinking level
   narrowed the levels the thought-level selector offers (``config_option_update``).
+- a ``thinking_update`` (one model call sends other thinking than the turn last reported)
+  becomes a ``config_option_update`` whose thought-level selector shows that call's level and
+  why; when the turn ends, the session's own options are shown again.
 - a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
   extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
   else one short agent message when it ends.
@@ -40,7 +43,7 @@ import msgspec
 from daemon.acp import toolcalls
 from daemon.acp import types as t
 from daemon.acp.compaction import compaction_ended, compaction_started
-from daemon.acp.config_options import config_options
+from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
@@ -48,7 +51,7 @@ from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
-from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock
+from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock, Thinking
 
 log = logging.getLogger("ponder.acp")
 
@@ -112,6 +115,7 @@ class _Turn:
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
     compactions: dict[str, int] = field(default_factory=dict)  # compaction id -> tokens before
+    thinking_changed: bool = False  # a thinking_update showed one call's thinking in the options
 
 
 class AcpBridge:
@@ -300,6 +304,8 @@ class AcpBridge:
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
             await self._refresh(sid)
+        elif isinstance(event, ev.ThinkingUpdate):
+            await self._thinking_update(turn, sid, event.thinking)
         elif isinstance(event, ev.MessageEnd) and event.message.role == "user":
             # A steer that joined the running turn: the editor shows it where it joined.
             text = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
@@ -372,7 +378,22 @@ class AcpBridge:
         )
         await self.update(sid, update)
 
+    async def _thinking_update(self, turn: _Turn, sid: str, thinking: Thinking) -> None:
+        """The options with the thought level this model call really sends, and why."""
+        row = await self._manager.row(sid)
+        options = [
+            call_thought_level(thinking) if option.id == THOUGHT_LEVEL else option
+            for option in config_options(self._manager, row)
+        ]
+        turn.thinking_changed = True
+        known = self._open.get(sid)
+        if known is not None:  # the session's own options go out again when the turn ends
+            self._open[sid] = (known[0], msgspec.json.encode(options))
+        await self.update(sid, t.ConfigOptionUpdate(config_options=options))
+
     async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
+        if turn.thinking_changed:  # before the prompt's answer: the session's own thought level again
+            await self._refresh(sid)
         for call_id, call in turn.calls.items():
             if not call.finished:  # announced, then the turn ended (cancelled) before it ran
                 await self.update(

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
+from msgspec import to_builtins
 
 from daemon import __version__
 from daemon.acp import types as t
@@ -212,6 +213,7 @@ class AcpServer:
         self.bridge.compaction_updates = (
             isinstance(session_capabilities, dict) and session_capabilities.get("compaction") is not None
         )
+        problems = await self.daemon.problems_now()  # waits for the sandbox probe
         # Version negotiation: ponder speaks ACP 1 only; a client asking for anything else
         # hears 1 and decides whether it can go on.
         return t.InitializeResponse(
@@ -227,7 +229,8 @@ class AcpServer:
                         "home": str(self.config.home),
                         "methods": EXTENSION_METHODS,
                         "steering": STEERING_META,
-                        "problems": list(self.daemon.problems),  # e.g. a store that could not be opened
+                        "problems": problems,  # e.g. a store that could not be opened, no sandbox
+                        "sandbox": to_builtins(self.daemon.sandbox.capability()),
                     }
                 },
             ),

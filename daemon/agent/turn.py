@@ -40,13 +40,15 @@ BACKOFF_CAP_S = 30.0
 
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
-    turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
+    # turn_start says when the budget shrank near the window; a later call that sends other
+    # thinking is told by a thinking_update (agent.call_thinking).
+    turn.reported = compaction.fitted_thinking(turn)
     notes = await _media_notes(turn)
     await turn.emit(
         ev.TurnStart,
         {
             "model_id": turn.model_id,
-            "thinking": turn.thinking,
+            "thinking": turn.reported,
             "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
             "kind": "compaction" if turn.compaction_request is not None else "prompt",
             "continued_from": turn.continued_from,

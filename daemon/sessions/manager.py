@@ -40,6 +40,8 @@ from daemon.errors import (
 from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry
+from daemon.sandbox.confinement import Override
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import budget_from
 from daemon.sessions.actor import bracket, drop_queue, run_actor
 from daemon.sessions.assembly import TurnAssembly
@@ -58,7 +60,7 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.methods import Admission, BudgetParams, Delivery, InputBlock, SessionPromptResult
+from protocol.methods import Admission, BudgetParams, Delivery, InputBlock, SandboxParams, SessionPromptResult
 from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
@@ -77,9 +79,11 @@ class SessionManager:
         *,
         tool_sources: list[ToolSource] | None = None,
         discover_models: Callable[[str], Awaitable[None]] | None = None,
+        sandbox: Sandbox | None = None,
         permissions: PermissionBook | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox  # how run_command is confined; None: not at all (and not reported)
         self.store = store
         self.catalog = catalog
         self.providers = providers
@@ -94,7 +98,9 @@ class SessionManager:
         self.shutting_down = False
         # The permission rules and hooks (config.toml, permissions.toml, each session's).
         self.permissions = permissions if permissions is not None else PermissionBook(config)
-        self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources, self.permissions)
+        self.assembly = TurnAssembly(
+            config, store, catalog, providers, bridge, self.tool_sources, self.permissions, sandbox
+        )
         self.accounts = self.assembly.accounts  # every model call's usage, cost and budget
         self.events = EventNumbers(bridge)
         self.writes = SessionWrites(store, self.background_task_group)
@@ -217,9 +223,12 @@ class SessionManager:
         if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
-        if live is None:
-            return row.to_wire("idle")
-        return msgspec.structs.replace(row.to_wire(live.status), queue=live.queue())
+        session = row.to_wire(live.status if live is not None else "idle")
+        if live is not None:
+            session = msgspec.structs.replace(session, queue=live.queue())
+        if self.sandbox is not None:
+            session.sandbox = self.sandbox.wire(row.id, row.cwd)
+        return session
 
     def thinking_request(self, row: SessionRow, turn_level: RequestedThinkingLevel | None = None) -> ThinkingRequest:
         """What ``row`` asks of thinking now; ``turn_level`` is a prompt's own level."""
@@ -255,6 +264,7 @@ class SessionManager:
         display: str | None = None,
         fallback: str | None = None,
         budget: BudgetParams | None = None,
+        sandbox: SandboxParams | None = None,
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
         follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
@@ -278,7 +288,13 @@ class SessionManager:
         self.thinking_request(row).check(
             self.catalog, spec, "$.params.thinking_level" if level else "$.params.model_id"
         )
+        override = Override() if sandbox is None else Override(mode=sandbox.mode, network=sandbox.network)
+        if self.sandbox is not None:
+            # [sandbox] required with no sandbox here: -32009, and nothing is created.
+            await anyio.to_thread.run_sync(self.sandbox.check_start, override, Path(row.cwd))
         row = await self.store.create_session(row)
+        if self.sandbox is not None:
+            self.sandbox.remember(row.id, override)
         return await self._activate(row, [])
 
     def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -364,6 +380,8 @@ class SessionManager:
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
+        if self.sandbox is not None:
+            await anyio.to_thread.run_sync(self.sandbox.check_start, self.sandbox.override(source.id), Path(source.cwd))
         new_row = SessionRow(
             id=new_id("ses"),
             cwd=source.cwd,
@@ -384,7 +402,10 @@ class SessionManager:
                 raise InvalidParams(
                     f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
                 )
-        return await self.store.fork_session(source.id, new_row, message_id)
+        forked = await self.store.fork_session(source.id, new_row, message_id)
+        if self.sandbox is not None:
+            self.sandbox.copy(source.id, forked.id)
+        return forked
 
     async def delete(self, session_id: str) -> None:
         await self.row(session_id)

@@ -49,6 +49,7 @@ class SessionHandlers:
             display=params.display,
             fallback=params.fallback,
             budget=params.budget,
+            sandbox=params.sandbox,
         )
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
