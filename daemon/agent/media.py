@@ -42,7 +42,8 @@ class TurnMedia:
         """Plan the next request of ``messages`` and have the bytes of the images it sends."""
         self.plan = budget.plan(messages, takes_images=self.takes_images, model_id=self.model_id)
         wanted = set(self.plan.send.values())
-        missing = [a for a in wanted if a not in self.cache]
+        in_memory = {p.attachment_id for m in messages for p in m.parts if p.type == "image" and p.data is not None}
+        missing = [a for a in wanted if a not in self.cache and a not in in_memory]
         if missing:
             self.cache.update(await self.load(missing))
         for stale in set(self.cache) - wanted:  # only what this request sends stays in memory

@@ -3,6 +3,7 @@ that records their results (with "cancelled" results for those a cancel cut shor
 """
 
 import anyio
+import msgspec
 
 from daemon.agent.context import Turn
 from daemon.agent.history import save_and_end, with_cancelled
@@ -26,6 +27,7 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
     )
     turn.history.append(message)
     results: list[Part | None] = [None] * len(calls)
+    images: dict[int, list[Part]] = {}  # the image parts a call's tool returned, after its result
     await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "tool"})
     try:
         approved: list[tuple[int, ev.Permission | None]] = []
@@ -43,14 +45,14 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
                 results[i] = await _finish_call(turn, message, call, approval.message, True)
         async with anyio.create_task_group() as tg:
             for i, permission in approved:
-                tg.start_soon(_execute, turn, message, calls[i], permission, results, i)
+                tg.start_soon(_execute, turn, message, calls[i], permission, results, images, i)
     except anyio.get_cancelled_exc_class():
         with turn.finishing():
             message.parts = with_cancelled(calls, results)
             message.status = "interrupted"
             await save_and_end(turn, message)
         raise
-    message.parts = [r for r in results if r is not None]
+    message.parts = [p for i, r in enumerate(results) if r is not None for p in (r, *images.get(i, []))]
     await save_and_end(turn, message)
 
 
@@ -62,26 +64,36 @@ async def _emit_start(turn: Turn, call: Part, permission: ev.Permission | None) 
 
 
 async def _execute(
-    turn: Turn, message: ChatMessage, call: Part, permission: ev.Permission | None, results: list[Part | None], i: int
+    turn: Turn,
+    message: ChatMessage,
+    call: Part,
+    permission: ev.Permission | None,
+    results: list[Part | None],
+    images: dict[int, list[Part]],
+    i: int,
 ) -> None:
     await _emit_start(turn, call, permission)
 
     async def output(chunk: str) -> None:
         await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
 
-    text, is_error = await turn.run_tool(call, output)
-    results[i] = await _finish_call(turn, message, call, text, is_error)
+    outcome = await turn.run_tool(call, output)
+    if outcome.images:  # images a tool returned go to the model with its result (a note if it takes none)
+        images[i] = [msgspec.structs.replace(p, call_id=call.call_id) for p in outcome.images]
+    results[i] = await _finish_call(turn, message, call, outcome.text, outcome.is_error, outcome.sandbox)
 
 
-async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
-    await turn.emit(
-        ev.ToolExecutionEnd,
-        {
-            "call_id": call.call_id,
-            "name": call.name,
-            "is_error": is_error,
-            "result": text,
-            "message_id": message.message_id,
-        },
-    )
+async def _finish_call(
+    turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool, sandbox: ev.ToolSandbox | None = None
+) -> Part:
+    fields: dict[str, object] = {
+        "call_id": call.call_id,
+        "name": call.name,
+        "is_error": is_error,
+        "result": text,
+        "message_id": message.message_id,
+    }
+    if sandbox is not None:
+        fields["sandbox"] = sandbox
+    await turn.emit(ev.ToolExecutionEnd, fields)
     return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)

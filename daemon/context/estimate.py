@@ -16,7 +16,8 @@ a whole request from scratch, for when there is no such report (the first call, 
 first after a compaction changed the prefix).
 
 What counts: the system prompt, the tool schemas, every part of every message (text,
-thinking text, a tool call's name and arguments, a tool result's text) plus a small
+thinking text, a tool call's name and arguments, a tool result's text, an image by its size)
+plus a small
 per-message overhead for the role and framing, and the pending input.
 """
 
@@ -67,7 +68,19 @@ class Calibration:
         return math.ceil(estimate * self.ratio)
 
 
+# An image costs about width × height / 750 tokens (Anthropic's vision docs; OpenAI's tiles and
+# Gemini's 258 per tile land near it), with images scaled to 2000 px at most: at most ~1,600
+# tokens once a provider has fitted it to its own limit (1568 px on Anthropic).
+IMAGE_TOKENS_MAX = 1600
+
+
 def part_tokens(part: Part) -> int:
+    if part.type == "image":
+        if part.omitted:
+            return PART_OVERHEAD_TOKENS + 20  # sent as a one-line note
+        return PART_OVERHEAD_TOKENS + min(IMAGE_TOKENS_MAX, math.ceil((part.width or 0) * (part.height or 0) / 750))
+    if part.type == "resource_link":
+        return PART_OVERHEAD_TOKENS + text_tokens((part.uri or "") + (part.name or ""))
     if part.type == "tool_call":
         arguments = json.dumps(part.arguments or {}, ensure_ascii=False)
         return PART_OVERHEAD_TOKENS + text_tokens((part.name or "") + arguments)

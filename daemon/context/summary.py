@@ -182,6 +182,19 @@ def _entry(message: ChatMessage, part: Part, limit: int, names: dict[str, str]) 
         names[part.call_id or ""] = part.name or "tool"
         arguments = _truncated(json.dumps(part.arguments or {}, ensure_ascii=False), limit)
         return _Entry(f"[Tool call]: {part.name}({arguments})")
+    # Prompt content: the summarizer reads what it was, not its bytes.
+    if part.type == "image":
+        whose = f"returned by {names.get(part.call_id, 'a tool')}" if part.call_id else "attached by the user"
+        return _Entry(f"[Image {whose}]: {part.name or 'image'} ({part.mime_type}, {part.width}×{part.height})")
+    if part.type == "resource_link":
+        return _Entry(f"[User linked]: {part.name or part.uri} <{part.uri}>")
+    if part.type == "resource":
+        label = f"[User attached file {part.uri}]"
+        return _Entry(
+            f"{label}: {_truncated(part.text, limit)}",
+            prunable=True,
+            pruned_text=f"{label}: (left out to fit the summarizer's context window)",
+        )
     label = f"[Tool {'error' if part.is_error else 'result'} of {names.get(part.call_id or '', 'a tool')}]"
     return _Entry(
         f"{label}: {_truncated(part.text, limit)}",

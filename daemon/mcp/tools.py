@@ -9,7 +9,9 @@ runs under ``read_only``), unless the server annotates it ``readOnlyHint: true``
 config.toml marks the server ``trusted = true``: annotations are a third party's claim,
 not a guarantee, so only a server the person vouched for is taken at its word.
 
-Results: text content as is, other content as a short placeholder, structured content
+Results: text content as is, images passed on (the session shows them to a model that takes
+images, PROTOCOL.md "Prompt content") with a placeholder in the text, other content as a short
+placeholder, structured content
 as JSON text only when it adds to what the text says (servers are asked to send both, and
 most wrap the text's content in an object of one key);
 ``isError`` makes a tool error. Progress notifications stream as tool output.
@@ -17,6 +19,8 @@ most wrap the text's content in an object of one key);
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import hashlib
 import json
@@ -37,6 +41,8 @@ log = logging.getLogger("ponder.mcp")
 
 MAX_NAME = 64  # the tightest provider limit (OpenAI, Anthropic)
 MAX_RESULT_CHARS = 200_000
+# An image a tool returns is passed on up to this size of base64 (larger ones stay a placeholder).
+MAX_TOOL_IMAGE_BASE64 = 16 * 1024 * 1024
 PROGRESS_BUFFER = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -186,6 +192,7 @@ def _is_number(value: Any) -> bool:
 def render_result(result: dict[str, Any]) -> ToolResult:
     parts: list[str] = []
     texts: list[str] = []
+    images: list[tuple[str, bytes]] = []
     for block in result.get("content") or []:
         if not isinstance(block, dict):
             continue
@@ -193,6 +200,9 @@ def render_result(result: dict[str, Any]) -> ToolResult:
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
             parts.append(block["text"])
+        elif kind == "image" and (image := _image(block)) is not None:
+            images.append(image)  # shown to a model that takes images (the session checks it first)
+            parts.append(f"[image {len(images)}: {image[0]}, {len(image[1])} bytes]")
         elif kind in ("image", "audio"):
             size = len(block.get("data") or "") * 3 // 4
             parts.append(f"[{kind}: {block.get('mimeType', 'unknown type')}, about {size} bytes, not shown]")
@@ -213,7 +223,20 @@ def render_result(result: dict[str, Any]) -> ToolResult:
     text = "\n".join(parts) if parts else "(no output)"
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters omitted ...]"
-    return ToolResult(text, is_error=result.get("isError") is True)
+    return ToolResult(text, is_error=result.get("isError") is True, images=tuple(images))
+
+
+def _image(block: dict[str, Any]) -> tuple[str, bytes] | None:
+    """An image block's (mime_type, bytes), or None when it is too large or not base64."""
+    data = block.get("data")
+    if not isinstance(data, str) or not data or len(data) > MAX_TOOL_IMAGE_BASE64:
+        return None
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    mime = block.get("mimeType")
+    return (mime if isinstance(mime, str) else "application/octet-stream", raw)
 
 
 def _carried_by(structured: Any, texts: list[str], content: Any) -> bool:

@@ -90,7 +90,9 @@ def plan(messages: list[ChatMessage], *, takes_images: bool, model_id: str) -> M
 
 def render(messages: list[ChatMessage], media: MediaPlan, data: dict[str, bytes]) -> list[ChatMessage]:
     """``messages`` as a request carries them: images to send with their bytes, the others and
-    every resource as text. An image whose bytes are missing from ``data`` is a note too."""
+    every resource as text. An image whose bytes are missing from ``data`` (and not in the part,
+    as a tool's image is until its turn is over) is a note too. Parts with bytes that are not
+    sent lose them, so no request carries more than the plan allows."""
     out: list[ChatMessage] = []
     for message in messages:
         if not any(p.type in ("image", "resource", "resource_link") for p in message.parts):
@@ -111,6 +113,8 @@ def _rendered(message: ChatMessage, position: int, part: Part, media: MediaPlan,
         return part
     key = (message.message_id, position)
     attachment = media.send.get(key)
+    if attachment is not None and part.data is not None:
+        return part  # a tool's image, still in memory
     if attachment is not None and attachment in data:
         return msgspec.structs.replace(part, data=data[attachment])
     cause = media.left_out.get(key, "missing")

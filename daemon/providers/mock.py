@@ -184,7 +184,15 @@ def _answer(model: str, prompt: str, turn: list[ChatMessage]) -> str:
         last = results[-1]
         status = "failed" if last.is_error else "returned"
         preview = last.text if len(last.text) <= 400 else last.text[:400] + "…"
-        return f"I ran {len(results)} tool call(s). The last one {status}:\n{preview}"
+        # Images the tools returned reach the model as bytes (or, for a model without vision, as notes).
+        seen = [
+            f"\n[image {p.mime_type} {p.width}x{p.height} {len(p.data)} bytes]"
+            for m in turn
+            if m.role == "tool"
+            for p in m.parts
+            if p.type == "image" and p.data is not None
+        ]
+        return f"I ran {len(results)} tool call(s). The last one {status}:\n{preview}" + "".join(seen)
     topic = " ".join(prompt.split()[:12]) or "your question"
     return (
         f"Here is my answer about “{topic}”: the short version is that it depends on the details, "

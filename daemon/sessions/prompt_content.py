@@ -22,6 +22,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import anyio
@@ -37,6 +38,9 @@ from daemon.media.limits import (
 from daemon.tools.base import ToolError
 from daemon.tools.paths import confined_parent, open_regular, resolve_in_cwd
 from protocol.methods import ImageInput, InputBlock, ResourceInput, ResourceLinkInput, TextInput
+
+if TYPE_CHECKING:
+    from daemon.media.images import NormalizedImage  # Pillow loads on the first image only
 
 # Enough of a file to tell an image (magic numbers) from text.
 _SNIFF_BYTES = 16
@@ -167,6 +171,33 @@ def _link(index: int, block: ResourceLinkInput, rules: ContentRules) -> Part:
 
 # --- images -----------------------------------------------------------------------------
 
+# Images one tool result passes on to the model; more are named in the text only.
+MAX_TOOL_IMAGES = 8
+
+
+async def tool_images(images: Sequence[tuple[str, bytes]]) -> tuple[list[Part], list[str]]:
+    """Image parts for what a tool returned (checked and scaled like a prompt's), and a line
+    for each one that could not be kept, for the tool's text (the model reads why)."""
+
+    def admit() -> tuple[list[Part], list[str]]:
+        from daemon.media.images import normalize
+
+        parts: list[Part] = []
+        problems: list[str] = []
+        for n, (declared, data) in enumerate(images, start=1):
+            if n > MAX_TOOL_IMAGES:
+                problems.append(f"[image {n}: not shown, a tool result passes on at most {MAX_TOOL_IMAGES} images]")
+                continue
+            try:
+                image = normalize(data)
+            except UnusableContent as exc:
+                problems.append(f"[image {n} ({declared}): not shown, {exc.why}]")
+                continue
+            parts.append(_image_part(image, f"tool image {n}"))
+        return parts, problems
+
+    return await anyio.to_thread.run_sync(admit)
+
 
 def _image(index: int, what: str, data: bytes, name: str | None) -> Part:
     from daemon.media.images import normalize  # Pillow is imported on the first image only
@@ -175,6 +206,10 @@ def _image(index: int, what: str, data: bytes, name: str | None) -> Part:
         image = normalize(data)
     except UnusableContent as exc:
         raise _refused(index, what, exc.why, exc.reason, limit=exc.limit) from None
+    return _image_part(image, name)
+
+
+def _image_part(image: NormalizedImage, name: str | None) -> Part:
     return Part(
         type="image",
         attachment_id="att_" + hashlib.sha256(image.data).hexdigest(),

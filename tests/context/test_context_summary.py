@@ -120,3 +120,24 @@ def test_when_pruning_is_not_enough_the_oldest_entries_go_and_it_says_so() -> No
 def test_a_window_too_small_for_the_prompt_itself_is_reported() -> None:
     request = summary_request(folded().messages, context_window=100, max_output_tokens=50)
     assert not request.fits
+
+
+def test_prompt_content_is_summarized_as_what_it_was_and_images_are_estimated_by_size():
+    from daemon.context.estimate import IMAGE_TOKENS_MAX, part_tokens
+    from daemon.conversation import ChatMessage, Part
+
+    parts = [
+        Part(type="text", text="compare"),
+        Part(type="image", attachment_id="att_1", mime_type="image/png", width=1200, height=900, size=9, name="a.png"),
+        Part(type="resource", uri="file:///w/a.md", text="# Notes"),
+        Part(type="resource_link", uri="https://example.com/x", name="x"),
+    ]
+    message = ChatMessage(message_id="m1", session_id="s", seq=1, role="user", parts=parts)
+    text = body(summary_request([message]))
+    assert "[Image attached by the user]: a.png (image/png, 1200×900)" in text
+    assert "[User attached file file:///w/a.md]: # Notes" in text
+    assert "[User linked]: x <https://example.com/x>" in text
+    assert "Tool result" not in text
+    assert part_tokens(parts[1]) == PART_OVERHEAD_TOKENS + 1200 * 900 // 750
+    huge = Part(type="image", attachment_id="att_2", mime_type="image/png", width=2000, height=2000, size=9)
+    assert part_tokens(huge) == PART_OVERHEAD_TOKENS + IMAGE_TOKENS_MAX

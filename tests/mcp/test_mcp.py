@@ -126,8 +126,10 @@ async def test_reference_server_listing_calls_and_approval(home, state):
         listed = await client.request("mcp/list")
         [docs] = listed["servers"]
         assert docs["status"] == "ready" and docs["error"] is None
-        # Three pages of tools/list, followed by cursor.
-        assert [t["name"] for t in docs["tools"]] == ["search", "add", "write_note", "fail", "slow", "more_tools"]
+        # Four pages of tools/list, followed by cursor.
+        assert [t["name"] for t in docs["tools"]] == [
+            "search", "add", "write_note", "fail", "slow", "more_tools", "chart",
+        ]  # fmt: skip
         assert docs["tools"][0]["description"] == "Search the documentation."
 
         offered = capture_tools(daemon)
@@ -469,3 +471,36 @@ async def test_a_client_server_entry_ponder_cannot_use_is_listed_failed_under_it
         assert set(by_name) == {"broken", "fine", "unnamed"}
         assert by_name["broken"]["status"] == "failed" and "has no command" in by_name["broken"]["error"]
         assert by_name["unnamed"]["status"] == "failed" and "has no name" in by_name["unnamed"]["error"]
+
+
+async def test_an_image_a_tool_returns_reaches_a_vision_model_and_a_note_reaches_the_others(home, state):
+    async with in_memory_daemon(home, configure=with_servers({"docs": docs_server(state, trusted=True)})) as (
+        client,
+        daemon,
+    ):
+        fast(daemon)
+        result = await client.request(
+            "session/start", {"model_id": "mock/tools", "cwd": str(home), "approval_policy": "auto"}
+        )
+        session_id = result["session"]["session_id"]
+        events = await run_turn(client, session_id, ("mcp__docs__chart", {"width": 3000, "height": 1000}))
+        assert events[-1]["stop_reason"] == "end_turn", events[-1]
+        [end] = tool_ends(events)
+        assert end["result"].startswith("[image 1: image/png, ") and not end["is_error"]
+        # The image was scaled like a prompt's, stored once, and the model got its bytes.
+        messages = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+        [tool_message] = [m for m in messages if m["role"] == "tool"]
+        image = tool_message["content"][1]
+        assert image["type"] == "image" and image["call_id"] == tool_message["content"][0]["call_id"]
+        assert (image["width"], image["height"]) == (2000, 667)
+        answer = [e for e in events if e["type"] == "message_end"][-1]["message"]["content"][0]["text"]
+        assert f"[image image/png 2000x667 {image['bytes']} bytes]" in answer
+        got = await client.request(
+            "attachment/get", {"session_id": session_id, "attachment_id": image["attachment_id"]}
+        )
+        assert got["mime_type"] == "image/png"
+        # A model without vision reads a note in its place, and the turn says so.
+        await client.request("model/set", {"session_id": session_id, "model_id": "mock/thinker"})
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "and?"})
+        later = await client.collect_turn(turn["turn_id"])
+        assert later[0]["notes"] == ["1 image sent as a one-line note: mock/thinker takes no images."]

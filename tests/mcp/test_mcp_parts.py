@@ -206,12 +206,16 @@ def test_results_other_content_is_described_not_dumped():
         }
     )
     assert result.text.splitlines() == [
-        "[image: image/png, about 30 bytes, not shown]",
+        "[image 1: image/png, 30 bytes]",  # passed on (result.images) for a model that takes images
         "contents",
         "[resource: file:///b.bin (application/zip), not shown]",
         "[resource link: c file:///c]",
         "[hologram content, not shown]",
     ]
+    assert result.images == (("image/png", b"\x00" * 30),)
+    # Not base64, or too large to pass on: only named.
+    bad = render_result({"content": [{"type": "image", "data": "not base64!", "mimeType": "image/png"}]})
+    assert bad.images == () and bad.text == "[image: image/png, about 8 bytes, not shown]"
 
 
 def test_stderr_tail_keeps_the_last_lines():

@@ -164,3 +164,70 @@ async def test_each_provider_sends_the_image_in_its_documented_shape(
     sent = [r for r in replay_server.requests if r.path.split("?")[0] == path]
     assert len(sent) == 1, [r.path for r in replay_server.requests]
     assert user_content(sent[0].json()) == expected
+
+
+# --- images a tool returned (an MCP tool's image content) --------------------------------------
+
+
+def tool_image_request(provider: str, model: str):
+    from daemon.conversation import Part
+    from tests.support.provider_streams import assistant, make_request, tool_results, user
+
+    call = Part(type="tool_call", call_id="call_1", name="mcp__docs__chart", arguments={"width": 64})
+    results = tool_results(("call_1", "[image 1: image/png, 1 bytes]"))
+    image = Part(
+        type="image", attachment_id="att_1", mime_type="image/png", width=64, height=48, call_id="call_1", data=IMAGE
+    )
+    results.parts.append(image)
+    return make_request(provider, model, [user("Draw it."), assistant([call]), results])
+
+
+def test_a_tools_image_goes_where_each_api_takes_it():
+    from daemon.config.settings import ProviderConfig
+    from daemon.providers import anthropic, gemini, ollama, openai_chat, openai_responses
+
+    # Anthropic: inside the tool_result, after its text.
+    messages = anthropic.build_messages(tool_image_request("anthropic", "claude-sonnet-4-5"))
+    assert messages[-1]["content"] == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "call_1",
+            "content": [
+                {"type": "text", "text": "[image 1: image/png, 1 bytes]"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE_B64}},
+            ],
+        }
+    ]
+    # Chat: the tool role is text-only, so a user message follows the results with the image.
+    dialect = openai_chat.chat_dialect(ProviderConfig(name="openai", api="openai-chat", base_url="http://x"))
+    chat = openai_chat.build_messages(tool_image_request("openai", "gpt-4.1"), dialect)
+    assert chat[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "[image 1: image/png, 1 bytes]"}
+    assert chat[-1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Attached image(s) from tool result:"},
+            {"type": "image_url", "image_url": {"url": DATA_URL}},
+        ],
+    }
+    # Responses: function_call_output takes a content list with input_image.
+    items = openai_responses.build_input(tool_image_request("openai", "gpt-5.2"))
+    assert items[-1] == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": [
+            {"type": "input_text", "text": "[image 1: image/png, 1 bytes]"},
+            {"type": "input_image", "image_url": DATA_URL, "detail": "auto"},
+        ],
+    }
+    # Gemini: inlineData after the functionResponse, in the same user turn.
+    contents = gemini.build_contents(tool_image_request("gemini", "gemini-2.5-flash"))
+    assert contents[-1]["parts"][-1] == {"inlineData": {"mimeType": "image/png", "data": IMAGE_B64}}
+    assert "functionResponse" in contents[-1]["parts"][0]
+    # Ollama: a user message with the images after the tool message.
+    body = ollama.build_body(tool_image_request("ollama", "llava:7b"))
+    assert body["messages"][-2]["role"] == "tool"
+    assert body["messages"][-1] == {
+        "role": "user",
+        "content": "Attached image(s) from tool result:",
+        "images": [IMAGE_B64],
+    }

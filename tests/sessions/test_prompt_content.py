@@ -253,3 +253,63 @@ async def test_after_a_switch_to_a_text_only_model_images_are_notes(home, tmp_pa
         events = await client.collect_turn(turn["turn_id"])
         assert events[0]["notes"] == ["1 image sent as a one-line note: mock/thinker takes no images."]
         assert events[-1]["stop_reason"] == "end_turn"
+
+
+async def test_only_the_20_most_recent_images_and_20_mb_are_sent(home, tmp_path):
+    async with in_memory_daemon(home) as (client, _):
+        session_id = await start(client, tmp_path)
+        colors = iter(range(1, 255))
+        for _ in range(3):  # 24 distinct images in three prompts
+            content = [{"type": "image", "data": b64(png(8, 8, (next(colors), 0, 0)))} for _ in range(8)]
+            _, events = await prompt(client, session_id, [{"type": "text", "text": "more"}, *content])
+        assert events[0]["notes"] == ["4 images older than the 20 most recent were sent as a one-line note."]
+        reply = next(e for e in events if e["type"] == "message_end")["message"]["content"][0]["text"]
+        assert reply.count("[image image/png 8x8") == 8  # this prompt's own images all went as bytes
+
+    big = tmp_path / "big"
+    big.mkdir()
+    async with in_memory_daemon(home) as (client, _):
+        session_id = await start(client, big)
+        for n in range(6):  # six incompressible images of ~3.6 MB: 21.8 MB, one too many
+            (big / f"{n}.png").write_bytes(noisy_png(1100, 1100))
+        _, events = await prompt(client, session_id, [{"type": "image", "path": f"{n}.png"} for n in range(6)])
+        assert events[0]["notes"] == [
+            "1 image beyond the 20 MB of images a request carries was sent as a one-line note."
+        ]
+        reply = next(e for e in events if e["type"] == "message_end")["message"]["content"][0]["text"]
+        assert reply.count("[image image/png 1100x1100") == 5
+
+
+ANTHROPIC_REFUSAL = (
+    b'{"type":"error","error":{"type":"invalid_request_error",'
+    b'"message":"messages.0.content.1.image.source.base64: image exceeds 5 MB maximum"}}'
+)
+
+
+async def test_an_image_a_provider_refuses_is_retried_as_a_note_and_never_sent_again(home, tmp_path, replay_server):
+    from tests.support.replay import ScriptedResponse
+
+    replay_server.enqueue(
+        ScriptedResponse(status=400, headers={"content-type": "application/json"}, body=ANTHROPIC_REFUSAL)
+    )
+    replay_server.enqueue_fixture("anthropic", "thinking-text")
+    replay_server.enqueue_fixture("anthropic", "thinking-text")
+    env = {"ANTHROPIC_API_KEY": "sk-ant-fake", "ANTHROPIC_BASE_URL": replay_server.url}
+    async with in_memory_daemon(home, env=env) as (client, _):
+        session_id = await start(client, tmp_path, "anthropic/claude-sonnet-4-5")
+        content = [{"type": "text", "text": "look"}, {"type": "image", "data": b64(png()), "name": "red.png"}]
+        _, events = await prompt(client, session_id, content)
+        assert events[-1]["stop_reason"] == "end_turn", events[-1]
+        [retry] = [e for e in events if e["type"] == "retry"]
+        assert "refused an image" in retry["error"]["message"] and retry["error"]["provider_status"] == 400
+        first, second = (r.json()["messages"][0]["content"] for r in replay_server.requests)
+        assert first[1]["type"] == "image"
+        note = "[image omitted: red.png (image/png, 40×30): the provider refused it]"
+        assert second == [{"type": "text", "text": "look"}, {"type": "text", "text": note}]
+        messages = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+        assert messages[0]["content"][1]["omitted_reason"] == "rejected_by_provider"
+        # The mark is stored: the next turn says so and sends the note, never the image.
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "again"})
+        later = await client.collect_turn(turn["turn_id"])
+        assert later[0]["notes"] == ["1 image that a provider refused is sent as a one-line note."]
+        assert replay_server.requests[-1].json()["messages"][0]["content"][1] == {"type": "text", "text": note}

@@ -3,7 +3,8 @@
 It proves ponder's client interoperates with the reference implementation. Tools:
 ``search`` (annotated read-only), ``add`` (structured output), ``write_note`` (no
 annotation, so mutating), ``fail`` (an error result), ``slow`` (progress, cancellable),
-``more_tools`` (adds ``late`` and sends ``notifications/tools/list_changed``).
+``more_tools`` (adds ``late`` and sends ``notifications/tools/list_changed``), ``chart`` (an
+image result: a PNG of the colour asked for).
 ``tools/list`` is paginated two tools a page, to exercise cursors.
 
 Environment: ``MCP_TEST_DIR`` (optional) receives ``docs.pid`` at start and a
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ListToolsResult, ToolAnnotations
 from pydantic import BaseModel
@@ -80,6 +81,17 @@ async def more_tools(ctx: Context) -> str:
     server.add_tool(lambda: "late tool here", name="late", description="Added at run time.")
     await ctx.session.send_tool_list_changed()
     return "added"
+
+
+@server.tool(description="Draws a chart (an image).", annotations=ToolAnnotations(read_only_hint=True))
+def chart(width: int, height: int) -> Image:
+    import io
+
+    from PIL import Image as Picture
+
+    out = io.BytesIO()
+    Picture.new("RGB", (width, height), (250, 120, 0)).save(out, "PNG")
+    return Image(data=out.getvalue(), format="png")
 
 
 if __name__ == "__main__":
