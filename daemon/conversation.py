@@ -20,6 +20,7 @@ from protocol.objects import (
     Block,
     ImageBlock,
     Message,
+    MessageOrigin,
     MessageStopReason,
     ResourceBlock,
     ResourceLinkBlock,
@@ -101,6 +102,11 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     usage: Usage | None = None
     status: MessageStatus = "complete"
     created_at: str = ""
+    origin: MessageOrigin | None = None  # user messages: prompt, steer or continue
+    turn_id: str | None = None  # the turn that wrote it (a prompt: the turn it was admitted to)
+    # A prompt's idempotency key and the answer it first got (``session/prompt``'s result).
+    client_message_id: str | None = None
+    admission: dict[str, Any] | None = None
 
     @property
     def thinking_text(self) -> str | None:
@@ -121,6 +127,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
             usage=self.usage,
             status=self.status,
             created_at=self.created_at,
+            origin=self.origin,
         )
 
 

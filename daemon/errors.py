@@ -129,11 +129,36 @@ class ProviderNotConfigured(PonderError):
         super().__init__(f"Provider {provider!r} has no credentials: {hint}", provider=provider, hint=hint)
 
 
+class StateConflict(PonderError):
+    """Params that are well formed but conflict with the state they act on (``-32602`` with
+    ``data: {reason}``): ``already_delivered``, ``unknown_message_id``, ``client_message_id_reused``."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message, reason=reason)
+        self.reason = reason
+
+
 class SessionBusy(PonderError):
+    """``reason``: ``queue_full`` (the waiting input is full, or another ponder process runs a turn
+    in it) or ``turn_running`` (``session/continue`` while a turn runs)."""
+
     code = ErrorCode.SESSION_BUSY
 
-    def __init__(self, session_id: str, why: str = "its prompt queue is full") -> None:
-        super().__init__(f"Session {session_id!r} is busy: {why}; wait or cancel it.", session_id=session_id)
+    def __init__(self, session_id: str, why: str = "its queue is full", reason: str = "queue_full") -> None:
+        super().__init__(
+            f"Session {session_id!r} is busy: {why}; wait or cancel it.", session_id=session_id, reason=reason
+        )
+
+
+class TurnNotActive(PonderError):
+    """A steer that names a turn which is not running, or a turn that cannot be steered (``-32007``)."""
+
+    code = ErrorCode.TURN_NOT_ACTIVE
+
+    def __init__(self, message: str, *, active_turn_id: str | None, reason: str) -> None:
+        super().__init__(message, active_turn_id=active_turn_id, reason=reason)
 
 
 class ShuttingDown(PonderError):
@@ -141,6 +166,20 @@ class ShuttingDown(PonderError):
 
     def __init__(self) -> None:
         super().__init__("The daemon is shutting down.")
+
+
+class SandboxUnavailable(PonderError):
+    """``[sandbox] required = true`` and no sandbox works here: no session is created (-32009)."""
+
+    code = ErrorCode.SANDBOX_UNAVAILABLE
+
+    def __init__(self, mechanism: str | None, reason: str, hint: str) -> None:
+        super().__init__(
+            f"No OS sandbox works here and config.toml requires one ([sandbox] required = true): {reason} {hint}",
+            mechanism=mechanism,
+            reason=reason,
+            hint=hint,
+        )
 
 
 class RequestCancelled(PonderError):

@@ -29,14 +29,19 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         return stream
 
 
-def setup_logging(log_dir: Path | None, level: str = "info", *, max_bytes: int = MAX_BYTES) -> None:
+def setup_logging(
+    log_dir: Path | None, level: str = "info", *, max_bytes: int = MAX_BYTES, stderr: bool = True
+) -> None:
+    """Log at ``level`` to ``log_dir/ponder.log`` and, unless ``stderr`` is False, to stderr. Without
+    a usable log file the log goes to stderr whatever ``stderr`` says: it is never dropped."""
     root = logging.getLogger()
     root.setLevel(level.upper())
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(MaskingFormatter(FORMAT))
-    root.addHandler(stderr)
+    to_stderr = logging.StreamHandler(sys.stderr)
+    to_stderr.setFormatter(MaskingFormatter(FORMAT))
+    if stderr or log_dir is None:
+        root.addHandler(to_stderr)
     if log_dir is not None:
         try:
             make_private_dir(log_dir.parent)  # the home, when this is the first thing to make it
@@ -47,6 +52,8 @@ def setup_logging(log_dir: Path | None, level: str = "info", *, max_bytes: int =
             rotating.setFormatter(MaskingFormatter(FORMAT))
             root.addHandler(rotating)
         except OSError as exc:
+            if to_stderr not in root.handlers:
+                root.addHandler(to_stderr)
             root.warning("cannot write logs to %s: %s", log_dir, exc)
     # Libraries' chatter (httpx logs every request) stays out of info-level logs.
     for name in ("httpx", "httpcore"):

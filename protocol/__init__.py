@@ -5,4 +5,3 @@ from these types by ``scripts/gen_schemas.py``.
 """
 
 PROTOCOL_VERSION = 1
-THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")

@@ -18,4 +18,7 @@ class ErrorCode(enum.IntEnum):
     CONTENT_NOT_SUPPORTED = -32006
     # The same number, only in turn_end.error (stop_reason "budget"): it never answers a request.
     BUDGET_EXCEEDED = -32006
+    # A steer naming a turn that is not running, or a turn that cannot be steered.
+    TURN_NOT_ACTIVE = -32007
+    SANDBOX_UNAVAILABLE = -32009
     REQUEST_CANCELLED = -32800

@@ -14,14 +14,17 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    QueuedTurn,
     Rule,
+    SandboxMechanism,
     Session,
     StopReason,
     Thinking,
     Usage,
+    WaitingSteer,
 )
 
-ReplyRole = Literal["assistant", "tool"]
+ReplyRole = Literal["user", "assistant", "tool"]  # "user": a steer joining the running turn
 TurnKind = Literal["prompt", "compaction"]
 CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 
@@ -39,6 +42,7 @@ class TurnStart(BaseEvent, tag="turn_start"):
     thinking: Thinking
     user_message_id: str | None  # null for a compaction turn
     kind: TurnKind = "prompt"  # "compaction": a turn that only compacts (manual, or before a prompt)
+    continued_from: str | None = None  # the turn session/continue goes on with
     # What was left out of the request and why, one sentence each (PROTOCOL.md "Prompt content").
     notes: list[str] = msgspec.field(default_factory=list)
 
@@ -137,12 +141,22 @@ class ToolExecutionOutput(BaseEvent, tag="tool_execution_output"):
     chunk: str
 
 
+class ToolSandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How one ``run_command`` ran: confined or not, and whether the sandbox seems to have
+    stopped it (a best guess from its exit status and output; PROTOCOL.md "Sandbox")."""
+
+    enforced: bool
+    mechanism: SandboxMechanism | None
+    denied: bool
+
+
 class ToolExecutionEnd(BaseEvent, tag="tool_execution_end"):
     call_id: str
     name: str
     is_error: bool
     result: str
     message_id: str
+    sandbox: ToolSandbox | msgspec.UnsetType = msgspec.UNSET  # run_command only
 
 
 class Retry(BaseEvent, tag="retry"):
@@ -176,6 +190,21 @@ class CompactionEnd(BaseEvent, tag="compaction_end"):
     tokens_after: int | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
+
+
+class ThinkingUpdate(BaseEvent, tag="thinking_update"):
+    """Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why."""
+
+    thinking: Thinking
+
+
+class QueueUpdate(BaseEvent, tag="queue_update"):
+    """The session's waiting input after every change; not part of any turn (``turn_id`` null)."""
+
+    turn_id: str | None  # type: ignore[assignment]  # always null: the queue belongs to no turn
+    steers: list[WaitingSteer]
+    queued: list[QueuedTurn]
 
 
 class HookStart(BaseEvent, tag="hook_start"):
@@ -215,9 +244,11 @@ AgentEvent = (
     | ToolExecutionOutput
     | ToolExecutionEnd
     | Retry
+    | ThinkingUpdate
     | UsageEvent
     | CompactionStart
     | CompactionEnd
+    | QueueUpdate
     | HookStart
     | HookEnd
     | TurnEnd

@@ -8,7 +8,18 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.objects import ApprovalPolicy, HistoryItem, Message, Model, ProposedRule, Rule, Session, Thinking
+from protocol.objects import (
+    ApprovalPolicy,
+    HistoryItem,
+    Message,
+    Model,
+    ProposedRule,
+    Rule,
+    SandboxMechanism,
+    SandboxMode,
+    Session,
+    Thinking,
+)
 
 # An integer the store can hold: SQLite integers are 64-bit signed, so a larger one is the
 # client's mistake (-32602 from validation), not an overflow deep in the store.
@@ -42,6 +53,26 @@ class ServerInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     version: str
 
 
+class SandboxCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
+    none works, or what the one found cannot do."""
+
+    available: bool
+    mechanism: SandboxMechanism | None
+    network_isolation: bool
+    reason: str | None
+
+
+class SteeringCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing")."""
+
+    deliveries: list[str] = msgspec.field(default_factory=lambda: ["queue", "steer"])
+    queue_remove: bool = True
+    queue_update: bool = True
+    client_message_id: bool = True
+
+
 class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content")."""
 
@@ -57,6 +88,11 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     approval_policies: list[str]
     batches: bool = True
     cancel_request: bool = True
+    sandbox: SandboxCapability | None = None
+    steering: SteeringCapability = msgspec.field(default_factory=SteeringCapability)
+    # ``session/continue``: the last interrupted turn goes on without a new prompt.
+    # (``continue`` is a Python keyword: the wire name is set with ``name``.)
+    continue_: bool = msgspec.field(default=True, name="continue")
     prompt_content: PromptContentCapability | None = None
     permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
@@ -122,6 +158,13 @@ class BudgetParams(msgspec.Struct, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
+class SandboxParams(msgspec.Struct, kw_only=True):
+    """``session/start {sandbox}``: what differs from config.toml's ``[sandbox]``."""
+
+    mode: SandboxMode | None = None
+    network: bool | None = None
+
+
 class SessionStartParams(msgspec.Struct, kw_only=True):
     model_id: str | None = None  # may end in "/LEVEL"
     thinking_level: str | None = None
@@ -132,6 +175,7 @@ class SessionStartParams(msgspec.Struct, kw_only=True):
     system_prompt: str | None = None
     approval_policy: ApprovalPolicy | None = None
     budget: BudgetParams | None = None  # else config.toml [budget]
+    sandbox: SandboxParams | None = None  # else config.toml [sandbox]
 
 
 class SessionResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -192,6 +236,14 @@ class SessionMessagesResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     items: list[HistoryItem]  # messages and compaction records in seq order
 
 
+Delivery = Literal["queue", "steer"]
+# What admission did with a prompt: it starts a turn now, waits behind others, or waits to
+# join the running turn before its next model call.
+Admission = Literal["started", "queued", "steer_pending"]
+# A client's idempotency key for a prompt: unique in the session across clients (a UUID).
+ClientMessageId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
 class TextInput(msgspec.Struct, kw_only=True, tag_field="type", tag="text"):
     text: str
 
@@ -231,11 +283,27 @@ class SessionPromptParams(msgspec.Struct, kw_only=True):
     text: str | None = None  # shorthand for content: [{type: text, text}]; exactly one of the two
     content: list[InputBlock] | None = None
     thinking_level: str | None = None  # this turn only
+    # "queue" (default): a follow-up turn of its own; "steer": joins the running turn.
+    delivery: Delivery = "queue"
+    expected_turn_id: str | None = None  # only with delivery "steer": the turn it must join
+    client_message_id: ClientMessageId | None = None  # a prompt sent twice is admitted once
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     turn_id: str
-    queued: bool
+    message_id: str
+    queued: bool  # true exactly when delivery is "queued"
+    delivery: Admission
+
+
+class DroppedSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again."""
+
+    message_id: str
+    text: str
+    content: list[dict[str, Any]] | None = None
 
 
 class AttachmentGetParams(msgspec.Struct, kw_only=True):
@@ -252,6 +320,24 @@ class AttachmentGetResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 class SessionCancelResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cancelled: bool
     dropped_queued: int
+    dropped_steers: list[DroppedSteer] = msgspec.field(default_factory=list)
+
+
+ContinueAction = Literal["resumed", "nothing_to_continue"]
+
+
+class SessionContinueResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    turn_id: str | None  # null with nothing_to_continue
+    action: ContinueAction
+
+
+class SessionQueueRemoveParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    message_id: str
+
+
+class SessionQueueRemoveResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    removed: bool
 
 
 class SessionForkParams(msgspec.Struct, kw_only=True):
@@ -382,6 +468,8 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),
     "session/prompt": (SessionPromptParams, SessionPromptResult),
+    "session/continue": (SessionIdParams, SessionContinueResult),
+    "session/queue/remove": (SessionQueueRemoveParams, SessionQueueRemoveResult),
     "session/compact": (SessionCompactParams, SessionCompactResult),
     "attachment/get": (AttachmentGetParams, AttachmentGetResult),
     "session/cancel": (SessionIdParams, SessionCancelResult),

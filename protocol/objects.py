@@ -16,8 +16,13 @@ ThinkingFallback = Literal["nearest", "off", "default", "error"]
 ThinkingSource = Literal["prompt", "session", "config_default", "provider_default", "model_default"]
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
 Role = Literal["user", "assistant", "tool"]
+# Where a user message came from: a prompt, a steer joining a running turn, or session/continue.
+MessageOrigin = Literal["prompt", "steer", "continue"]
 MessageStatus = Literal["complete", "interrupted", "error"]
 SessionStatus = Literal["idle", "running"]
+# PROTOCOL.md "Sandbox": how run_command is confined, and by what.
+SandboxMode = Literal["off", "read_only", "workspace_write"]
+SandboxMechanism = Literal["bubblewrap", "landlock", "sandbox-exec"]
 StopReason = Annotated[
     Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"],
     msgspec.Meta(
@@ -136,6 +141,46 @@ class Compaction(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     created_at: str
 
 
+class SessionSandbox(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
+
+    ``enforced`` is false when commands run unconfined (mode ``off``, or no sandbox works
+    here); ``degraded`` names what the mechanism cannot enforce (``git``, ``home``,
+    ``network``); ``auto_approve`` whether an enforced sandbox may stand in for ``ask``.
+    """
+
+    mode: SandboxMode
+    network: bool
+    writable_roots: list[str]
+    mechanism: SandboxMechanism | None
+    enforced: bool
+    degraded: list[str]
+    auto_approve: bool
+
+
+class WaitingSteer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines."""
+
+    message_id: str
+    text: str
+
+
+class QueuedTurn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A turn waiting for the running one to end: a prompt, or a compaction (``message_id`` and ``text`` null)."""
+
+    turn_id: str
+    message_id: str | None
+    text: str | None
+    kind: Literal["prompt", "compaction"]
+
+
+class Queue(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A session's waiting input, in the order it will be taken (``Session.queue``, ``queue_update``)."""
+
+    steers: list[WaitingSteer] = msgspec.field(default_factory=list)
+    queued: list[QueuedTurn] = msgspec.field(default_factory=list)
+
+
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
@@ -154,6 +199,8 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cost: Cost | None = None
     context: ContextFill | None = None
     budget: Budget | None = None
+    sandbox: SessionSandbox | None = None  # always set by the daemon
+    queue: Queue = msgspec.field(default_factory=lambda: Queue())
 
 
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
@@ -237,6 +284,10 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     usage: Usage | None
     status: MessageStatus
     created_at: str
+    origin: Annotated[
+        MessageOrigin | None,
+        msgspec.Meta(description="Set on user messages: `prompt`, `steer` or `continue`; null on the others."),
+    ] = None
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

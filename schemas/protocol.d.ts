@@ -1,8 +1,11 @@
 // ponder wire protocol: TypeScript declarations. Version 1.
 // Generated from schemas/protocol.json by scripts/gen_typescript.py; do not edit by hand.
 
+/** What admission did with a prompt: `started`, `queued` or `steer_pending`. */
+export type Admission = "queued" | "started" | "steer_pending";
+
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | UsageEvent | CompactionStart | CompactionEnd | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -156,6 +159,9 @@ export interface ContextFill {
   size: number | null;
 }
 
+/** What `session/continue` did: `resumed` a turn, or `nothing_to_continue`. */
+export type ContinueAction = "nothing_to_continue" | "resumed";
+
 /** An amount of money: what a model call, or a session so far, cost. */
 export interface Cost {
   amount: number;
@@ -168,6 +174,18 @@ export type CredentialSource = "config" | "env" | "login";
 /** Every daemon → client request: method name → its params and the result the client answers with. */
 export interface DaemonRequests {
   "permission/request": PermissionRequestMethod;
+}
+
+/** How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn). */
+export type Delivery = "queue" | "steer";
+
+/** A steer that ``session/cancel`` did not deliver: stored nowhere, given back to the client.
+    ``content`` (null when it was text alone) holds its blocks as ``session/prompt`` takes them
+    (``InputBlock`` objects: an image with its base64 ``data``), so it can be sent again. */
+export interface DroppedSteer {
+  message_id: string;
+  text: string;
+  content: { [key: string]: unknown }[] | null;
 }
 
 /** No params / an empty result: ``{}``. */
@@ -258,7 +276,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32009 sandbox_unavailable, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -327,7 +345,7 @@ export interface Message {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -337,6 +355,8 @@ export interface Message {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
 
 export interface MessageEnd {
@@ -353,7 +373,7 @@ export interface MessageItem {
   message_id: string;
   session_id: string;
   seq: number;
-  role: Role;
+  role: ReplyRole;
   content: Block[];
   thinking: string | null;
   model_id: string | null;
@@ -363,7 +383,12 @@ export interface MessageItem {
   usage: Usage | null;
   status: MessageStatus;
   created_at: string;
+  /** Set on user messages: `prompt`, `steer` or `continue`; null on the others. */
+  origin: MessageOrigin | null;
 }
+
+/** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
+export type MessageOrigin = "continue" | "prompt" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -394,6 +419,8 @@ export interface Methods {
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
   "session/prompt": SessionPromptMethod;
+  "session/continue": SessionContinueMethod;
+  "session/queue/remove": SessionQueueRemoveMethod;
   "session/compact": SessionCompactMethod;
   "attachment/get": AttachmentGetMethod;
   "session/cancel": SessionCancelMethod;
@@ -548,8 +575,32 @@ export interface ProposedRule {
   justification: string | null;
 }
 
-/** Who a message streamed during a turn is from: the model, or the tools (their results). */
-export type ReplyRole = "assistant" | "tool";
+/** A session's waiting input, in the order it will be taken (``Session.queue``, ``queue_update``). */
+export interface Queue {
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+}
+
+/** The session's waiting input after every change; not part of any turn (``turn_id`` null). */
+export interface QueueUpdate {
+  type: "queue_update";
+  turn_id: string | null;
+  steers: WaitingSteer[];
+  queued: QueuedTurn[];
+  session_id: string;
+  seq: number;
+}
+
+/** A turn waiting for the running one to end: a prompt, or a compaction (``message_id`` and ``text`` null). */
+export interface QueuedTurn {
+  turn_id: string;
+  message_id: string | null;
+  text: string | null;
+  kind: "compaction" | "prompt";
+}
+
+/** Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer). */
+export type ReplyRole = "assistant" | "tool" | "user";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
@@ -623,11 +674,29 @@ export type RuleDecision = "allow" | "ask" | "deny";
 /** Where a permission rule comes from: see PROTOCOL.md, Permissions. */
 export type RuleSource = "always" | "config" | "policy" | "session";
 
+/** The OS sandbox this daemon found at start (PROTOCOL.md "Sandbox"); ``reason`` says why
+    none works, or what the one found cannot do. */
+export interface SandboxCapability {
+  available: boolean;
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  network_isolation: boolean;
+  reason: string | null;
+}
+
+/** ``session/start {sandbox}``: what differs from config.toml's ``[sandbox]``. */
+export interface SandboxParams {
+  mode?: "off" | "read_only" | "workspace_write" | null;
+  network?: boolean | null;
+}
+
 export interface ServerCapabilities {
   thinking_levels: string[];
   approval_policies: string[];
   batches: boolean;
   cancel_request: boolean;
+  sandbox: SandboxCapability | null;
+  steering: SteeringCapability;
+  continue: boolean;
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
@@ -654,6 +723,8 @@ export interface Session {
   cost: Cost | null;
   context: ContextFill | null;
   budget: Budget | null;
+  sandbox: SessionSandbox | null;
+  queue: Queue;
 }
 
 /** `session/budget`: its params and result. */
@@ -678,6 +749,7 @@ export interface SessionCancelMethod {
 export interface SessionCancelResult {
   cancelled: boolean;
   dropped_queued: number;
+  dropped_steers: DroppedSteer[];
 }
 
 /** `session/compact`: its params and result. */
@@ -695,6 +767,18 @@ export interface SessionCompactParams {
 export interface SessionCompactResult {
   compaction_id: string;
   queued: boolean;
+}
+
+/** `session/continue`: its params and result. */
+export interface SessionContinueMethod {
+  method: "session/continue";
+  params: SessionIdParams;
+  result: SessionContinueResult;
+}
+
+export interface SessionContinueResult {
+  turn_id: string | null;
+  action: ContinueAction;
 }
 
 /** `session/delete`: its params and result. */
@@ -786,11 +870,32 @@ export interface SessionPromptParams {
   text?: string | null;
   content?: (TextInput | ImageInput | ResourceInput | ResourceLinkInput)[] | null;
   thinking_level?: string | null;
+  delivery?: "queue" | "steer";
+  expected_turn_id?: string | null;
+  client_message_id?: string | null;
 }
 
 export interface SessionPromptResult {
   turn_id: string;
+  message_id: string;
   queued: boolean;
+  delivery: Admission;
+}
+
+/** `session/queue/remove`: its params and result. */
+export interface SessionQueueRemoveMethod {
+  method: "session/queue/remove";
+  params: SessionQueueRemoveParams;
+  result: SessionQueueRemoveResult;
+}
+
+export interface SessionQueueRemoveParams {
+  session_id: string;
+  message_id: string;
+}
+
+export interface SessionQueueRemoveResult {
+  removed: boolean;
 }
 
 /** `session/rename`: its params and result. */
@@ -825,6 +930,21 @@ export interface SessionResumeResult {
   items: (MessageItem | CompactionItem)[];
 }
 
+/** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
+
+    ``enforced`` is false when commands run unconfined (mode ``off``, or no sandbox works
+    here); ``degraded`` names what the mechanism cannot enforce (``git``, ``home``,
+    ``network``); ``auto_approve`` whether an enforced sandbox may stand in for ``ask``. */
+export interface SessionSandbox {
+  mode: "off" | "read_only" | "workspace_write";
+  network: boolean;
+  writable_roots: string[];
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  enforced: boolean;
+  degraded: string[];
+  auto_approve: boolean;
+}
+
 /** `session/start`: its params and result. */
 export interface SessionStartMethod {
   method: "session/start";
@@ -842,6 +962,7 @@ export interface SessionStartParams {
   system_prompt?: string | null;
   approval_policy?: ApprovalPolicy | null;
   budget?: BudgetParams | null;
+  sandbox?: SandboxParams | null;
 }
 
 /** `running` while a turn runs in the session, else `idle`. */
@@ -862,6 +983,15 @@ export interface ShutdownMethod {
   method: "shutdown";
   params: Empty;
   result: Empty;
+}
+
+/** ``capabilities.steering``: ``session/prompt``'s ``delivery`` values, ``session/queue/remove``,
+    ``queue_update`` events, and ``client_message_id`` (PROTOCOL.md "Steering, the queue and continuing"). */
+export interface SteeringCapability {
+  deliveries: string[];
+  queue_remove: boolean;
+  queue_update: boolean;
+  client_message_id: boolean;
 }
 
 /** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
@@ -979,6 +1109,16 @@ export interface ThinkingStart {
   seq: number;
 }
 
+/** Before a model call whose thinking differs from what the turn last reported (``turn_start``
+    or an earlier ``thinking_update``): what this call sends, with ``reason`` saying why. */
+export interface ThinkingUpdate {
+  type: "thinking_update";
+  thinking: Thinking;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
 export interface ToolCallBlock {
   type: "tool_call";
   call_id: string;
@@ -1027,6 +1167,7 @@ export interface ToolExecutionEnd {
   is_error: boolean;
   result: string;
   message_id: string;
+  sandbox?: ToolSandbox;
   session_id: string;
   turn_id: string;
   seq: number;
@@ -1059,6 +1200,14 @@ export interface ToolResultBlock {
   text: string;
 }
 
+/** How one ``run_command`` ran: confined or not, and whether the sandbox seems to have
+    stopped it (a best guess from its exit status and output; PROTOCOL.md "Sandbox"). */
+export interface ToolSandbox {
+  enforced: boolean;
+  mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
+  denied: boolean;
+}
+
 export interface TurnEnd {
   type: "turn_end";
   stop_reason: StopReason;
@@ -1075,6 +1224,7 @@ export interface TurnStart {
   thinking: Thinking;
   user_message_id: string | null;
   kind: "compaction" | "prompt";
+  continued_from: string | null;
   notes: string[];
   session_id: string;
   turn_id: string;
@@ -1101,6 +1251,12 @@ export interface UsageEvent {
   session_id: string;
   turn_id: string;
   seq: number;
+}
+
+/** A steer waiting to join the running turn; ``text`` is its text blocks joined by newlines. */
+export interface WaitingSteer {
+  message_id: string;
+  text: string;
 }
 
 // --- helpers over the tables ---------------------------------------------------------------

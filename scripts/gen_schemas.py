@@ -14,7 +14,8 @@ see all of it:
   ``JsonRpcResponse``, ``JsonRpcErrorResponse``).
 
 A field of a daemon → client object is required: msgspec writes every field, defaults
-included, so it is always sent. Client → daemon params keep their defaults optional.
+included, so it is always sent; only one that defaults to ``msgspec.UNSET`` is left out
+until set, and stays optional. Client → daemon params keep their defaults optional.
 
 ``--check`` exits non-zero when the committed file is stale.
 
@@ -41,14 +42,18 @@ from protocol.events import NOTIFICATIONS, AgentEvent, HookEventName, HookStatus
 from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
+    Admission,
     CancelRequestParams,
+    ContinueAction,
     CredentialSource,
+    Delivery,
     McpServerStatus,
     PermissionDecision,
 )
 from protocol.objects import (
     ApprovalPolicy,
     Block,
+    MessageOrigin,
     MessageStatus,
     MessageStopReason,
     PatternWord,
@@ -79,11 +84,21 @@ NAMED: dict[str, tuple[Any, str]] = {
     "ApprovalPolicy": (ApprovalPolicy, "Which tools run without asking: see PROTOCOL.md, Approval policies."),
     "PermissionDecision": (PermissionDecision, "The person's answer to a `permission/request`."),
     "Role": (Role, "Who wrote a Message: the user, the model (`assistant`) or the tools (`tool`: their results)."),
-    "ReplyRole": (ReplyRole, "Who a message streamed during a turn is from: the model, or the tools (their results)."),
+    "ReplyRole": (
+        ReplyRole,
+        "Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer).",
+    ),
     "MessageStatus": (MessageStatus, "`complete`, or cut short: `interrupted` (cancelled) or `error` (it failed)."),
     "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
     "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
     "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
+    "Delivery": (
+        Delivery,
+        "How a prompt is delivered: `queue` (a turn of its own) or `steer` (joins the running turn).",
+    ),
+    "Admission": (Admission, "What admission did with a prompt: `started`, `queued` or `steer_pending`."),
+    "MessageOrigin": (MessageOrigin, "Where a user message came from: a `prompt`, a `steer` or `session/continue`."),
+    "ContinueAction": (ContinueAction, "What `session/continue` did: `resumed` a turn, or `nothing_to_continue`."),
     "RuleDecision": (RuleDecision, "What a permission rule does with the calls it matches."),
     "RuleSource": (RuleSource, "Where a permission rule comes from: see PROTOCOL.md, Permissions."),
     "PatternWord": (PatternWord, "A word of a run_command pattern: a word, or a list of alternative words."),
@@ -230,7 +245,13 @@ def require_sent_fields(defs: dict[str, Any], outgoing: set[str], incoming: set[
             raise SystemExit(f"{name} is both sent and received, and has optional fields {optional}: split it in two")
         if classes[name].__struct_config__.omit_defaults:
             raise SystemExit(f"{name} omits defaults, so {optional} are not always sent")
-        schema["required"] = list(schema["properties"])
+        # A field that defaults to UNSET is left out until it is set (``tool_execution_end.sandbox``).
+        unset = {
+            field.encode_name
+            for field in msgspec.structs.fields(classes[name])
+            if field.default is msgspec.UNSET and field.default_factory is msgspec.NODEFAULT
+        }
+        schema["required"] = [p for p in schema["properties"] if p not in unset]
         for prop in schema["properties"].values():
             prop.pop("default", None)
 

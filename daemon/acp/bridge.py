@@ -18,6 +18,9 @@ Translation, event by event:
   (``usage_update_of``). ACP requires a window size: a model whose window is unknown sends none.
 - a ``retry`` re-checks the config options: a provider that refused the thinking level
   narrowed the levels the thought-level selector offers (``config_option_update``).
+- a ``thinking_update`` (one model call sends other thinking than the turn last reported)
+  becomes a ``config_option_update`` whose thought-level selector shows that call's level and
+  why; when the turn ends, the session's own options are shown again.
 - a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
   extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
   else one short agent message when it ends.
@@ -40,7 +43,7 @@ import msgspec
 from daemon.acp import toolcalls
 from daemon.acp import types as t
 from daemon.acp.compaction import compaction_ended, compaction_started
-from daemon.acp.config_options import config_options
+from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_options
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
@@ -48,7 +51,7 @@ from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
-from protocol.objects import ContextFill, Cost, ErrorInfo, Session
+from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock, Thinking
 
 log = logging.getLogger("ponder.acp")
 
@@ -112,6 +115,7 @@ class _Turn:
     blocks: dict[tuple[str, int], _Block] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
     compactions: dict[str, int] = field(default_factory=dict)  # compaction id -> tokens before
+    thinking_changed: bool = False  # a thinking_update showed one call's thinking in the options
 
 
 class AcpBridge:
@@ -122,7 +126,8 @@ class AcpBridge:
         self.sessions: SessionManager | None = None  # attached once the daemon exists
         self._turns: dict[str, _Turn] = {}
         self._prompts: set[PromptWaiter] = set()  # every session/prompt in flight
-        self._by_turn: dict[str, PromptWaiter] = {}
+        # The prompts answered when a turn ends: its own, and the steers that joined it.
+        self._by_turn: dict[str, list[PromptWaiter]] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
@@ -214,15 +219,18 @@ class AcpBridge:
         """The prompt's turn is queued. Call it with nothing awaited since admission, so the
         turn's ``turn_end`` cannot have been translated yet."""
         waiter.turn_id = turn_id
-        self._by_turn[turn_id] = waiter
+        self._by_turn.setdefault(turn_id, []).append(waiter)
         if waiter.cancel_requested:  # cancelled while it was being admitted
             self._doomed.add(turn_id)
             await self._cancel_running(waiter.session_id, turn_id)
 
     def end_prompt(self, waiter: PromptWaiter) -> None:
         self._prompts.discard(waiter)
-        if waiter.turn_id is not None:
-            self._by_turn.pop(waiter.turn_id, None)
+        waiters = self._by_turn.get(waiter.turn_id or "")
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._by_turn[waiter.turn_id or ""]
 
     def sessions_waiting(self) -> list[str]:
         return list(dict.fromkeys(w.session_id for w in self._prompts if w.outcome is None))
@@ -286,6 +294,8 @@ class AcpBridge:
             await self.update(sid, start)
         elif isinstance(event, ev.ToolExecutionStart):
             await self._execution_start(turn, sid, event)
+        elif isinstance(event, (ev.HookStart, ev.HookEnd)):
+            pass  # ACP has no update for hooks: a hook's denial reaches the client as the tool call's failure
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
         elif isinstance(event, ev.UsageEvent):
@@ -296,6 +306,14 @@ class AcpBridge:
             # A provider that refused the thinking level narrowed the levels the model takes
             # (the daemon remembers it): the thought-level selector shows the new list and why.
             await self._refresh(sid)
+        elif isinstance(event, ev.ThinkingUpdate):
+            await self._thinking_update(turn, sid, event.thinking)
+        elif isinstance(event, ev.MessageEnd) and event.message.role == "user":
+            # A steer that joined the running turn: the editor shows it where it joined.
+            text = "\n".join(b.text for b in event.message.content if isinstance(b, TextBlock))
+            await self.update(
+                sid, t.UserMessageChunk(content=t.TextContent(text=text), message_id=event.message.message_id)
+            )
         elif isinstance(event, ev.CompactionStart):
             turn.compactions[event.compaction_id] = event.tokens_before
             if self.compaction_updates:
@@ -362,7 +380,22 @@ class AcpBridge:
         )
         await self.update(sid, update)
 
+    async def _thinking_update(self, turn: _Turn, sid: str, thinking: Thinking) -> None:
+        """The options with the thought level this model call really sends, and why."""
+        row = await self._manager.row(sid)
+        options = [
+            call_thought_level(thinking) if option.id == THOUGHT_LEVEL else option
+            for option in config_options(self._manager, row)
+        ]
+        turn.thinking_changed = True
+        known = self._open.get(sid)
+        if known is not None:  # the session's own options go out again when the turn ends
+            self._open[sid] = (known[0], msgspec.json.encode(options))
+        await self.update(sid, t.ConfigOptionUpdate(config_options=options))
+
     async def _turn_end(self, turn: _Turn, sid: str, event: ev.TurnEnd) -> None:
+        if turn.thinking_changed:  # before the prompt's answer: the session's own thought level again
+            await self._refresh(sid)
         for call_id, call in turn.calls.items():
             if not call.finished:  # announced, then the turn ended (cancelled) before it ran
                 await self.update(
@@ -373,8 +406,7 @@ class AcpBridge:
                 )
         del self._turns[event.turn_id]
         self._doomed.discard(event.turn_id)
-        waiter = self._by_turn.get(event.turn_id)
-        if waiter is not None:
+        for waiter in self._by_turn.get(event.turn_id, []):
             waiter.outcome = TurnOutcome(event.stop_reason, event.error, turn.model_id)
             waiter.done.set()
 

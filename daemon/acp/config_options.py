@@ -10,6 +10,11 @@ client that sends back every value it was shown keeps the requested level. The l
 listed are the ones the model really takes (``Thinking.supported``: the catalogue's, narrowed
 by what the provider refused since the daemon started), ``xhigh`` included.
 
+While a turn runs, a model call that sends other thinking than the turn last reported (a
+``thinking_update``: a step of a tool loop without thinking, a budget shrunk near the window,
+a level retried) shows in ``thought_level`` too (``call_thought_level``): its level and why,
+until the turn ends and the session's own value is shown again.
+
 ``thought_display`` says whether the provider is asked for readable thinking
 (``summarized``) or not (``omitted``: the model still thinks, and is billed for it).
 """
@@ -18,9 +23,11 @@ from daemon.acp import types as t
 from daemon.catalog.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
 from daemon.models.levels import parse_display, parse_level
+from daemon.models.spec import LEVELS
 from daemon.sessions import SessionManager
 from daemon.store import SessionRow
 from daemon.vendors.table import display_name
+from protocol.objects import Thinking
 
 MODEL = "model"
 THOUGHT_LEVEL = "thought_level"
@@ -89,6 +96,19 @@ def thought_level_option(sessions: SessionManager, row: SessionRow) -> t.ConfigO
         current_value=effective,
         options=[t.SelectOption(value=level, name=LEVEL_NAMES.get(level, level)) for level in levels],
         description=reason,
+    )
+
+
+def call_thought_level(thinking: Thinking) -> t.ConfigOption:
+    """The thought-level selector as one model call of a running turn sends it (``thinking_update``)."""
+    levels = sorted({*thinking.supported, thinking.effective}, key=LEVELS.index)
+    return t.ConfigOption(
+        id=THOUGHT_LEVEL,
+        name="Thinking",
+        category="thought_level",
+        current_value=thinking.effective,
+        options=[t.SelectOption(value=level, name=LEVEL_NAMES.get(level, level)) for level in levels],
+        description=thinking.reason,
     )
 
 

@@ -9,6 +9,12 @@ credentials, ``-32002`` resource not found for an unknown session).
 
 ponder's own extras are ``_ponder/...`` methods, advertised in
 ``agentCapabilities._meta.ponder.methods``; any other ``_`` method is ``-32601``.
+
+Steering (until ACP's steering RFD is stable): ``agentCapabilities._meta.ponder.steering`` says
+that a ``session/prompt`` with ``_meta: {"ponder": {"delivery": "steer", "expected_turn_id"?}}``
+joins the running turn before its next model call and is answered when that turn ends; a plain
+prompt while a turn runs keeps ACP's queue semantics (it waits for its own turn). ``/continue``
+goes on with a turn that was cut off.
 """
 
 import logging
@@ -20,6 +26,7 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
+from msgspec import to_builtins
 
 from daemon import __version__
 from daemon.acp import types as t
@@ -66,9 +73,27 @@ COMMANDS = [
         name="compact",
         description="Fold the older conversation into a summary to free context (nothing is deleted).",
         input=t.UnstructuredCommandInput(hint="optional: what the summary should keep"),
-    )
+    ),
+    t.AvailableCommand(
+        name="continue",
+        description="Go on with the last turn where it was cut off (a cancel, an error, the output limit, a crash).",
+    ),
 ]
 _COMPACT = re.compile(r"^\s*/compact(?:\s+(.*))?\s*$", re.DOTALL)
+_CONTINUE = re.compile(r"^\s*/continue\s*$")
+# ``agentCapabilities._meta.ponder.steering``: how an ACP client steers a running turn.
+STEERING_META = {
+    "prompt_meta": {"ponder": {"delivery": "steer", "expected_turn_id": "optional"}},
+    "continue": "/continue",
+}
+
+
+def _steer_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``_meta.ponder`` of a prompt that asks to steer the running turn; None for a plain prompt."""
+    ponder = (meta or {}).get("ponder")
+    if isinstance(ponder, dict) and ponder.get("delivery") == "steer":
+        return ponder
+    return None
 
 
 def compact_command(text: str) -> str | None:
@@ -188,6 +213,7 @@ class AcpServer:
         self.bridge.compaction_updates = (
             isinstance(session_capabilities, dict) and session_capabilities.get("compaction") is not None
         )
+        problems = await self.daemon.problems_now()  # waits for the sandbox probe
         # Version negotiation: ponder speaks ACP 1 only; a client asking for anything else
         # hears 1 and decides whether it can go on.
         return t.InitializeResponse(
@@ -202,7 +228,9 @@ class AcpServer:
                         "version": __version__,
                         "home": str(self.config.home),
                         "methods": EXTENSION_METHODS,
-                        "problems": list(self.daemon.problems),  # e.g. a store that could not be opened
+                        "steering": STEERING_META,
+                        "problems": problems,  # e.g. a store that could not be opened, no sandbox
+                        "sandbox": to_builtins(self.daemon.sandbox.capability()),
                     }
                 },
             ),
@@ -374,18 +402,25 @@ class AcpServer:
         text = "".join(block.text for block in content if isinstance(block, TextInput))
         session_id = params.session_id
         waiter = self.bridge.begin_prompt(session_id)  # before anything is awaited
-        # ``/compact`` is a prompt of text alone.
-        instructions = compact_command(text) if all(isinstance(b, TextInput) for b in content) else None
+        # ``/compact`` and ``/continue`` are prompts of text alone.
+        text_only = all(isinstance(b, TextInput) for b in content)
+        instructions = compact_command(text) if text_only else None
+        steer = _steer_meta(params.meta)
         try:
-            try:
-                turn_id = await self._admit(session_id, content, instructions)
-            except ProviderNotConfigured:
-                # A key added to config.toml, or a terminal sign-in, since start-up.
-                if not await self.reload_credentials():
-                    raise
-                turn_id = await self._admit(session_id, content, instructions)
+            if text_only and _CONTINUE.match(text):
+                turn_id = await self.sessions.continue_turn(session_id)
+                if turn_id is None:
+                    return t.PromptResponse(stop_reason="end_turn", meta={"ponder": {"action": "nothing_to_continue"}})
+            else:
+                try:
+                    turn_id = await self._admit(session_id, content, instructions, steer)
+                except ProviderNotConfigured:
+                    # A key added to config.toml, or a terminal sign-in, since start-up.
+                    if not await self.reload_credentials():
+                        raise
+                    turn_id = await self._admit(session_id, content, instructions, steer)
             await self.bridge.admitted(waiter, turn_id)
-            if instructions is None:
+            if instructions is None and steer is None:
                 await self._title_if_untitled(session_id, params.prompt)
             await waiter.done.wait()
         except anyio.get_cancelled_exc_class():
@@ -398,14 +433,30 @@ class AcpServer:
             self.bridge.end_prompt(waiter)
         return prompt_answer(waiter)
 
-    async def _admit(self, session_id: str, content: list[InputBlock], compact_instructions: str | None) -> str:
-        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, anything else a prompt
-        (its blocks admitted as ``session/prompt {content}``: a link outside the cwd stays a link)."""
+    async def _admit(
+        self,
+        session_id: str,
+        content: list[InputBlock],
+        compact_instructions: str | None,
+        steer: dict[str, Any] | None,
+    ) -> str:
+        """The prompt's turn: ``/compact [instructions]`` is a compaction turn, a steer joins the
+        running turn (its id), anything else a prompt (its blocks admitted as ``session/prompt
+        {content}``: a link outside the cwd stays a link)."""
         if compact_instructions is not None:
             turn_id, _compaction_id, _queued = await self.sessions.compact(session_id, compact_instructions or None)
             return turn_id
-        turn_id, _queued = await self.sessions.prompt(session_id, None, content=content, links_outside_cwd=True)
-        return turn_id
+        if steer is not None:
+            expected = steer.get("expected_turn_id")
+            if expected is not None and not isinstance(expected, str):
+                raise InvalidParams("expected_turn_id must be a string.", path="$.params._meta.ponder.expected_turn_id")
+            admitted = await self.sessions.prompt(
+                session_id, None, content=content, links_outside_cwd=True, delivery="steer", expected_turn_id=expected
+            )
+            return admitted.turn_id
+        # A prompt while a turn runs waits for it (ACP's queue semantics): delivery "queue".
+        admitted = await self.sessions.prompt(session_id, None, content=content, links_outside_cwd=True)
+        return admitted.turn_id
 
     async def _title_if_untitled(self, session_id: str, blocks: list[t.PromptBlock]) -> None:
         """Name an untitled session after its first prompt (ACP has no rename of its own)."""

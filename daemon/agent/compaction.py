@@ -219,7 +219,9 @@ async def compact(
     setup = turn.compaction
     assert setup is not None
     compaction_id = compaction_id or new_id("cmp")
-    tokens_before = next_estimate(turn)
+    # Counted like tokens_after (the request from scratch, characters / 4), so that before and
+    # after compare: the trigger's estimate (next_estimate) starts from provider-reported tokens.
+    tokens_before = full_estimate(turn)
     if turn.observe is not None:  # pre_compact hooks: they only watch, and cannot stop it
         await turn.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
     await turn.emit(

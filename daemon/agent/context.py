@@ -43,8 +43,22 @@ class Approval:
 
 # (call part) -> its approval
 Approve = Callable[[Part], Awaitable[Approval]]
-# (call part, emit_output) -> (text, is_error, images the tool returned: image parts with their bytes)
-RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[tuple[str, bool, list[Part]]]]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call gave: its text, whether it failed, the images it returned (image
+    parts with their bytes), and for ``run_command`` how the sandbox ran it
+    (``tool_execution_end.sandbox``)."""
+
+    text: str
+    is_error: bool
+    images: list[Part] = field(default_factory=list)
+    sandbox: ev.ToolSandbox | None = None
+
+
+# (call part, emit_output) -> its outcome
+RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[ToolOutcome]]
 # Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
 Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 # After each model call: (the usage it reported or None, an estimate of the request plus its
@@ -52,6 +66,9 @@ Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
 RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
 # Before each model call: None while the session's budget allows one, else the sentence saying which is spent.
 BudgetSpent = Callable[[], str | None]
+# Before each model call of a prompt turn: the steers waiting to join it, in arrival order (not
+# stored yet: the turn stores each as a user message of its own, in its brackets).
+TakeSteers = Callable[[], Awaitable[list[ChatMessage]]]
 
 
 class AppendParts(Protocol):
@@ -156,8 +173,8 @@ class Turn:
     provider_name: str
     model_name: str
     provider: Provider
-    # Resolved for the model and adjusted by its provider (``Provider.adjust_thinking``) once,
-    # by the session when it builds the turn; the agent sends it as is and never recomputes it.
+    # The turn's decision for the model (a level retry replaces it); each call's own thinking is
+    # derived from it once per request (``agent.call_thinking``).
     thinking: Thinking
     history: list[ChatMessage]  # the session's messages; this turn appends to it
     emit: Emit
@@ -182,10 +199,14 @@ class Turn:
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None
+    take_steers: TakeSteers | None = None  # None: nothing can join this turn (a compaction turn)
+    continued_from: str | None = None  # session/continue: the turn this one goes on with
     # The images its requests carry (PROTOCOL.md "Prompt content"); None: images are sent as notes.
     media: TurnMedia | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
+    # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).
+    reported: Thinking | None = None
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
     _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
 

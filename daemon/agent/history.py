@@ -15,6 +15,9 @@ from daemon.util.clock import now as now_rfc3339
 from protocol import events as ev
 
 CANCELLED_RESULT = "Cancelled: the turn was cancelled before this tool call finished."
+# ``provider_data`` of a tool call whose arguments were still streaming when its reply stopped
+# (a cancel, an error, a crash): it is kept in the store but never sent to a provider.
+UNFINISHED_CALL: dict[str, object] = {"unfinished_arguments": True}
 
 
 async def save_and_end(turn: Turn, message: ChatMessage) -> None:
@@ -61,13 +64,40 @@ async def record_cancelled_results(turn: Turn, reply: ChatMessage | None) -> Non
     await turn.save(message)
 
 
+def is_unfinished_call(part: Part) -> bool:
+    return part.type == "tool_call" and bool((part.provider_data or {}).get("unfinished_arguments"))
+
+
+def without_unfinished_calls(history: list[ChatMessage]) -> list[ChatMessage]:
+    """The history without tool calls whose arguments never finished streaming, nor their
+    results (a provider would take half-written arguments as what the model meant); a message
+    left empty goes too."""
+    unfinished = {p.call_id for m in history if m.role == "assistant" for p in m.parts if is_unfinished_call(p)}
+    if not unfinished:
+        return history
+    kept: list[ChatMessage] = []
+    for message in history:
+        if message.role in ("assistant", "tool"):
+            parts = [
+                p for p in message.parts if not (p.type in ("tool_call", "tool_result") and p.call_id in unfinished)
+            ]
+            if len(parts) != len(message.parts):
+                if not parts:
+                    continue
+                message = msgspec.structs.replace(message, parts=parts)
+        kept.append(message)
+    return kept
+
+
 def repair_history(history: list[ChatMessage]) -> list[ChatMessage]:
-    """The history as providers must see it: every tool call answered by a result.
+    """The history as providers must see it: every tool call answered by a result, and no call
+    whose arguments never finished (``without_unfinished_calls``).
 
     A crash between a reply that asked for tools and its tool message leaves calls without
     results; each gets a synthetic "cancelled" result (in memory only; the store keeps
     what really happened).
     """
+    history = without_unfinished_calls(history)
     answered = {p.call_id for m in history if m.role == "tool" for p in m.parts if p.type == "tool_result"}
     calls = [p for m in history if m.role == "assistant" for p in m.parts if p.type == "tool_call"]
     if all(p.call_id in answered for p in calls):

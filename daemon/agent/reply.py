@@ -20,10 +20,11 @@ from typing import Any, cast
 import anyio
 import msgspec
 
+from daemon.agent import call_thinking
 from daemon.agent.call_ids import ReplyCallIds, for_provider
-from daemon.agent.compaction import fitted_thinking, messages_to_send
+from daemon.agent.compaction import messages_to_send
 from daemon.agent.context import Turn
-from daemon.agent.history import record_cancelled_results, save_and_end
+from daemon.agent.history import UNFINISHED_CALL, is_unfinished_call, record_cancelled_results, save_and_end
 from daemon.agent.watchdog import Verdict, Watchdog
 from daemon.context.budget import add_usage
 from daemon.context.estimate import request_estimate
@@ -84,6 +85,7 @@ class Reply:
         self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
         self.changed_parts: set[int] = set()
         self.late_end: tuple[type, dict[str, Any]] | None = None  # a big block's end event, see LATE_END_CHARS
+        self.thinking = turn.thinking  # what this call sends, once its request is built
         self.sent_estimate: int | None = None  # the estimate of the request as sent (for the calibration)
 
     @property
@@ -91,6 +93,9 @@ class Reply:
         return self.message is not None
 
     def _request(self) -> ProviderRequest:
+        return call_thinking.for_request(self.turn, self._base_request())
+
+    def _base_request(self) -> ProviderRequest:
         turn = self.turn
         # Folded at the latest compaction (summary + kept messages), every call answered, tool
         # results too big for the window shortened (in this request only).
@@ -101,7 +106,7 @@ class Reply:
         return ProviderRequest(
             provider=turn.provider_name,
             model=turn.model_name,
-            thinking=fitted_thinking(turn),  # a budget shrunk near the window
+            thinking=turn.thinking,  # replaced by this call's own (call_thinking.for_request)
             messages=for_provider(self._with_media(messages), turn.provider_name),
             system_prompt=turn.system_prompt,
             tools=turn.tools,
@@ -137,13 +142,17 @@ class Reply:
     async def _relay(self) -> None:
         """Stream the provider's events to the client, watched by a ``Watchdog``."""
         turn = self.turn
+        request = self._request()
+        self.thinking = request.thinking
+        # Told before the call it describes, and before the watchdog starts (a slow client is not a silent provider).
+        await call_thinking.announce(turn, request.thinking)
         failure: Exception | None = None
         async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
             with anyio.CancelScope() as scope:
                 watchdog = Watchdog(turn.settings, scope)
                 tg.start_soon(watchdog.run)  # connecting and waiting for headers count as silence too
                 try:
-                    events = aiter(await stack.enter_async_context(turn.provider.stream(self._request())))
+                    events = aiter(await stack.enter_async_context(turn.provider.stream(request)))
                     while True:
                         try:
                             event = await anext(events)
@@ -189,7 +198,7 @@ class Reply:
             parts=[],
             model_id=turn.model_id,
             thinking_requested=turn.thinking.requested,
-            thinking_effective=turn.thinking.effective,
+            thinking_effective=self.thinking.effective,  # what this call sent
             status="interrupted",
             created_at=now_rfc3339(),
         )
@@ -262,7 +271,17 @@ class Reply:
         self.changed_parts.add(index)
         if event.kind == "tool_call":
             call_id = self.call_ids.start(event.index, event.call_id)
-            message.parts.append(Part(type="tool_call", call_id=call_id, name=event.name, arguments={}))
+            # Marked unfinished until its end arrives (the adapter's whole part replaces this one): a
+            # call cut off mid-arguments, even by a crash, is never sent to a provider again.
+            message.parts.append(
+                Part(
+                    type="tool_call",
+                    call_id=call_id,
+                    name=event.name,
+                    arguments={},
+                    provider_data=dict(UNFINISHED_CALL),
+                )
+            )
             await self._emit(
                 ev.ToolCallStart,
                 {"message_id": message.message_id, "index": index, "call_id": call_id, "name": event.name or ""},
@@ -400,6 +419,10 @@ class Reply:
             part = message.parts[index]
             if part.type == "tool_call" and not part.arguments:
                 part.arguments = decode_arguments("".join(chunks)) or {}
+        if status == "complete":  # a whole reply's calls are whole, whether or not the adapter ended each
+            for part in message.parts:
+                if is_unfinished_call(part):
+                    part.provider_data = None
         message.status = status
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage

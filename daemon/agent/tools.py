@@ -77,21 +77,23 @@ async def _execute(
     async def output(chunk: str) -> None:
         await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
 
-    text, is_error, returned = await turn.run_tool(call, output)
-    if returned:  # images a tool returned go to the model with its result (a note if it takes none)
-        images[i] = [msgspec.structs.replace(p, call_id=call.call_id) for p in returned]
-    results[i] = await _finish_call(turn, message, call, text, is_error)
+    outcome = await turn.run_tool(call, output)
+    if outcome.images:  # images a tool returned go to the model with its result (a note if it takes none)
+        images[i] = [msgspec.structs.replace(p, call_id=call.call_id) for p in outcome.images]
+    results[i] = await _finish_call(turn, message, call, outcome.text, outcome.is_error, outcome.sandbox)
 
 
-async def _finish_call(turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool) -> Part:
-    await turn.emit(
-        ev.ToolExecutionEnd,
-        {
-            "call_id": call.call_id,
-            "name": call.name,
-            "is_error": is_error,
-            "result": text,
-            "message_id": message.message_id,
-        },
-    )
+async def _finish_call(
+    turn: Turn, message: ChatMessage, call: Part, text: str, is_error: bool, sandbox: ev.ToolSandbox | None = None
+) -> Part:
+    fields: dict[str, object] = {
+        "call_id": call.call_id,
+        "name": call.name,
+        "is_error": is_error,
+        "result": text,
+        "message_id": message.message_id,
+    }
+    if sandbox is not None:
+        fields["sandbox"] = sandbox
+    await turn.emit(ev.ToolExecutionEnd, fields)
     return Part(type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error)

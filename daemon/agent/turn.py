@@ -14,6 +14,7 @@ import random
 
 from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
+from daemon.agent.history import save_and_end
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
 from daemon.conversation import ChatMessage
@@ -39,15 +40,18 @@ BACKOFF_CAP_S = 30.0
 
 async def run_turn(turn: Turn) -> str:
     """Run a turn to its end and return its stop reason. Never raises for a failed turn."""
-    turn.thinking = compaction.fitted_thinking(turn)  # turn_start says when the budget shrank near the window
+    # turn_start says when the budget shrank near the window; a later call that sends other
+    # thinking is told by a thinking_update (agent.call_thinking).
+    turn.reported = compaction.fitted_thinking(turn)
     notes = await _media_notes(turn)
     await turn.emit(
         ev.TurnStart,
         {
             "model_id": turn.model_id,
-            "thinking": turn.thinking,
+            "thinking": turn.reported,
             "user_message_id": turn.user_message.message_id if turn.user_message is not None else None,
             "kind": "compaction" if turn.compaction_request is not None else "prompt",
+            "continued_from": turn.continued_from,
             "notes": notes,
         },
     )
@@ -122,20 +126,48 @@ def cut_off(turn: Turn) -> ErrorInfo:
     return ErrorInfo(code=int(ErrorCode.INVALID_PARAMS), message=f"{what}; {', or '.join(steps)}.")
 
 
+# A reply that ended so can be followed by the steers that arrived while it streamed: one
+# more model call with them. Other endings (refusal, error, cancel) end the turn, and the
+# steers start the next one.
+_STEERABLE_ENDINGS = ("end_turn", "tool_use", "max_tokens")
+
+
 async def _tool_loop(turn: Turn) -> str:
     for _step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
         spent = turn.budget_spent() if turn.budget_spent is not None else None
         if spent is not None:
             raise BudgetExceeded(spent)
+        # After the tools of the last reply have all finished (and the compaction after them):
+        # the steers that arrived meanwhile join, in the provider's shape after the tool results.
+        await join_steers(turn)
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
         if stop != "tool_use" or not calls:
+            if stop in _STEERABLE_ENDINGS and await join_steers(turn):
+                continue  # the reply called no tool: one more model call carries the steers
             # "tool_use" with no call to run is a finished turn: a turn never ends "tool_use".
             return "end_turn" if stop == "tool_use" else stop
         await run_tools(turn, calls)
         await compaction.maybe_compact(turn, backoff=_backoff)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
+
+
+async def join_steers(turn: Turn) -> bool:
+    """Store the steers waiting for this turn as user messages in its history (``message_start``
+    and ``message_end`` with ``role: user``, in arrival order); True when any joined.
+
+    Shielded once taken: a cancel arriving meanwhile still finds them stored, never half-joined."""
+    if turn.take_steers is None:
+        return False
+    with turn.finishing():
+        messages = await turn.take_steers()
+        for message in messages:
+            message.seq = turn.next_seq()
+            turn.history.append(message)
+            await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "user"})
+            await save_and_end(turn, message)
+    return bool(messages)
 
 
 async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str, ErrorInfo | None]:

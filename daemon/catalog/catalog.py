@@ -32,6 +32,7 @@ from daemon.context.window import LearnedWindows, WindowSource
 from daemon.errors import InvalidParams, ModelNotFound
 from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
+from daemon.vendors import models_dev
 from daemon.vendors import table as providers_table
 from daemon.vendors.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
 from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
@@ -55,14 +56,7 @@ def models_dev_model(provider: str, model: str) -> Any | None:
     """The models-dev record for our ``provider`` and its ``model`` id, or None."""
     info = PROVIDERS.get(provider)
     md_provider = info.models_dev_id if info else None
-    if md_provider is None:
-        return None
-    import models_dev  # deferred: its data is parsed on first use only (and cached by it)
-
-    try:
-        return models_dev.get_model_by_id(md_provider, model)
-    except KeyError:
-        return None
+    return models_dev.model(md_provider, model) if md_provider is not None else None
 
 
 @functools.cache
@@ -364,7 +358,7 @@ class Catalog:
         md_id = spec.models_dev_id
         if md_id is None and info is not None and info.models_dev_id is not None:
             md_id = (info.models_dev_id, spec.model)
-        return model_price(settings.prices if settings else {}, spec.model, md_id)
+        return model_price(settings.prices if settings else {}, spec.model, models_dev.cost(*md_id) if md_id else None)
 
     # -- wire -----------------------------------------------------------------------
 

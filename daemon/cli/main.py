@@ -19,6 +19,28 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it
     from daemon.config.settings import Config
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
+MAX_TOKENS = 2**31 - 1
+
+
+def _tokens(text: str) -> int:
+    """A token count given on the command line: a whole number from 0 to 2,147,483,647."""
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if not 0 <= value <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_TOKENS:,} tokens")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,16 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="how much the daemon writes to logs/ponder.log in the home (default: info)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
     serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    serve.add_argument(
+        "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
+    )
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
     )
     acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    acp.add_argument("--quiet", action="store_true", help="log to logs/ponder.log only, not stderr")
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
@@ -47,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--thinking", help="off, minimal, low, medium, high, xhigh or max")
     ask.add_argument(
         "--thinking-budget",
-        type=int,
+        type=_tokens,
         metavar="N",
         help="thinking budget in tokens for models that take one (clamped to the model's range)",
     )
@@ -74,20 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
-    sessions.add_argument("--limit", type=int, default=20)
+    sessions.add_argument("--limit", type=_positive, default=20, help="how many sessions to list (default: 20)")
+    sessions.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     compact = sub.add_parser("compact", help="fold a session's older messages into a summary (nothing is deleted)")
     compact.add_argument("session_id", help="the session to compact")
-    compact.add_argument("instructions", nargs="*", help="what the summary should keep (optional)")
+    # A default keeps argparse from listing the optional words as required when session_id is missing.
+    compact.add_argument("instructions", nargs="*", default=[], help="what the summary should keep (optional)")
+
+    cont = sub.add_parser("continue", help="go on with a session's last turn where it was cut off")
+    cont.add_argument("session_id", help="the session whose last turn goes on")
+    cont.add_argument("--json", action="store_true", help="print every event as one JSON line")
 
     login = sub.add_parser("login", help="sign in to a provider with a device login (copilot)")
     login.add_argument("provider", choices=["copilot"])
 
     models = sub.add_parser("models", help="list the models ponder knows")
-    models.add_argument("--provider")
+    models.add_argument("--provider", help="only this provider's models")
+    models.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
-    mcp.add_argument("--json", action="store_true", help="print the mcp/list result as JSON")
+    mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
     return parser
 
 
@@ -97,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
         return run_serve(args)
-    from daemon.jsonrpc.spawn import start_daemon
+    from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
     # Every client command talks to a daemon: start it first, so that it starts up while
     # this process imports the client's async stack.
-    daemon = start_daemon(home=args.home, log_level="warning")
+    # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.
+    daemon = start_daemon(home=args.home, log_level=args.log_level, serve_args=QUIET_SERVE)
     from daemon.cli import commands
 
     return commands.run(args, daemon)
@@ -124,7 +163,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     home = resolve_home(args.home)
     config = load_config(home)
-    setup_logging(config.log_dir, args.log_level)
+    setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
     anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
     return 0

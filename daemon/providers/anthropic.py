@@ -9,12 +9,13 @@ events of ``daemon.providers.base``:
 * turning stored ``ChatMessage`` history into Anthropic ``messages``, replaying signed
   ``thinking`` and ``redacted_thinking`` blocks byte-exact to the provider and model that
   produced them and to nobody else;
-* ``adjust_thinking``: switching thinking off for a request the API would otherwise reject;
+* ``adjust_thinking``: switching thinking off for a request the API would otherwise reject
+  (asked once per request by ``daemon.agent.call_thinking``, which also tells the client);
 * parsing the SSE stream (``message_start`` … ``message_stop``, ``ping``, ``error``) into
   ``BlockStart/BlockDelta/BlockEnd/UsageUpdate/Stop``;
 * mapping HTTP and in-stream errors to ``ProviderError``.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §1.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from httpx_sse import SSEError
 from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.models.budgets import BASE_MAX_TOKENS
 from daemon.providers.base import (
     BlockDelta,
     BlockEnd,
@@ -69,8 +71,6 @@ INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
 # ``max_tokens`` is required. 16k sits inside the output cap of every current Claude model
 # (64k/128k) and leaves room for a long answer; the catalog's thinking fragment or the
 # request's own cap override it.
-DEFAULT_MAX_TOKENS = 16_000
-DEFAULT_KEY_HINT = "set ANTHROPIC_API_KEY"
 
 _STOP_REASONS: dict[str, StopKind] = {
     "end_turn": "end_turn",
@@ -138,11 +138,12 @@ class AnthropicProvider(Provider):
     # -- request ----------------------------------------------------------------------
 
     def build_body(self, request: ProviderRequest) -> dict[str, Any]:
-        """The JSON body for ``request``, with thinking already adjusted (see ``adjust_thinking``)."""
-        thinking = self.adjust_thinking(request) or request.thinking
+        """The JSON body for ``request``. Its thinking is sent as given: the agent applied
+        ``adjust_thinking`` once for this request and told the client (``agent.call_thinking``)."""
+        thinking = request.thinking
         body: dict[str, Any] = {
             "model": request.model,
-            "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+            "max_tokens": request.max_output_tokens or BASE_MAX_TOKENS,
             "messages": build_messages(request),
         }
         if request.system_prompt:
@@ -188,7 +189,7 @@ class AnthropicProvider(Provider):
         raise from the iterator. Leaving the context closes the connection."""
         if self.config.api_key is None and self.config.needs_key:
             raise ProviderAuthError(
-                f"{self.name} has no API key: {self.config.key_hint or DEFAULT_KEY_HINT}.",
+                f"{self.name} has no API key: {self.config.key_hint}.",
                 provider=self.name,
             )
         body = self.build_body(request)
@@ -211,9 +212,7 @@ class AnthropicProvider(Provider):
                 await events.aclose()
 
     def _status_error(self, response: httpx.Response, raw: bytes) -> ProviderError:
-        error = status_error(
-            self.name, response.status_code, response.headers, raw, hint=self.config.key_hint or DEFAULT_KEY_HINT
-        )
+        error = status_error(self.name, response.status_code, response.headers, raw, hint=self.config.key_hint)
         # Anthropic's own retry signal; and a monthly spend cap answers 429 but will not lift by waiting.
         return apply_retry_hint(error, response.headers, final=_error_code(raw) == "enforced_spend_limit_reached")
 
@@ -345,9 +344,15 @@ def _user_block(part: Part) -> dict[str, Any] | None:
 
 
 def _tool_loop_assistant(messages: list[ChatMessage]) -> ChatMessage | None:
-    """The assistant message whose tool calls the history's trailing tool results answer."""
+    """The assistant message whose tool calls the history's trailing tool results answer.
+
+    User messages after those results (a steer that joined the turn) do not end the loop: they
+    go in the same user message as the results (``build_messages`` merges them), which the API
+    still reads as the answer to that assistant message's tool calls."""
     saw_result = False
     for message in reversed(messages):
+        if message.role == "user" and not saw_result:
+            continue
         if message.role == "tool":
             saw_result = True
             continue

@@ -18,7 +18,7 @@ Failures: no stored sign-in, or a GitHub token that GitHub no longer accepts (40
 with ``auth/login``; no Copilot access for the account (403/404) says so; 5xx/429 and
 network failures are retryable ``ProviderError``s. No message carries a token.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` (GitHub Copilot proxy).
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` (GitHub Copilot proxy).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ COPILOT_HEADERS = {
     "user-agent": USER_AGENT,
     "openai-intent": "conversation-panel",
 }
-NOT_SIGNED_IN_HINT = "sign in with auth/login (ponder login copilot)"
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,9 @@ class CopilotTokens:
         token = self.settings.api_key or load_github_token(self.home)
         if token is None:
             raise ProviderAuthError(
-                f"{self.provider} is not signed in: {NOT_SIGNED_IN_HINT}.", provider=self.provider, kind="not_signed_in"
+                f"{self.provider} is not signed in: {self.settings.key_hint}.",
+                provider=self.provider,
+                kind="not_signed_in",
             )
         return token
 
@@ -250,7 +251,7 @@ class CopilotProvider(Provider):
         # A private copy of the settings: the inner adapter must never send the GitHub
         # token (api_key) itself, its base_url follows the Copilot token, and a 401 from
         # the API means signing in again.
-        inner = dataclasses.replace(settings, api=api, api_key=None, headers={}, key_hint=NOT_SIGNED_IN_HINT)
+        inner = dataclasses.replace(settings, api=api, api_key=None, headers={})  # key_hint: signing in
         adapters: dict[str, type[OpenAIStyleProvider]] = {
             "openai-chat": OpenAIChatProvider,
             "openai-responses": OpenAIResponsesProvider,

@@ -64,7 +64,6 @@ from daemon.vendors.level_rejections import parse_level_rejection
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
-KEY_HINT = "set GEMINI_API_KEY or GOOGLE_API_KEY"
 # Gemini 3 rejects a current-turn step whose first functionCall has no signature. For calls
 # it did not generate itself (history from another model) Google documents this stand-in.
 DUMMY_SIGNATURE = "skip_thought_signature_validator"
@@ -96,9 +95,7 @@ class GeminiProvider(Provider):
     @asynccontextmanager
     async def stream(self, request: ProviderRequest) -> AsyncIterator[AsyncIterator[ProviderEvent]]:
         if self.config.api_key is None:
-            raise ProviderAuthError(
-                f"{self.name} has no API key: {self.config.key_hint or KEY_HINT}.", provider=self.name
-            )
+            raise ProviderAuthError(f"{self.name} has no API key: {self.config.key_hint}.", provider=self.name)
         key = self.config.api_key.reveal()
         headers = {
             **self.config.headers,
@@ -128,7 +125,7 @@ class GeminiProvider(Provider):
         # A refused thinking level (Gemini names the level, not the ones it takes).
         rejected = parse_level_rejection("gemini", response.status_code, body, provider=self.name)
         return rejected or gemini_status_error(
-            self.name, response.status_code, response.headers, body, self.config.key_hint or KEY_HINT
+            self.name, response.status_code, response.headers, body, self.config.key_hint
         )
 
     async def _events(
@@ -158,7 +155,7 @@ class GeminiProvider(Provider):
                     error = chunk["error"] if isinstance(chunk["error"], dict) else {}
                     status = _int(error.get("code")) or 500
                     raise gemini_status_error(
-                        self.name, status, httpx.Headers(), json.dumps(chunk).encode(), self.config.key_hint or KEY_HINT
+                        self.name, status, httpx.Headers(), json.dumps(chunk).encode(), self.config.key_hint
                     )
                 for event in parser.feed(chunk):
                     yield event
@@ -173,7 +170,7 @@ class GeminiProvider(Provider):
 
 
 def gemini_status_error(
-    provider: str, status: int, headers: httpx.Headers, body: bytes, key_hint: str = KEY_HINT
+    provider: str, status: int, headers: httpx.Headers, body: bytes, key_hint: str
 ) -> ProviderError:
     """A non-2xx answer (or an error frame) as a ``ProviderError``, with Gemini's own retry and auth signals."""
     details = _error_details(body)

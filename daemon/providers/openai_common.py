@@ -12,7 +12,7 @@ Also here: the error-type → retryable table and the 429 wait-time fallbacks of
 error format (``{"error": {message, type, param, code}}``), which both APIs and every
 OpenAI-compatible server reuse, and tool-argument parsing.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2.4, §3.4, §7.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §2.4, §3.4, §7.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from daemon.providers.http import (
 )
 from daemon.util.redact import scrub
 from daemon.vendors.level_rejections import parse_level_rejection
-from daemon.vendors.table import PROVIDERS
 
 ExtraHeaders = Callable[[], Awaitable[dict[str, str]]]
 
@@ -125,7 +124,7 @@ class OpenAIStyleProvider(Provider):
 
     @property
     def key_hint(self) -> str:
-        return credentials_hint(self.config)
+        return self.config.key_hint  # daemon.vendors.table.key_hint, filled by config
 
     async def build_headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -217,16 +216,6 @@ class OpenAIStyleProvider(Provider):
 
 
 # -- errors ------------------------------------------------------------------------------
-
-
-def credentials_hint(config: ProviderConfig) -> str:
-    """How to configure this provider's key, naming the environment variable when known."""
-    if config.key_hint:
-        return config.key_hint
-    builtin = PROVIDERS.get(config.name)
-    if builtin and builtin.key_envs:
-        return f"set {' or '.join(builtin.key_envs)}"
-    return f"set api_key_env in [providers.{config.name}] of config.toml"
 
 
 def error_retryable(kind: Any, code: Any) -> bool:
@@ -373,7 +362,6 @@ __all__ = [
     "ExtraHeaders",
     "OpenAIStyleProvider",
     "StreamParser",
-    "credentials_hint",
     "decode_event",
     "ended_early",
     "error_retryable",

@@ -21,6 +21,7 @@ from daemon.jsonrpc.connection import Connection
 from daemon.mcp import McpManager
 from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry, load
+from daemon.sandbox.service import Sandbox
 from daemon.sessions import ClientBridge, SessionManager
 from daemon.store import AsyncStore, SessionRow
 from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
@@ -32,13 +33,22 @@ log = logging.getLogger("ponder.server")
 class Daemon:
     """The parts one served connection runs on, whatever its dialect."""
 
-    def __init__(self, config: Config, connection: Connection, store: AsyncStore, bridge: ClientBridge) -> None:
+    def __init__(
+        self,
+        config: Config,
+        connection: Connection,
+        store: AsyncStore,
+        bridge: ClientBridge,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.config = config
         self.connection = connection
         self.store = store
         self.catalog = Catalog(config)
         self.providers = ProviderRegistry(config)
         self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
+        # run_command's OS sandbox (MCP servers are not sandboxed); probed on a thread.
+        self.sandbox = Sandbox(config.sandbox, config.home) if sandbox is None else sandbox
         self.permissions = PermissionBook(config)  # rules and hooks, checked once here
         self.sessions = SessionManager(
             config,
@@ -48,6 +58,7 @@ class Daemon:
             bridge,
             tool_sources=[self.mcp],
             discover_models=self._discover_for,
+            sandbox=self.sandbox,
             permissions=self.permissions,
         )
         self.shutdown_requested = anyio.Event()
@@ -59,6 +70,13 @@ class Daemon:
         ]
         for problem in self.problems:
             log.warning("%s", problem)
+
+    async def problems_now(self) -> list[str]:
+        """What ``initialize`` reports: the config's and the store's problems, and a missing sandbox."""
+        if not self.sandbox.probed:  # (open_daemon waited already; without a yield, answers stay in order)
+            await anyio.to_thread.run_sync(self.sandbox.wait_probed)
+        sandbox_problem = self.sandbox.problem()
+        return [*self.problems, *([sandbox_problem] if sandbox_problem else [])]
 
     # --- models ---------------------------------------------------------------------------
 
@@ -122,14 +140,19 @@ async def open_daemon(config: Config, connection: Connection, bridge: ClientBrid
         make_private_dir(config.home)
     except OSError as exc:
         log.warning("cannot create the home %s: %s", config.home, exc)  # the store says what this means
+    # The sandbox probe (a bwrap run, ~20 ms) overlaps opening the store; it is done before the
+    # first request is read, so initialize answers at once and in order.
+    sandbox = Sandbox(config.sandbox, config.home)
     store = await AsyncStore.open_or_unavailable(config.db_path)
     daemon = None
     try:
-        daemon = Daemon(config, connection, store, bridge)
+        daemon = Daemon(config, connection, store, bridge, sandbox)
+        await anyio.to_thread.run_sync(sandbox.wait_probed)
         yield daemon
     finally:
         with anyio.CancelScope(shield=True):
             if daemon is not None:
                 await daemon.mcp.aclose()
                 await daemon.providers.aclose()
+            sandbox.close()
             await store.aclose()

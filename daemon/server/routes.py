@@ -29,6 +29,8 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "session/get": sessions.session_get,
         "session/messages": sessions.session_messages,
         "session/prompt": sessions.session_prompt,
+        "session/continue": sessions.session_continue,
+        "session/queue/remove": sessions.session_queue_remove,
         "session/compact": sessions.session_compact,
         "attachment/get": sessions.attachment_get,
         "session/cancel": sessions.session_cancel,

@@ -1,9 +1,14 @@
 """The per-session actor: one task per live session takes admitted prompts from the session's
 bounded inbox and runs their turns, one at a time, in order; it unloads the session once idle.
 Prompts dropped from the inbox (a cancel, shutdown) still get their ``turn_start``/``turn_end``
-bracket, so a client waiting on a turn id is never left hanging."""
+bracket, so a client waiting on a turn id is never left hanging.
 
+It also hands a running prompt turn the steers waiting for it (``Turn.take_steers``, before
+each model call), and turns the steers that arrived too late to join into the next turn."""
+
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -14,10 +19,11 @@ from daemon.agent.compaction import should_compact
 from daemon.catalog.catalog import Catalog
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
-from daemon.errors import PonderError
+from daemon.errors import PonderError, SessionBusy
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.emitter import EventNumbers
+from daemon.sessions.inbox import InboxClosed
 from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
 from daemon.sessions.persistence import SessionWrites
 from daemon.sessions.thinking_settings import ThinkingRequest
@@ -52,23 +58,29 @@ class SessionHost(Protocol):
 
 async def run_actor(manager: SessionHost, live: LiveSession, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
-    with live.inbox_receive:
-        await _serve_inbox(manager, live)
+    await _serve_inbox(manager, live)
 
 
 async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
     while True:
-        with anyio.move_on_after(manager.config.idle_unload_s) as idle:
-            try:
-                pending = await live.inbox_receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-        if idle.cancelled_caught:
+        try:
+            pending = await live.inbox.next(manager.config.idle_unload_s)
+        except InboxClosed:
+            return
+        if pending is None:
             if live.status == "idle" and not manager.shutting_down and not live.unsaved:
                 manager.unload(live)
                 return
             continue
-        await _run_turn(manager, live, pending)
+        live.active = pending  # taken together with the queue: a steer from now on joins this turn
+        try:
+            if pending.announced:
+                await manager.events.queue_update(live)
+            await _run_turn(manager, live, pending)
+        finally:
+            if _requeue_steers(live, pending) and manager.task_group is not None:
+                manager.task_group.start_soon(manager.events.queue_update, live)
+            live.active = None  # together with the requeue: no steer falls between the two
         with anyio.move_on_after(2, shield=True):
             async with live.admit_lock:
                 if not live.queued:
@@ -78,23 +90,34 @@ async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
 async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTurn) -> None:
     message = pending.user_message
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
-    save = manager.writes.saver(live)
+    save = _stamping(manager.writes.saver(live), pending.turn_id)
     try:
-        if message is not None and live.take_waiting(message):
+        if message is not None and not pending.stored:
+            # A steer whose turn ended before it joined: stored now, as the start of its own turn
+            # (under the lease, which admission took for the others).
+            if not live.lease_held and not await manager.writes.acquire_lease(live):
+                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+            message.seq = live.next_seq()
+            live.history.append(message)
+            await save(message)
+        elif message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
             await save(message)
         turn = manager.assembly.build(live, pending, emit, save)
+        turn.continued_from = pending.continued_from
+        if pending.compaction is None:
+            turn.take_steers = functools.partial(_take_steers, manager, live)
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the
         # prompt's turn reads the history and the records when it runs, so it stays as built).
         if message is not None and should_compact(turn):
             stop_reason, discarded = await _compact_before_prompt(manager, live, pending.thinking)
             if stop_reason == "cancelled":
-                await _bracket(manager, live, pending, "cancelled")
+                await bracket(manager, live, pending, "cancelled")
                 return
             if turn.compaction is not None:  # a summary thrown away there counts for this prompt
                 turn.compaction.discarded += discarded
     except PonderError as exc:
-        await _bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
+        await bracket(manager, live, pending, "error", agent.error_info(exc), emit=emit)
         return
     live.current = turn
     try:
@@ -108,6 +131,38 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             await manager.bridge.session_updated(manager.wire_session(live.row))
 
 
+def _stamping(save: Callable[[ChatMessage], Awaitable[None]], turn_id: str) -> Callable[[ChatMessage], Awaitable[None]]:
+    """``save`` that records in each message the turn that wrote it (``session/continue`` names it)."""
+
+    async def stamp_then_save(message: ChatMessage) -> None:
+        if message.turn_id is None:
+            message.turn_id = turn_id
+        await save(message)
+
+    return stamp_then_save
+
+
+async def _take_steers(manager: SessionHost, live: LiveSession) -> list[ChatMessage]:
+    """The steers waiting to join the running turn, in arrival order (the inbox keeps none)."""
+    steers = live.inbox.take_steers()
+    if steers:
+        await manager.events.queue_update(live)
+    return [steer.message for steer in steers]
+
+
+def _requeue_steers(live: LiveSession, ended: PendingTurn) -> bool:
+    """Steers that arrived too late to join the turn that just ended start the next turn, ahead
+    of queued prompts and compactions: the first becomes that turn's prompt (stored when it
+    starts), the others wait to join it before its first model call. Synchronous, and called
+    together with clearing ``live.active``, so that no steer is admitted in between."""
+    if live.unloaded or live.inbox.closed or not live.inbox.steers:
+        return False
+    first = live.inbox.steers.pop(0)
+    pending = PendingTurn(new_id("turn"), first.message, ended.thinking, stored=False, announced=True)
+    live.inbox.put(pending, front=True)
+    return True
+
+
 async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinking: ThinkingRequest) -> tuple[str, int]:
     """Before a prompt (the last message of the history now) whose request exceeds ``window -
     reserve``: a compaction turn of its own (``kind: "compaction"``); its stop reason, and how many
@@ -119,9 +174,11 @@ async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinki
         live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.saver(live)
     )
     live.current = turn
+    live.compacting = pending.turn_id  # no steer joins a compaction turn
     try:
         stop_reason = await agent.run_turn(turn)
     finally:
+        live.compacting = None
         live.turn_done()
     return stop_reason, turn.compaction.discarded if turn.compaction is not None else 0
 
@@ -131,7 +188,7 @@ def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit
     client told the turn is over can go on in another ponder process at once."""
 
     async def release_then_emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
-        if kind is ev.TurnEnd and live.lease_held and not live.queued:
+        if kind is ev.TurnEnd and live.lease_held and not live.queued and not live.inbox.steers:
             with anyio.move_on_after(2, shield=True):
                 await manager.writes.release_lease(live)
         await emit(kind, fields)
@@ -139,14 +196,15 @@ def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit
     return release_then_emit
 
 
-def drop_queue(manager: SessionHost, live: LiveSession) -> int:
-    """Drop the session's queued prompts (each still bracketed); how many there were."""
+def drop_queue(manager: SessionHost, live: LiveSession) -> tuple[int, list[ChatMessage]]:
+    """Drop the session's queued prompts (each still bracketed) and its waiting steers (stored
+    nowhere): how many prompts there were, and the steers' messages, in arrival order."""
+    steers = [steer.message for steer in live.inbox.take_steers()]
     dropped = 0
-    while True:
-        try:
-            pending = live.inbox_receive.receive_nowait()
-        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-            return dropped
+    for pending in live.inbox.take_turns():
+        if pending.user_message is not None and not pending.stored:
+            steers.append(pending.user_message)  # a steer requeued as a turn: still a steer, never announced
+            continue
         dropped += 1
         # The prompt stays in the history (it was said), after the running turn if there
         # is one; its turn still gets its bracket so a client waiting on the turn id is
@@ -161,6 +219,9 @@ def drop_queue(manager: SessionHost, live: LiveSession) -> int:
         background = manager.task_group
         if background is not None:
             background.start_soon(_bracket_dropped, manager, live, pending, moved)
+    if (steers or dropped) and manager.task_group is not None and not live.unloaded:
+        manager.task_group.start_soon(manager.events.queue_update, live)
+    return dropped, steers
 
 
 async def _join_dropped(manager: SessionHost, live: LiveSession) -> None:
@@ -184,10 +245,10 @@ async def _save_dropped(manager: SessionHost, live: LiveSession, message: ChatMe
 async def _bracket_dropped(manager: SessionHost, live: LiveSession, pending: PendingTurn, moved: bool) -> None:
     if moved and pending.user_message is not None:
         await _save_dropped(manager, live, pending.user_message)
-    await _bracket(manager, live, pending, "cancelled")
+    await bracket(manager, live, pending, "cancelled")
 
 
-async def _bracket(
+async def bracket(
     manager: SessionHost,
     live: LiveSession,
     pending: PendingTurn,
@@ -211,6 +272,7 @@ async def _bracket(
             "thinking": thinking_now,
             "user_message_id": message.message_id if message is not None else None,
             "kind": "compaction" if compaction is not None else "prompt",
+            "continued_from": pending.continued_from,
         },
     )
     if compaction is not None:

@@ -17,6 +17,7 @@ from daemon.models.budgets import budget_range
 from daemon.permissions.book import PermissionBook
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
@@ -42,7 +43,9 @@ class TurnAssembly:
         bridge: ClientBridge,
         tool_sources: list[ToolSource],
         permissions: PermissionBook,
+        sandbox: Sandbox | None = None,
     ) -> None:
+        self.sandbox = sandbox
         self.config = config
         self.permissions = permissions  # the rules and hooks every turn's tool calls go through
         self.store = store
@@ -80,6 +83,7 @@ class TurnAssembly:
             spec.supports_tools,
             self.permissions,
             emit,
+            self.sandbox,
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking

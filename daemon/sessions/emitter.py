@@ -1,7 +1,7 @@
 """Event numbering: every ``agent/event`` of a session gets the next ``seq`` (per session, no
 gaps, wire order equal to seq order), delivered through the ``ClientBridge``."""
 
-from typing import Any
+from typing import Any, cast
 
 from daemon import agent
 from daemon.sessions.bridge import ClientBridge
@@ -16,12 +16,20 @@ class EventNumbers:
         self.bridge = bridge
         self._seq: dict[str, int] = {}
 
-    def emitter(self, live: LiveSession, turn_id: str) -> agent.Emit:
+    async def queue_update(self, live: LiveSession) -> None:
+        """Tell the client the session's waiting input changed (``queue_update``, in no turn)."""
+        queue = live.queue()
+        await self.emitter(live, None)(ev.QueueUpdate, {"steers": queue.steers, "queued": queue.queued})
+
+    def emitter(self, live: LiveSession, turn_id: str | None) -> agent.Emit:
+        """``emit`` for the events of turn ``turn_id`` (None: events of no turn, as ``queue_update``)."""
         session_id = live.row.id
         deliver = self.bridge.emit
         deliver_nowait = self.bridge.emit_nowait
         lock = live.emit_lock
         event_seq = self._seq
+        # Only ``queue_update`` is emitted with no turn (its ``turn_id`` field is nullable).
+        turn = cast(str, turn_id)
 
         async def emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
@@ -33,7 +41,7 @@ class EventNumbers:
                 lock.acquire_nowait()
                 try:
                     seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
-                    event = kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields)
+                    event = kind(session_id=session_id, turn_id=turn, seq=seq, **fields)
                     if not deliver_nowait(event):
                         await deliver(event)  # queue full: wait, still holding the lock
                 except BaseException:
@@ -45,7 +53,7 @@ class EventNumbers:
             async with lock:
                 seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
                 try:
-                    await deliver(kind(session_id=session_id, turn_id=turn_id, seq=seq, **fields))
+                    await deliver(kind(session_id=session_id, turn_id=turn, seq=seq, **fields))
                 except BaseException:
                     event_seq[session_id] = seq - 1
                     raise

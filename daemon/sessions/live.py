@@ -1,36 +1,26 @@
-"""The in-memory state of one loaded session (``LiveSession``) and of a prompt admitted to it
-(``PendingTurn``): its history, the prompts waiting for their turn, its lease and unsaved
-messages, and the running turn."""
+"""The in-memory state of one loaded session (``LiveSession``): its history, its waiting input
+(``inbox``: prompts waiting for their turn, steers waiting to join the running one), its lease
+and unsaved messages, and the running turn."""
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
 from daemon import agent
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage
-from daemon.sessions.thinking_settings import ThinkingRequest
+from daemon.sessions.inbox import Inbox, PendingSteer, PendingTurn
 from daemon.store import SessionRow
-from protocol.objects import Compaction, Thinking
+from protocol.objects import Compaction, Queue, QueuedTurn, Thinking, WaitingSteer
 
-
-@dataclass
-class PendingTurn:
-    turn_id: str
-    user_message: ChatMessage | None  # None for a compaction turn
-    # The thinking settings in force when the prompt was sent (a per-turn level included):
-    # a queued prompt keeps them, whatever changes before its turn starts.
-    thinking: ThinkingRequest
-    compaction: agent.CompactionRequest | None = None  # what a compaction turn does (session/compact)
+__all__ = ["LiveSession", "PendingSteer", "PendingTurn", "no_thinking"]
 
 
 @dataclass
 class LiveSession:
     row: SessionRow
     history: list[ChatMessage]
-    inbox_send: Any
-    inbox_receive: Any
+    inbox: Inbox
     # The session's compaction records in seq order; requests fold the history at the last one.
     compactions: list[Compaction] = field(default_factory=list)
     # How far the provider's token counts are from ponder's estimate, learned call by call.
@@ -40,6 +30,10 @@ class LiveSession:
     # session: two prompts interleaving there could reload the history under each other.
     admit_lock: anyio.Lock = field(default_factory=anyio.Lock)
     current: agent.Turn | None = None
+    # The turn the actor took from the inbox and runs now (set before ``current`` is built, and
+    # also for the compaction turn before a prompt): what a steer is admitted to.
+    active: PendingTurn | None = None
+    compacting: str | None = None  # the id of the compaction turn running before a prompt, if one is
     # Set (and replaced) whenever ``current`` goes back to None: what shutdown and delete
     # wait on for a cancelled turn to end.
     turn_ended: anyio.Event = field(default_factory=anyio.Event)
@@ -58,11 +52,27 @@ class LiveSession:
 
     @property
     def queued(self) -> int:
-        return self.inbox_send.statistics().current_buffer_used
+        """Turns waiting for the running one to end (queued prompts and compactions)."""
+        return len(self.inbox.turns)
 
     @property
     def status(self) -> str:
-        return "running" if self.current is not None or self.queued else "idle"
+        return "running" if self.current is not None or self.active is not None or self.queued else "idle"
+
+    def queue(self) -> Queue:
+        """The waiting input as the wire shows it (``Session.queue``, ``queue_update``)."""
+        return Queue(
+            steers=[WaitingSteer(message_id=s.message.message_id, text=text_of(s.message)) for s in self.inbox.steers],
+            queued=[
+                QueuedTurn(
+                    turn_id=p.turn_id,
+                    message_id=None if p.user_message is None else p.user_message.message_id,
+                    text=None if p.user_message is None else text_of(p.user_message),
+                    kind="compaction" if p.compaction is not None else "prompt",
+                )
+                for p in self.inbox.turns
+            ],
+        )
 
     def turn_done(self) -> None:
         """The running turn is over: ``current`` is cleared and its waiters are woken."""
@@ -107,6 +117,11 @@ class LiveSession:
     def stored_messages(self) -> list[ChatMessage]:
         """Every message the store holds: the history, then the prompts waiting for their turn."""
         return [*self.history, *self.waiting]
+
+
+def text_of(message: ChatMessage) -> str:
+    """A user message's text blocks joined by newlines (how the queue shows it)."""
+    return "\n".join(p.text for p in message.parts if p.type == "text")
 
 
 def no_thinking(level: str) -> Thinking:

@@ -32,18 +32,24 @@ from daemon.errors import (
     SessionBusy,
     SessionNotFound,
     ShuttingDown,
+    StateConflict,
     StoreError,
+    TurnNotActive,
     UnknownAttachment,
 )
 from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry
+from daemon.sandbox.confinement import Override
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import budget_from
-from daemon.sessions.actor import drop_queue, run_actor
+from daemon.sessions.actor import bracket, drop_queue, run_actor
 from daemon.sessions.assembly import TurnAssembly
 from daemon.sessions.bridge import ClientBridge
+from daemon.sessions.continuing import plan_continue
 from daemon.sessions.emitter import EventNumbers
-from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.inbox import Inbox
+from daemon.sessions.live import LiveSession, PendingSteer, PendingTurn
 from daemon.sessions.model_level import merge_levels, split_model_level
 from daemon.sessions.persistence import SessionWrites
 from daemon.sessions.prompt_content import ContentRules, admit_content
@@ -54,7 +60,7 @@ from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
-from protocol.methods import BudgetParams, InputBlock
+from protocol.methods import Admission, BudgetParams, Delivery, InputBlock, SandboxParams, SessionPromptResult
 from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
 
 log = logging.getLogger("ponder.sessions")
@@ -73,9 +79,11 @@ class SessionManager:
         *,
         tool_sources: list[ToolSource] | None = None,
         discover_models: Callable[[str], Awaitable[None]] | None = None,
+        sandbox: Sandbox | None = None,
         permissions: PermissionBook | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox  # how run_command is confined; None: not at all (and not reported)
         self.store = store
         self.catalog = catalog
         self.providers = providers
@@ -90,7 +98,9 @@ class SessionManager:
         self.shutting_down = False
         # The permission rules and hooks (config.toml, permissions.toml, each session's).
         self.permissions = permissions if permissions is not None else PermissionBook(config)
-        self.assembly = TurnAssembly(config, store, catalog, providers, bridge, self.tool_sources, self.permissions)
+        self.assembly = TurnAssembly(
+            config, store, catalog, providers, bridge, self.tool_sources, self.permissions, sandbox
+        )
         self.accounts = self.assembly.accounts  # every model call's usage, cost and budget
         self.events = EventNumbers(bridge)
         self.writes = SessionWrites(store, self.background_task_group)
@@ -111,8 +121,7 @@ class SessionManager:
                 await anyio.sleep_forever()
         finally:
             for live in self._live.values():
-                live.inbox_send.close()
-                live.inbox_receive.close()
+                live.inbox.close()
 
     def background_task_group(self) -> TaskGroup | None:
         """Where daemon-lifetime background work (a device-login poll) runs; None once shutting down."""
@@ -191,8 +200,7 @@ class SessionManager:
         if self.shutting_down or self.task_group is None:
             raise ShuttingDown()
         await self.discover(row.model_id)
-        send, receive = anyio.create_memory_object_stream[PendingTurn](self.config.max_queued_prompts)
-        live = LiveSession(row=row, history=history, inbox_send=send, inbox_receive=receive)
+        live = LiveSession(row=row, history=history, inbox=Inbox(self.config.max_queued_prompts))
         self._live[row.id] = live
         await self.task_group.start(run_actor, self, live)
         return live
@@ -215,7 +223,12 @@ class SessionManager:
         if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
-        return row.to_wire(live.status if live is not None else "idle")
+        session = row.to_wire(live.status if live is not None else "idle")
+        if live is not None:
+            session = msgspec.structs.replace(session, queue=live.queue())
+        if self.sandbox is not None:
+            session.sandbox = self.sandbox.wire(row.id, row.cwd)
+        return session
 
     def thinking_request(self, row: SessionRow, turn_level: RequestedThinkingLevel | None = None) -> ThinkingRequest:
         """What ``row`` asks of thinking now; ``turn_level`` is a prompt's own level."""
@@ -251,6 +264,7 @@ class SessionManager:
         display: str | None = None,
         fallback: str | None = None,
         budget: BudgetParams | None = None,
+        sandbox: SandboxParams | None = None,
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
         follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
@@ -274,7 +288,13 @@ class SessionManager:
         self.thinking_request(row).check(
             self.catalog, spec, "$.params.thinking_level" if level else "$.params.model_id"
         )
+        override = Override() if sandbox is None else Override(mode=sandbox.mode, network=sandbox.network)
+        if self.sandbox is not None:
+            # [sandbox] required with no sandbox here: -32009, and nothing is created.
+            await anyio.to_thread.run_sync(self.sandbox.check_start, override, Path(row.cwd))
         row = await self.store.create_session(row)
+        if self.sandbox is not None:
+            self.sandbox.remember(row.id, override)
         return await self._activate(row, [])
 
     def changes(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -360,6 +380,8 @@ class SessionManager:
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)
+        if self.sandbox is not None:
+            await anyio.to_thread.run_sync(self.sandbox.check_start, self.sandbox.override(source.id), Path(source.cwd))
         new_row = SessionRow(
             id=new_id("ses"),
             cwd=source.cwd,
@@ -380,7 +402,10 @@ class SessionManager:
                 raise InvalidParams(
                     f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
                 )
-        return await self.store.fork_session(source.id, new_row, message_id)
+        forked = await self.store.fork_session(source.id, new_row, message_id)
+        if self.sandbox is not None:
+            self.sandbox.copy(source.id, forked.id)
+        return forked
 
     async def delete(self, session_id: str) -> None:
         await self.row(session_id)
@@ -394,7 +419,7 @@ class SessionManager:
                 turn.cancel_scope.cancel()
                 with anyio.move_on_after(3):
                     await live.wait_turn_ended()
-            live.inbox_send.close()
+            live.inbox.close()
         await self.store.delete_session(session_id)
 
     # --- prompts and turns ----------------------------------------------------------------
@@ -407,13 +432,27 @@ class SessionManager:
         content: list[InputBlock] | None = None,
         *,
         links_outside_cwd: bool = False,
-    ) -> tuple[str, bool]:
+        delivery: Delivery = "queue",
+        expected_turn_id: str | None = None,
+        client_message_id: str | None = None,
+    ) -> SessionPromptResult:
         """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
         ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
         force now, also while it waits behind another turn. Content is read, checked and
-        normalised before anything is stored; a refusal stores nothing."""
+        normalised before anything is stored; a refusal stores nothing.
+
+        ``delivery: "steer"`` joins the running prompt turn before its next model call (not
+        stored until then), or starts a turn like a prompt when none runs; ``client_message_id``
+        makes a prompt sent twice admitted once (PROTOCOL.md "Steering, the queue and continuing")."""
         if (text is None) == (content is None):
             raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
+        if expected_turn_id is not None and delivery != "steer":
+            raise InvalidParams('expected_turn_id goes only with delivery "steer".', path="$.params.expected_turn_id")
+        if delivery == "steer" and thinking_level is not None:
+            raise InvalidParams(
+                "A steer runs with the running turn's thinking; send it without thinking_level.",
+                path="$.params.thinking_level",
+            )
         turn_level = None if thinking_level is None else parse_level(thinking_level, "$.params.thinking_level")
         live, spec = await self._live_for_turn(session_id)
         # Fallback "error": a level the model does not take is refused before anything is stored.
@@ -431,10 +470,19 @@ class SessionManager:
             )
             parts = await admit_content(content, rules)
         async with live.admit_lock:
+            if client_message_id is not None:
+                earlier = _earlier_answer(live, client_message_id, parts)
+                if earlier is not None:
+                    return earlier
+            if delivery == "steer":
+                target = _steer_target(live, expected_turn_id)
+                if target is not None:
+                    return await self._admit_steer(live, target, parts, client_message_id)
             await self._make_room(live)
             if live.unsaved:
                 await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
             queued = live.status == "running"
+            turn_id = new_id("turn")
             message = ChatMessage(
                 message_id=new_id("msg"),
                 session_id=session_id,
@@ -443,7 +491,17 @@ class SessionManager:
                 parts=parts,
                 status="complete",
                 created_at=now_rfc3339(),
+                origin="steer" if delivery == "steer" else "prompt",
+                turn_id=turn_id,
+                client_message_id=client_message_id,
             )
+            answer = SessionPromptResult(
+                turn_id=turn_id,
+                message_id=message.message_id,
+                queued=queued,
+                delivery="queued" if queued else "started",
+            )
+            message.admission = msgspec.to_builtins(answer)
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
                 await self.store.save_message(message)
@@ -455,9 +513,93 @@ class SessionManager:
                     with anyio.move_on_after(2, shield=True):
                         await self.writes.release_lease(live)
                 raise
+            pending = PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level), announced=queued)
+            live.inbox.put(pending)
+            if queued:
+                await self.events.queue_update(live)
+            return answer
+
+    async def _admit_steer(
+        self, live: LiveSession, turn_id: str, parts: list[Part], client_message_id: str | None
+    ) -> SessionPromptResult:
+        """Under ``admit_lock``: a steer for running turn ``turn_id``, kept in memory until it joins."""
+        if live.inbox.full:
+            raise SessionBusy(live.row.id)
+        message = ChatMessage(
+            message_id=new_id("msg"),
+            session_id=live.row.id,
+            seq=0,  # taken when it joins
+            role="user",
+            parts=parts,
+            status="complete",
+            created_at=now_rfc3339(),
+            origin="steer",
+            client_message_id=client_message_id,
+        )
+        answer = SessionPromptResult(
+            turn_id=turn_id, message_id=message.message_id, queued=False, delivery="steer_pending"
+        )
+        message.admission = msgspec.to_builtins(answer)
+        live.inbox.add_steer(PendingSteer(message, turn_id))
+        await self.events.queue_update(live)
+        return answer
+
+    async def continue_turn(self, session_id: str) -> str | None:
+        """``session/continue``: a new turn that goes on from the stored tail of the last prompt
+        turn (its id); None when there is nothing to continue."""
+        live, _spec = await self._live_for_turn(session_id)
+        async with live.admit_lock:
+            if live.status == "running":
+                raise SessionBusy(session_id, "a turn is running", reason="turn_running")
+            plan = plan_continue(live.history, session_id)
+            if plan is None:
+                return None
+            await self._make_room(live)
+            plan = plan_continue(live.history, session_id)  # the lease may have brought another daemon's messages
+            if plan is None:
+                with anyio.move_on_after(2, shield=True):
+                    await self.writes.release_lease(live)
+                return None
+            if live.unsaved:
+                await self.writes.flush_unsaved(live)
             turn_id = new_id("turn")
-            live.inbox_send.send_nowait(PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level)))
-            return turn_id, queued
+            for message in plan.new_messages:
+                message.seq = live.next_seq()
+                message.turn_id = turn_id
+                await self.store.save_message(message)  # refused: nothing was added to the history
+                live.history.append(message)
+            live.inbox.put(
+                PendingTurn(
+                    turn_id,
+                    plan.user_message,
+                    self.thinking_request(live.row),
+                    continued_from=plan.continued_from,
+                    stored=True,
+                )
+            )
+            return turn_id
+
+    async def remove_queued(self, session_id: str, message_id: str) -> None:
+        """``session/queue/remove``: take a waiting steer or queued prompt back. A prompt is deleted
+        from the store and its turn bracketed ``cancelled``; a steer was stored nowhere."""
+        live = await self.get(session_id)
+        async with live.admit_lock:
+            taken = live.inbox.remove(message_id)
+            if taken is None:
+                if any(m.message_id == message_id for m in live.history):
+                    raise StateConflict(
+                        f"Message {message_id!r} was already delivered; it cannot be taken back.", "already_delivered"
+                    )
+                raise StateConflict(
+                    f"No waiting prompt or steer {message_id!r} in session {session_id!r}.", "unknown_message_id"
+                )
+            if isinstance(taken, PendingTurn) and taken.user_message is not None and taken.stored:
+                live.waiting = [m for m in live.waiting if m is not taken.user_message]
+                with anyio.CancelScope(shield=True):
+                    await self.store.delete_message(session_id, message_id)
+            await self.events.queue_update(live)
+        if isinstance(taken, PendingTurn):
+            await bracket(self, live, taken, "cancelled")
 
     async def attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes]:
         """(mime_type, bytes) of an attachment the session's messages name (``attachment/get``)."""
@@ -477,7 +619,9 @@ class SessionManager:
             compaction_id = new_id("cmp")
             request = CompactionRequest(compaction_id=compaction_id, trigger="manual", instructions=instructions)
             turn_id = new_id("turn")
-            live.inbox_send.send_nowait(PendingTurn(turn_id, None, self.thinking_request(live.row), request))
+            live.inbox.put(PendingTurn(turn_id, None, self.thinking_request(live.row), request, announced=queued))
+            if queued:
+                await self.events.queue_update(live)
             return turn_id, compaction_id, queued
 
     async def _live_for_turn(self, session_id: str) -> tuple[LiveSession, ModelSpec]:
@@ -493,7 +637,7 @@ class SessionManager:
     async def _make_room(self, live: LiveSession) -> None:
         """Under ``admit_lock``: room in the inbox, and the turn lease (catching up with what another
         daemon did while we held none); ``SessionBusy`` otherwise."""
-        if live.queued >= self.config.max_queued_prompts:
+        if live.inbox.full:
             raise SessionBusy(live.row.id)
         if not live.lease_held:
             if not await self.writes.acquire_lease(live):
@@ -514,26 +658,87 @@ class SessionManager:
             live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]
         live.row = row
 
-    async def cancel(self, session_id: str) -> tuple[bool, int]:
+    async def cancel(self, session_id: str) -> tuple[bool, int, list[ChatMessage]]:
+        """Cancel the running turn and drop the waiting input: (a turn was cancelled, prompts
+        dropped, the steers that were waiting: stored nowhere, given back to the client)."""
         live = self._live.get(session_id)
         if live is None:
             await self.row(session_id)  # unknown ids still get session_not_found
-            return False, 0
-        dropped = drop_queue(self, live)
+            return False, 0, []
+        dropped, steers = drop_queue(self, live)
         turn = live.current
         if turn is None:
-            return False, dropped
+            return False, dropped, steers
         turn.cancel_scope.cancel()
-        return True, dropped
+        return True, dropped, steers
 
     def unload(self, live: LiveSession) -> None:
         if self._live.get(live.row.id) is live:
             del self._live[live.row.id]
         live.unloaded = True
-        live.inbox_send.close()
+        live.inbox.close()
 
     def is_live(self, session_id: str) -> bool:
         return session_id in self._live
+
+
+def _steer_target(live: LiveSession, expected_turn_id: str | None) -> str | None:
+    """The turn a steer joins: the running prompt turn, or a steer turn about to start; None when
+    no turn runs (the steer then starts one like a prompt). ``TurnNotActive`` when it names
+    another turn, names one while none runs, or a compaction turn runs."""
+    active = live.active
+    if live.compacting is not None or (active is not None and active.compaction is not None):
+        running = live.compacting or (active.turn_id if active is not None else None)
+        raise TurnNotActive(
+            'A compaction turn is running and cannot be steered; send the message again with delivery "queue".',
+            active_turn_id=running,
+            reason="not_steerable",
+        )
+    target = active.turn_id if active is not None else None
+    if target is None and live.inbox.turns and not live.inbox.turns[0].stored:
+        target = live.inbox.turns[0].turn_id  # steers that came too late for the last turn start this one
+    if expected_turn_id is None or expected_turn_id == target:
+        return target
+    if target is None:
+        raise TurnNotActive(
+            f"Turn {expected_turn_id!r} is not running and no turn is; send the message without expected_turn_id "
+            "to start one.",
+            active_turn_id=None,
+            reason="no_active_turn",
+        )
+    raise TurnNotActive(
+        f"Turn {expected_turn_id!r} is not the running turn ({target!r}); steer that one or queue the message.",
+        active_turn_id=target,
+        reason="turn_mismatch",
+    )
+
+
+def _content_key(parts: list[Part]) -> list[tuple[str, str, str | None]]:
+    """What makes two prompts the same: their blocks' kinds, texts and attachments (by content)."""
+    return [(p.type, p.text, p.attachment_id) for p in parts]
+
+
+def _earlier_answer(live: LiveSession, client_message_id: str, parts: list[Part]) -> SessionPromptResult | None:
+    """The first answer to a prompt with this ``client_message_id`` (a client that lost it sends
+    again), None when the id is new; ``client_message_id_reused`` when it came with other content."""
+    waiting = [steer.message for steer in live.inbox.steers]
+    waiting += [p.user_message for p in live.inbox.turns if p.user_message is not None and not p.stored]
+    for message in [*waiting, *live.stored_messages]:
+        if message.client_message_id != client_message_id:
+            continue
+        if _content_key(message.parts) != _content_key(parts):
+            raise StateConflict(
+                f"client_message_id {client_message_id!r} was already used for another message in this session; "
+                "use a new id (a UUID) for each message.",
+                "client_message_id_reused",
+            )
+        if message.admission is not None:
+            return msgspec.convert(message.admission, SessionPromptResult)
+        delivery: Admission = "steer_pending" if message.origin == "steer" else "started"
+        return SessionPromptResult(
+            turn_id=message.turn_id or "", message_id=message.message_id, queued=False, delivery=delivery
+        )
+    return None
 
 
 def _check_cwd(cwd: str | None) -> Path:

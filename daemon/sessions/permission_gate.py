@@ -3,7 +3,8 @@ person (``permission/request``) with the rule an "always" or "session" answer ke
 
 (1) a deny rule, or ``read_only`` for a mutating tool: denied; (2) ``pre_tool_use`` hooks; a
 hook deny: denied; (3) an ask rule or a hook ask: asked; (4) an allow rule or a hook allow:
-runs; (5) the sandbox's approval (``sandbox_approves``: none yet); (6) the policy. Asked with
+runs; (5) the sandbox's approval (``sandbox_approves``: ``ToolRunner`` passes whether ``run_command``
+runs fully confined); (6) the policy. Asked with
 nobody able to answer: denied. A hook never runs for a call a rule or ``read_only`` denied,
 so it can never override one.
 """

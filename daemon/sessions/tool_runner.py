@@ -1,17 +1,24 @@
-"""Running a turn's tool calls: approval (``permission_gate``: rules, hooks, the policy, asking
-the person), execution with credentials masked in everything a tool prints, and the turn's
-hooks (``user_prompt_submit`` when it starts, ``post_tool_use`` after each call)."""
+"""Running a turn's tool calls: approval (``permission_gate``: rules, hooks, an enforced sandbox
+standing in for ``ask`` on ``run_command``, the policy, asking the person), execution with
+credentials masked in everything a tool prints (``run_command`` in the OS sandbox; a command the
+sandbox stopped is offered, under ``ask``, to run once unconfined: PROTOCOL.md "Sandbox"), and
+the turn's hooks (``user_prompt_submit`` when it starts, ``post_tool_use`` after each call)."""
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from daemon import agent
-from daemon.agent import Turn
+from daemon.agent import ToolOutcome, Turn
 from daemon.config.settings import Config
 from daemon.conversation import Part
 from daemon.errors import HookDenied
+from daemon.jsonrpc.connection import ClientRequestError
 from daemon.permissions.book import PermissionBook
+from daemon.permissions.decide import CallFacts
+from daemon.sandbox.command import CommandSandbox
+from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
@@ -22,6 +29,10 @@ from daemon.tools.base import ToolContext
 from daemon.tools.source import ToolSource
 from daemon.util.redact import SecretMask
 from daemon.util.redact import known as known_secrets
+from protocol.methods import PermissionRequestParams
+
+# The one tool the OS sandbox confines (file tools are confined by their own path checks).
+SANDBOXED_TOOL = "run_command"
 
 
 class ToolRunner:
@@ -38,8 +49,10 @@ class ToolRunner:
         offer_tools: bool,
         permissions: PermissionBook,
         emit: agent.Emit,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.config = config
+        self.sandbox = sandbox
         self.bridge = bridge
         self.live = live
         self.turn_id = turn_id
@@ -54,7 +67,7 @@ class ToolRunner:
             self.cwd,
             config.pass_env,
         )
-        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks)
+        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks, self._sandbox_approves)
 
     async def prepare(self, turn: Turn) -> None:
         """Run the ``user_prompt_submit`` hooks of a prompt's turn (a deny ends it ``error``), add
@@ -80,14 +93,65 @@ class ToolRunner:
             return agent.Approval(True)  # invalid arguments: execute_tool reports them without running anything
         return await self.gate.decide(call, tool, title)
 
+    def _hidden(self) -> tuple[Path, ...]:
+        """The ponder home, which file tools never touch (unless the session works inside it)."""
+        home, cwd = Path(os.path.realpath(self.config.home)), Path(os.path.realpath(self.cwd))
+        return () if cwd == home or cwd.is_relative_to(home) else (home,)
+
+    def _read_only(self) -> tuple[Path, ...]:
+        """The cwd's .git while the session's sandbox is on (file tools must not get round it)."""
+        if self.sandbox is None or self.sandbox.confinement(self.live.row.id, self.cwd).mode == "off":
+            return ()
+        return (Path(os.path.realpath(self.cwd / ".git")),)
+
+    def _sandbox_approves(self, facts: CallFacts) -> bool:
+        """Step 5 of "Permissions": a command the sandbox confines fully runs unasked under ``ask``."""
+        return (
+            facts.tool == SANDBOXED_TOOL
+            and self.sandbox is not None
+            and self.sandbox.approves(self.live.row.id, self.cwd)
+        )
+
     async def observe(self, event: str, fields: dict[str, Any]) -> None:
         """The watching hooks (``stop``, ``pre_compact``): ``Turn.observe``."""
         await self.hooks.observe(event, fields)
 
-    async def run(self, call: Part, output: Callable[[str], Awaitable[None]] | None) -> tuple[str, bool, list[Part]]:
-        """(text, is_error, images) of one call; ``output`` gets what the tool prints as it runs;
-        then the ``post_tool_use`` hooks see the result. Images a tool returned are checked and
-        scaled as a prompt's are (``tool_images``)."""
+    async def run(self, call: Part, output: Callable[[str], Awaitable[None]] | None) -> ToolOutcome:
+        """The outcome of one call (text, is_error, images, how the sandbox ran it); ``output`` gets
+        what the tool prints as it runs; then the ``post_tool_use`` hooks see the result. Images a
+        tool returned are checked and scaled as a prompt's are (``tool_images``)."""
+        sandbox = None
+        if call.name == SANDBOXED_TOOL and self.sandbox is not None:
+            sandbox = self.sandbox.for_command(self.live.row.id, self.cwd)
+        outcome = await self._run(call, output, sandbox)
+        if sandbox is not None and outcome.sandbox is not None and outcome.sandbox.denied:
+            if await self._allowed_unconfined(call):
+                outcome = await self._run(call, output, sandbox.unconfined())
+        return outcome
+
+    async def _allowed_unconfined(self, call: Part) -> bool:
+        """Under ``ask``, whether the person lets a command the sandbox stopped run once unconfined."""
+        if self.live.row.approval_policy != "ask" or not self.bridge.can_ask:
+            return False  # auto runs nothing again; with nobody to ask the sandboxed result stands
+        arguments = call.arguments or {}
+        params = PermissionRequestParams(
+            session_id=self.live.row.id,
+            turn_id=self.turn_id,
+            call_id=call.call_id or "",
+            tool=SANDBOXED_TOOL,
+            arguments=arguments,
+            title=f"The sandbox stopped it; run once outside the sandbox: {arguments.get('command')}",
+            options=["allow_once", "deny"],
+            reason="sandbox",
+        )
+        try:
+            return (await self.bridge.ask_permission(params)).decision == "allow_once"
+        except ClientRequestError:
+            return False
+
+    async def _run(
+        self, call: Part, output: Callable[[str], Awaitable[None]] | None, sandbox: CommandSandbox | None
+    ) -> ToolOutcome:
         name, arguments = call.name or "", call.arguments or {}
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints
         # reaches events, the store and the model, so credentials are masked on the way
@@ -104,10 +168,16 @@ class ToolRunner:
             emit_output=masked_output if output is not None else None,
             secrets=secrets,
             pass_env=self.config.pass_env,
+            hidden=self._hidden(),
+            read_only=self._read_only(),
+            sandbox=sandbox,
         )
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:
             await output(rest)
+        report = result.sandbox
+        if report is None and sandbox is not None:  # refused or failed before it ran: still say how
+            report = sandbox.report(None, "")
         text = mask.scrub(result.text)
         if self.hooks.any_for("post_tool_use", name):
             fields = {
@@ -118,6 +188,6 @@ class ToolRunner:
             }
             await self.hooks.observe("post_tool_use", fields)
         if not result.images:
-            return text, result.is_error, []
+            return ToolOutcome(text, result.is_error, [], report)
         images, problems = await tool_images(result.images)
-        return "\n".join([text, *problems]), result.is_error, images
+        return ToolOutcome("\n".join([text, *problems]), result.is_error, images, report)

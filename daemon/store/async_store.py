@@ -108,6 +108,9 @@ class AsyncStore:
     async def save_message(self, message: ChatMessage) -> ChatMessage:
         return await self._together(self._writes, self.store._save_message_body(message))
 
+    async def delete_message(self, session_id: str, message_id: str) -> bool:
+        return await self._call(self.store.delete_message, session_id, message_id)
+
     async def get_messages(
         self, session_id: str, after_seq: int | None = None, limit: int | None = None
     ) -> list[ChatMessage]:

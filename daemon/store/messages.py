@@ -19,7 +19,7 @@ from protocol.objects import Usage
 
 _MESSAGE_COLUMNS = (
     "id, session_id, seq, role, model_id, thinking_requested, thinking_effective, "
-    "stop_reason, usage_json, status, created_at"
+    "stop_reason, usage_json, status, created_at, origin, turn_id, client_message_id, admission_json"
 )
 PART_COLUMNS = (
     "message_id, position, type, text, redacted, call_id, name, arguments_json, "
@@ -161,13 +161,16 @@ class MessageQueries(Database):
             try:
                 db.execute(
                     f"""
-                    INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (id) DO UPDATE SET
                         seq = excluded.seq, role = excluded.role, model_id = excluded.model_id,
                         thinking_requested = excluded.thinking_requested,
                         thinking_effective = excluded.thinking_effective,
                         stop_reason = excluded.stop_reason, usage_json = excluded.usage_json,
-                        status = excluded.status, created_at = excluded.created_at
+                        status = excluded.status, created_at = excluded.created_at,
+                        origin = excluded.origin, turn_id = excluded.turn_id,
+                        client_message_id = excluded.client_message_id,
+                        admission_json = excluded.admission_json
                     """,
                     (
                         message.message_id,
@@ -181,6 +184,10 @@ class MessageQueries(Database):
                         None if message.usage is None else json_encode(message.usage).decode(),
                         message.status,
                         created_at,
+                        message.origin,
+                        message.turn_id,
+                        message.client_message_id,
+                        None if message.admission is None else json_encode(message.admission).decode(),
                     ),
                 )
             except sqlite3.IntegrityError as error:
@@ -243,11 +250,24 @@ class MessageQueries(Database):
                     usage=None if row[8] is None else _decode_usage(row[8]),
                     status=row[9],
                     created_at=row[10],
+                    origin=row[11],
+                    turn_id=row[12],
+                    client_message_id=row[13],
+                    admission=None if row[14] is None else _decode_object(row[14]),
                 )
                 for row in rows
             ]
 
         return self._read(body)
+
+    def delete_message(self, session_id: str, message_id: str) -> bool:
+        """Delete one message with its parts (a queued prompt taken back); False if it was not stored."""
+
+        def body(db: sqlite3.Connection) -> bool:
+            found = db.execute("DELETE FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id))
+            return found.rowcount > 0
+
+        return self._write(body)
 
     # --- attachments ---------------------------------------------------------------------
 

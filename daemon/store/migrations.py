@@ -241,6 +241,20 @@ def m006_attachments(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX parts_by_attachment ON parts (attachment_id) WHERE attachment_id IS NOT NULL")
 
 
+@migration
+def m007_message_origin(db: sqlite3.Connection) -> None:
+    # Steering and continuing (PROTOCOL "Steering, the queue and continuing"): where a user
+    # message came from (prompt, steer, continue), the turn that wrote each message (what
+    # session/continue names in ``continued_from``), and a prompt's ``client_message_id`` with
+    # the answer it first got (a prompt sent twice is admitted once, also after a restart).
+    for column in ("origin TEXT", "turn_id TEXT", "client_message_id TEXT", "admission_json TEXT"):
+        db.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+    db.execute(
+        "CREATE UNIQUE INDEX messages_by_client_id ON messages (session_id, client_message_id) "
+        "WHERE client_message_id IS NOT NULL"
+    )
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

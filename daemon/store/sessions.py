@@ -277,9 +277,11 @@ class SessionQueries(Database):
             db.executemany(
                 """
                 INSERT INTO messages (id, session_id, seq, role, model_id, thinking_requested,
-                                      thinking_effective, stop_reason, usage_json, status, created_at)
+                                      thinking_effective, stop_reason, usage_json, status, created_at,
+                                      origin, turn_id)
                 SELECT ?1, ?3, seq, role, model_id, thinking_requested,
-                       thinking_effective, stop_reason, usage_json, status, created_at
+                       thinking_effective, stop_reason, usage_json, status, created_at,
+                       origin, turn_id
                 FROM messages WHERE id = ?2
                 """,
                 [(new_id, old_id, new_row.id) for new_id, old_id in mapping],

@@ -10,6 +10,7 @@ Approval is decided before this, by ``daemon.tools.approval``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -96,7 +97,7 @@ async def execute_tool(tools: dict[str, Tool[Any]], name: str, arguments: Any, c
 def _valid_utf8(result: ToolResult) -> ToolResult:
     """``result`` with any lone surrogate (a non-UTF-8 byte of a file name, kept by ``os.fsdecode``) escaped."""
     text = escape_surrogates(result.text)
-    return result if text is result.text else ToolResult(text, is_error=result.is_error, images=result.images)
+    return result if text is result.text else dataclasses.replace(result, text=text)
 
 
 def _signature(tool: Tool[Any]) -> str:

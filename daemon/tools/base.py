@@ -14,9 +14,14 @@ import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import msgspec
+
+from protocol.events import ToolSandbox
+
+if TYPE_CHECKING:
+    from daemon.sandbox.command import CommandSandbox
 
 __all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
 
@@ -33,6 +38,7 @@ class ToolError(Exception):
 class ToolResult:
     text: str
     is_error: bool = False
+    sandbox: ToolSandbox | None = None  # run_command: how it was confined (tool_execution_end.sandbox)
     # Images the tool returned (an MCP tool's image content): (mime_type, bytes) as received;
     # the session checks and scales them before a vision model sees them.
     images: tuple[tuple[str, bytes], ...] = ()
@@ -48,6 +54,16 @@ class ToolContext:
     secrets: tuple[str, ...] = ()
     # Credential variables a command's children get anyway ([tools] pass_env; see config.child_env).
     pass_env: tuple[str, ...] = ()
+    # Real paths no file tool reads or writes (the ponder home), and those they do not write
+    # (the cwd's .git while the sandbox is on): PROTOCOL.md "Sandbox".
+    hidden: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    # How run_command confines its command (daemon.sandbox); None: no sandbox is involved at all.
+    sandbox: CommandSandbox | None = None
+
+    def hidden_strs(self) -> tuple[str, ...]:
+        """``hidden`` for a scan child's JSON request."""
+        return tuple(str(path) for path in self.hidden)
 
 
 class ToolArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

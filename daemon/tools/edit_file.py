@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import confined_parent, display_path, open_regular, resolve_in_cwd
+from daemon.tools.paths import check_protected, confined_parent, display_path, open_regular, resolve_in_cwd
 from daemon.tools.replace import check_replaceable, replace_file
 from daemon.tools.text import decode_text
 
@@ -49,6 +49,7 @@ class EditFile(Tool[EditFileArgs]):
     async def run(self, args: EditFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
         root = resolve_in_cwd(ctx.cwd, ".")
+        check_protected(path, ctx, write=True)
         shown = display_path(path, ctx.cwd)
         if not args.old_string:
             raise ToolError("old_string is empty; to create or replace a whole file use write_file.")

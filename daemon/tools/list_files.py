@@ -17,7 +17,7 @@ import msgspec
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.child import SCAN_TIME_LIMIT_S, run_in_child
 from daemon.tools.ignore import compile_glob
-from daemon.tools.paths import display_path, escape_name, resolve_in_cwd
+from daemon.tools.paths import check_protected, display_path, escape_name, resolve_in_cwd
 from daemon.tools.walk import WalkStats, walk_files
 
 __all__ = ["MAX_FILES", "ListFiles", "ListFilesArgs", "glob_matcher", "scan", "walk_notes"]
@@ -56,9 +56,10 @@ class ListFiles(Tool[ListFilesArgs]):
         if not start.exists():
             raise ToolError(f"'{display_path(start, ctx.cwd)}' does not exist.")
         root = resolve_in_cwd(ctx.cwd, ".")
+        check_protected(start, ctx, write=False)
         return await run_in_child(
             self.name,
-            {"root": str(root), "start": str(start), "args": {"pattern": args.pattern}},
+            {"root": str(root), "start": str(start), "args": {"pattern": args.pattern, "hidden": ctx.hidden_strs()}},
             self.time_limit_s,
             f"list_files was stopped after its time limit of {self.time_limit_s:g} s; the tree may be huge or the "
             "pattern (or a .gitignore rule) too complex. Narrow it with path or a simpler pattern.",
@@ -79,7 +80,7 @@ def glob_matcher(pattern: str | None) -> Callable[[str], bool]:
     return lambda rel: regex.fullmatch(rel.rsplit("/", 1)[-1]) is not None
 
 
-def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
+def scan(root: Path, start: Path, pattern: str | None, hidden: tuple[str, ...] = ()) -> ToolResult:
     """The listing itself; runs in the child process."""
     matches = glob_matcher(pattern)
     base = "" if start == root else start.relative_to(root).as_posix() + "/"
@@ -88,7 +89,7 @@ def scan(root: Path, start: Path, pattern: str | None) -> ToolResult:
     more = False
     stats = WalkStats()
     try:
-        for walked in walk_files(root, start, stats):
+        for walked in walk_files(root, start, stats, tuple(Path(h) for h in hidden)):
             rel = walked.rel
             if not matches(rel.removeprefix(base)):
                 continue

@@ -23,11 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from daemon.tools.base import ToolError
+from daemon.tools.base import ToolContext, ToolError
 from daemon.tools.text import escape_char
 
 __all__ = [
     "DIR_FLAGS",
+    "check_protected",
     "confined_parent",
     "display_path",
     "escape_name",
@@ -63,6 +64,23 @@ def resolve_in_cwd(cwd: Path, path: str) -> Path:
             f"path {path!r} is outside the session's working directory {root}; file tools only reach files inside it."
         )
     return resolved
+
+
+def check_protected(path: Path, ctx: ToolContext, *, write: bool) -> None:
+    """Refuse the (real) ``path`` when it lies in the ponder home, or, for a write, in a
+    directory kept read-only (the cwd's ``.git`` while the sandbox is on)."""
+    for hidden in ctx.hidden:
+        if is_inside(path, hidden):
+            shown = display_path(path, ctx.cwd)
+            raise ToolError(f"'{shown}' is inside the ponder home ({hidden}); file tools never read or write there.")
+    if write:
+        for kept in ctx.read_only:
+            if is_inside(path, kept):
+                raise ToolError(
+                    f"'{display_path(path, ctx.cwd)}' is inside {kept}, which stays read-only while the session's "
+                    "sandbox is on; a git command that writes it must run outside the sandbox (under ask, "
+                    "run_command offers that to the person when the sandbox stops it)."
+                )
 
 
 def is_inside(path: Path, root: Path) -> bool:

@@ -19,7 +19,7 @@ import anyio.from_thread
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import confined_parent, display_path, open_regular, resolve_in_cwd
+from daemon.tools.paths import check_protected, confined_parent, display_path, open_regular, resolve_in_cwd
 from daemon.tools.text import SNIFF_BYTES, looks_binary
 
 __all__ = ["COUNT_LINES_BYTES", "MAX_OUTPUT_BYTES", "ReadFile", "ReadFileArgs"]
@@ -47,6 +47,7 @@ class ReadFile(Tool[ReadFileArgs]):
     async def run(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
         root = resolve_in_cwd(ctx.cwd, ".")
+        check_protected(path, ctx, write=False)
         shown = display_path(path, ctx.cwd)
         if path == root:
             raise ToolError(f"'{shown}' is a directory; use list_files to see its contents.")

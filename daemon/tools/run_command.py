@@ -11,6 +11,11 @@ leaks; a child that redirected its output (``cmd > log &``) is left running, unt
 daemon ends: the group is handed to ``procgroup.watch_group``, so nothing it started
 outlives the daemon (SIGKILL included), unless it left the group (``setsid``).
 
+With a sandbox (``ToolContext.sandbox``, see ``daemon.sandbox``) the shell runs confined
+(bubblewrap, Landlock or sandbox-exec wrap it); the result says how it ran and whether the
+sandbox seems to have stopped it (``ToolResult.sandbox``). Under bubblewrap the command has
+a PID namespace of its own: whatever it left in the background ends with it.
+
 Credentials stay out of the command: its environment is the daemon's minus provider
 keys, GitHub tokens and any variable holding a known credential (``config.child_env``;
 ``[tools] pass_env`` lets chosen ones through). Output is masked (``ctx.secrets``) as
@@ -21,6 +26,7 @@ longer be recognised.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import logging
 import os
 import signal
@@ -77,17 +83,24 @@ class RunCommand(Tool[RunCommandArgs]):
     async def run(self, args: RunCommandArgs, ctx: ToolContext) -> ToolResult:
         if not args.command.strip():
             raise ToolError("command is empty.")
+        sandbox = ctx.sandbox
+        if sandbox is not None and sandbox.refusal is not None:
+            raise ToolError(sandbox.refusal)
         cwd = resolve_in_cwd(ctx.cwd, ".")
         if not cwd.is_dir():
             raise ToolError(f"the working directory {cwd} does not exist.")
+        env = {**child_env(os.environ, ctx.pass_env), **_NON_INTERACTIVE_ENV}
+        command: str | list[str] = args.command
+        if sandbox is not None and (confined := sandbox.spawn_argv(args.command, cwd)) is not None:
+            command, env = confined, {**env, **sandbox.env()}
         try:
             process = await anyio.open_process(
-                args.command,
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env={**child_env(os.environ, ctx.pass_env), **_NON_INTERACTIVE_ENV},
+                env=env,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -112,7 +125,10 @@ class RunCommand(Tool[RunCommandArgs]):
                 release_group(process.pid)
         if rest := text.flush():  # a timeout or cancellation may leave a held-back tail
             output.add(rest.encode())
-        return _result(outcome, process.returncode, output, args.timeout_s)
+        result = _result(outcome, process.returncode, output, args.timeout_s)
+        if sandbox is None:
+            return result
+        return dataclasses.replace(result, sandbox=sandbox.report(process.returncode, output.text()))
 
 
 async def _collect(process: Process, text: _MaskedText, output: _KeptOutput, streamer: _Streamer) -> bool:

@@ -18,7 +18,7 @@ import msgspec
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.child import SCAN_TIME_LIMIT_S, run_in_child
 from daemon.tools.list_files import glob_matcher, walk_notes
-from daemon.tools.paths import display_path, escape_name, resolve_in_cwd
+from daemon.tools.paths import check_protected, display_path, escape_name, resolve_in_cwd
 from daemon.tools.text import decode_text
 from daemon.tools.walk import WalkStats, open_walked, walk_files
 
@@ -60,7 +60,13 @@ class Search(Tool[SearchArgs]):
         if not start.exists():
             raise ToolError(f"'{display_path(start, ctx.cwd)}' does not exist.")
         root = resolve_in_cwd(ctx.cwd, ".")
-        arguments = {"pattern": args.pattern, "ignore_case": args.ignore_case, "glob": args.glob}
+        check_protected(start, ctx, write=False)
+        arguments = {
+            "pattern": args.pattern,
+            "ignore_case": args.ignore_case,
+            "glob": args.glob,
+            "hidden": ctx.hidden_strs(),
+        }
         return await run_in_child(
             self.name,
             {"root": str(root), "start": str(start), "args": arguments},
@@ -71,7 +77,9 @@ class Search(Tool[SearchArgs]):
         )
 
 
-def scan(root: Path, start: Path, pattern: str, ignore_case: bool, glob: str | None) -> ToolResult:
+def scan(
+    root: Path, start: Path, pattern: str, ignore_case: bool, glob: str | None, hidden: tuple[str, ...] = ()
+) -> ToolResult:
     """The search itself; runs in the child process."""
     try:
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
@@ -84,7 +92,7 @@ def scan(root: Path, start: Path, pattern: str, ignore_case: bool, glob: str | N
     more = False
     stats = WalkStats()
     try:
-        for walked in walk_files(root, start, stats):
+        for walked in walk_files(root, start, stats, tuple(Path(h) for h in hidden)):
             if not matches(walked.rel.removeprefix(base)):
                 continue
             opened = open_walked(root, walked)

@@ -41,13 +41,16 @@ class WalkStats:
     unreadable_dirs: int = 0
 
 
-def walk_files(root: Path, start: Path, stats: WalkStats | None = None) -> Iterator[WalkedFile]:
+def walk_files(
+    root: Path, start: Path, stats: WalkStats | None = None, hidden: tuple[Path, ...] = ()
+) -> Iterator[WalkedFile]:
     """Yield each file under ``start``, in sorted order: a directory's files, then its subdirectories'.
 
     ``root`` and ``start`` are real paths, ``start`` inside ``root``. Ignore rules come
     from ``.gitignore`` files from ``root`` down; ``start`` itself is walked even when
     ignored, since asking for it by name is explicit. Raises ``OSError`` when ``start``
-    cannot be opened.
+    cannot be opened. Nothing inside ``hidden`` (real paths: the ponder home) is yielded or
+    entered, also through a symlink.
     """
     stats = stats if stats is not None else WalkStats()
     rel_start = "" if start == root else start.relative_to(root).as_posix()
@@ -69,7 +72,7 @@ def walk_files(root: Path, start: Path, stats: WalkStats | None = None) -> Itera
             if current.pending is None:  # first visit: its files, then its subdirectories
                 current.ignore = _with_gitignore(current.ignore, current.fd, current.base)
                 subdirs: list[str] = []
-                yield from _files_of(current, root, subdirs, stats)
+                yield from _files_of(current, root, subdirs, stats, hidden)
                 current.pending = iter(subdirs)
             subdir = next(current.pending, None)
             if subdir is None:
@@ -95,7 +98,9 @@ class _Dir:
     pending: Iterator[str] | None = None  # subdirectories still to walk, once scanned
 
 
-def _files_of(directory: _Dir, root: Path, subdirs: list[str], stats: WalkStats) -> Iterator[WalkedFile]:
+def _files_of(
+    directory: _Dir, root: Path, subdirs: list[str], stats: WalkStats, hidden: tuple[Path, ...] = ()
+) -> Iterator[WalkedFile]:
     """The files in ``directory``, in name order; its subdirectories go to ``subdirs``."""
     try:
         with os.scandir(directory.fd) as scan:
@@ -108,12 +113,14 @@ def _files_of(directory: _Dir, root: Path, subdirs: list[str], stats: WalkStats)
         if entry.name in ALWAYS_SKIPPED:
             continue
         rel = f"{base}/{entry.name}" if base else entry.name
+        if any(is_inside(root / rel, h) for h in hidden):
+            continue
         try:
             mode = entry.stat(follow_symlinks=False).st_mode
             symlink = stat.S_ISLNK(mode)
             if symlink:
                 target = Path(os.path.realpath(root / rel))
-                if not is_inside(target, root) or not target.is_file():
+                if not is_inside(target, root) or not target.is_file() or any(is_inside(target, h) for h in hidden):
                     continue
             elif not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                 continue  # sockets, fifos, devices: not files to read

@@ -16,7 +16,7 @@ import anyio
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
-from daemon.tools.paths import confined_parent, display_path, resolve_in_cwd
+from daemon.tools.paths import check_protected, confined_parent, display_path, resolve_in_cwd
 from daemon.tools.replace import check_replaceable, replace_file
 
 __all__ = ["WriteFile", "WriteFileArgs"]
@@ -39,6 +39,7 @@ class WriteFile(Tool[WriteFileArgs]):
     async def run(self, args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_cwd(ctx.cwd, args.path)
         root = resolve_in_cwd(ctx.cwd, ".")
+        check_protected(path, ctx, write=True)
         shown = display_path(path, ctx.cwd)
         if path == root:
             raise ToolError(f"'{shown}' is a directory; give a file path.")

@@ -276,6 +276,19 @@ def model_api(provider: str, model: str, provider_api: str) -> str:
     return provider_api
 
 
+def key_hint(provider: str, key_envs: tuple[str, ...] | list[str] = ()) -> str:
+    """How to configure ``provider``'s credentials, for every message that says one is missing or
+    refused: its own ``key_hint`` (a sign-in), else the variables that hold its key (``key_envs``,
+    or the table's), else how to name one in config.toml. The one place this sentence is made."""
+    info = PROVIDERS.get(provider)
+    if info is not None and info.key_hint:
+        return info.key_hint
+    envs = list(key_envs) or (list(info.key_envs) if info is not None else [])
+    if envs:
+        return f"set {' or '.join(dict.fromkeys(envs))}"
+    return f"set api_key_env in [providers.{provider}] of config.toml"
+
+
 def display_name(provider: str) -> str:
     """The provider's name for people; a provider of the user's is called by its id."""
     info = PROVIDERS.get(provider)

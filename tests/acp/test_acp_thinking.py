@@ -3,6 +3,7 @@
 included), and a thinking-display option shows the session's display."""
 
 from pathlib import Path
+from typing import Any
 
 import acp
 import pytest
@@ -74,8 +75,53 @@ async def test_a_refused_level_updates_the_thought_level_selector(
             "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
         )
         assert answer["stopReason"] == "end_turn"
-        [update] = updates(drain(client), "config_option_update")
-    level = next(o for o in update["configOptions"] if o["id"] == "thought_level")
+        shown = updates(drain(client), "config_option_update")
+    levels = [next(o for o in update["configOptions"] if o["id"] == "thought_level") for update in shown]
+    # The retried call's own thinking (thinking_update), then the session's options again at the turn's end.
+    assert any("retried with 'low'" in (level["description"] or "") for level in levels), levels
+    level = levels[-1]
     assert [o["value"] for o in level["options"]] == ["low", "medium", "high"]
     assert level["currentValue"] == "low"
     assert "openai/gpt-5 cannot take 'minimal'" in level["description"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_call_without_thinking_shows_in_the_thought_level_until_the_turn_ends(
+    anyio_backend: str, home: Path, tmp_path: Path
+) -> None:
+    """Anthropic's budget mode sends the second call of a tool loop without thinking (the tool call
+    has no signed thinking block): the selector shows "off" and why before that call, and the
+    session's own level again before the prompt is answered."""
+    from tests.agent.test_call_thinking import CONFIG, tool_call_stream
+
+    (tmp_path / "notes.txt").write_text("rain at noon\n")
+    with ReplayServer() as server:
+        (home / "config.toml").write_text(CONFIG.format(url=server.url, window=200_000))
+        server.enqueue(tool_call_stream(signed=False, path="notes.txt"))
+        server.enqueue_fixture("anthropic", "thinking-text")
+
+        async def allow(method: str, params: Any) -> Any:
+            return {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+
+        async with acp_daemon(home, on_request=allow) as (client, _daemon):
+            new = await client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session_id = new["sessionId"]
+            for config_id, value in (("model", "claude/claude-budget"), ("thought_level", "high")):
+                await client.request(
+                    "session/set_config_option", {"sessionId": session_id, "configId": config_id, "value": value}
+                )
+            drain(client)
+            answer = await client.request(
+                "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "Umbrella?"}]}
+            )
+            assert answer["stopReason"] == "end_turn"
+            seen = updates(drain(client))
+    kinds = [u["sessionUpdate"] for u in seen]
+    shown = [u for u in seen if u["sessionUpdate"] == "config_option_update"]
+    levels = [next(o for o in u["configOptions"] if o["id"] == "thought_level") for u in shown]
+    assert [level["currentValue"] for level in levels] == ["off", "high"], levels
+    assert "signed thinking block" in levels[0]["description"]
+    first = kinds.index("config_option_update")
+    assert "tool_call_update" in kinds[:first]  # told after the tool ran, before the second call's reply
+    assert "agent_message_chunk" in kinds[first:]
+    assert len(server.requests) == 2 and "thinking" not in server.requests[1].json()

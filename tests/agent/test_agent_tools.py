@@ -20,9 +20,9 @@ async def run_prompt(client, session_id, text):
     return await client.collect_turn(turn["turn_id"])
 
 
-async def start(client, cwd, policy="ask"):
+async def start(client, cwd, policy="ask", **params):
     result = await client.request(
-        "session/start", {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy}
+        "session/start", {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy, **params}
     )
     return result["session"]["session_id"]
 
@@ -131,7 +131,8 @@ async def test_allow_session_keeps_the_suggested_rule_for_the_session(home, tmp_
 
 async def test_client_without_permission_capability_means_deny_with_a_hint(home, tmp_path):
     async with in_memory_daemon(home, permission_requests=False) as (client, _):
-        session_id = await start(client, tmp_path)
+        # Without a sandbox standing in for the prompt (see tests/sandbox), ask with nobody to ask denies.
+        session_id = await start(client, tmp_path, sandbox={"mode": "off"})
         events = await run_prompt(client, session_id, script(("run_command", {"command": "touch made"})))
         [end] = tool_ends(events)
         assert end["is_error"] and "auto" in end["result"]

@@ -102,8 +102,18 @@ async def test_a_refused_level_is_retried_once_and_remembered(case, home, tmp_pa
         assert repr(level) in message and repr(effective) in message, message
         assert retries[0]["error"]["provider_status"] == 400
         assert retries[0]["attempt"] == 2 and retries[0]["delay_ms"] == 0
+        # Before the retried call, the client hears what that call sends (PROTOCOL.md "Thinking controls").
+        kinds = [e["type"] for e in events]
+        assert kinds.count("thinking_update") == 1, kinds
+        assert kinds.index("retry") < kinds.index("thinking_update") < kinds.index("message_start"), kinds
+        update = events[kinds.index("thinking_update")]["thinking"]
+        assert update["effective"] == effective and update["requested"] == level
+        assert _sent_level(case, update["request_params"]) == retried  # exactly what the retry sent
+        assert "refused" in update["reason"], update
         ended = next(e for e in events if e["type"] == "message_end")["message"]
         assert ended["thinking_level"] == effective  # the level the reply really had
+        stored = await client.request("session/resume", {"session_id": session_id})
+        assert [m["thinking_level"] for m in stored["messages"] if m["role"] == "assistant"] == [effective]
 
         # The next turn goes straight to the learned level: no refusal, one request.
         turn = await client.request("session/prompt", {"session_id": session_id, "text": "again"})
@@ -111,7 +121,7 @@ async def test_a_refused_level_is_retried_once_and_remembered(case, home, tmp_pa
         assert events[0]["thinking"]["effective"] == effective
         assert events[0]["thinking"]["requested"] == level
         assert "refused" in events[0]["thinking"]["reason"], events[0]["thinking"]
-        assert not [e for e in events if e["type"] == "retry"]
+        assert not [e for e in events if e["type"] in ("retry", "thinking_update")]  # turn_start said it all
         assert events[-1]["stop_reason"] == "end_turn"
         sent = [r.json() for r in replay_server.requests if path in r.path]
         assert [_sent_level(case, body) for body in sent] == [first, retried, retried]

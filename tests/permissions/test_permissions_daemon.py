@@ -19,8 +19,11 @@ def script(*steps: tuple[str, dict]) -> str:
 
 
 async def start(client: Any, cwd: Path, policy: str = "ask") -> str:
+    # Sandbox off: these tests are about rules and the policy, which an enforced sandbox would
+    # otherwise stand in for under ask (step 5; see tests/sandbox).
     result = await client.request(
-        "session/start", {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy}
+        "session/start",
+        {"model_id": "mock/tools", "cwd": str(cwd), "approval_policy": policy, "sandbox": {"mode": "off"}},
     )
     return result["session"]["session_id"]
 

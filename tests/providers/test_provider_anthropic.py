@@ -23,8 +23,8 @@ import pytest
 from daemon.config.settings import ProviderConfig
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import ProviderAuthError, ProviderError
+from daemon.models.budgets import BASE_MAX_TOKENS
 from daemon.providers.anthropic import (
-    DEFAULT_MAX_TOKENS,
     INTERLEAVED_THINKING_BETA,
     AnthropicProvider,
     StreamParser,
@@ -656,9 +656,7 @@ def test_default_max_tokens_and_extra_headers() -> None:
         )
     )
     req = request(SONNET_45, budget("low", 4096, 20096), [user("x")], tools=[weather_tool()])
-    assert (
-        provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == DEFAULT_MAX_TOKENS
-    )
+    assert provider.build_body(request(OPUS_46, adaptive("high", "high"), [user("x")]))["max_tokens"] == BASE_MAX_TOKENS
     headers = provider.build_headers(provider.build_body(req))
     assert headers["anthropic-beta"] == f"context-1m-2025-08-07,{INTERLEAVED_THINKING_BETA}"
     assert headers["x-team"] == "ponder" and headers["x-api-key"] == FAKE_KEY
@@ -686,8 +684,23 @@ SIGNED_46 = Part(type="thinking", text="t", signature="Esig46", provider="anthro
         (loop(REDACTED, CALL), False),
         ([*loop(SIGNED_46, CALL), user("new question")], False),  # a fresh user turn
         ([user("weather?")], False),
+        # A steer after the results shares their user message: still the answer to the call.
+        ([*loop(SAID, CALL), user("use the other file")], True),
+        ([*loop(SIGNED_46, CALL), user("use the other file")], False),
+        ([user("weather?"), msg("assistant", SAID), user("and tomorrow?")], False),  # no tool loop at all
     ],
-    ids=["model-switch", "interrupted", "no-thinking", "signed", "redacted", "new-turn", "first-turn"],
+    ids=[
+        "model-switch",
+        "interrupted",
+        "no-thinking",
+        "signed",
+        "redacted",
+        "new-turn",
+        "first-turn",
+        "steer-after-results",
+        "steer-after-signed",
+        "no-loop",
+    ],
 )
 def test_adjust_thinking_in_budget_mode(history: list[ChatMessage], adjusted: bool) -> None:
     provider = AnthropicProvider(ProviderConfig(name="anthropic", api="anthropic", base_url="http://127.0.0.1:9"))
@@ -717,15 +730,21 @@ def test_adjust_thinking_leaves_off_and_adaptive_alone(thinking: Thinking) -> No
 
 
 @pytest.mark.anyio
-async def test_stream_applies_adjust_thinking_itself(replay_server: ReplayServer) -> None:
+async def test_stream_sends_the_thinking_it_is_given(replay_server: ReplayServer) -> None:
+    # The agent asks adjust_thinking once per request (agent.call_thinking) and tells the client;
+    # the adapter sends what it is given, and never adjusts a second time behind its back.
+    replay_server.enqueue(minimal_stream())
     replay_server.enqueue(minimal_stream())
     history = loop(OTHER_MODEL_SIGNED, SAID, CALL)
     req = request(OPUS_46, budget("high", 32000, 48000), history, tools=[weather_tool()], max_output_tokens=12000)
     async with anthropic(replay_server.url) as provider:
-        assert provider.adjust_thinking(req) is not None
-        outcome = await run(provider, req)
-    assert outcome.error is None
-    sent = replay_server.requests[0]
+        adjusted = provider.adjust_thinking(req)
+        assert adjusted is not None and adjusted.effective == "off"
+        as_decided = await run(provider, req)
+        outcome = await run(provider, msgspec.structs.replace(req, thinking=adjusted))
+    assert as_decided.error is None and outcome.error is None
+    assert replay_server.requests[0].json()["thinking"] == {"type": "enabled", "budget_tokens": 32000}
+    sent = replay_server.requests[1]
     body = sent.json()
     assert "thinking" not in body and "anthropic-beta" not in sent.headers
     assert body["max_tokens"] == 12000

@@ -46,7 +46,8 @@ async def test_a_sigkilled_daemon_takes_its_children_along(home, tmp_path, anyio
         mcp_group = await wait_for_file(state / "serve.pid")
         mcp_child = await wait_for_file(state / "child.pid")
 
-        session_id = await start_session(client, str(cwd), model_id="mock/tools")
+        # Unconfined, so the pids it writes are the host's (the sandboxed case is below).
+        session_id = await start_session(client, str(cwd), model_id="mock/tools", sandbox={"mode": "off"})
         command = "sleep 1000 & echo $! > grandchild; echo $$ > shell; sleep 1000"
         text = f"tool: run_command {json.dumps({'command': command})}"
         await client.request("session/prompt", {"session_id": session_id, "text": text})
@@ -71,3 +72,46 @@ async def test_a_sigkilled_daemon_takes_its_children_along(home, tmp_path, anyio
             async for _ in client.notifications:
                 pass
     print("gone after the SIGKILL: " + ", ".join(f"{name} group {s:.2f} s" for name, s in gone_after.items()))
+
+
+def _pids_running(argv: bytes) -> list[int]:
+    """Host pids whose command line is exactly ``argv`` (NUL-separated), zombies excluded."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes() == argv and b"State:\tZ" not in (entry / "status").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_a_sigkilled_daemon_takes_its_sandboxed_command_along(home, tmp_path, anyio_backend):
+    from tests.sandbox.support import bubblewrap
+
+    if bubblewrap().mechanism != "bubblewrap":
+        pytest.skip(f"bubblewrap does not work here ({bubblewrap().reason})")
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    seconds = f"{90000 + tmp_path.stat().st_ino % 9999}"  # a command line no other test runs
+    async with subprocess_daemon(home, backend=anyio_backend) as client:
+        session_id = await start_session(client, str(cwd), model_id="mock/tools")
+        command = f"sleep {seconds} & echo 1 > started; sleep {seconds}"
+        text = f"tool: run_command {json.dumps({'command': command})}"
+        await client.request("session/prompt", {"session_id": session_id, "text": text})
+        await wait_for_file(cwd / "started")
+        argv = b"sleep\0" + seconds.encode() + b"\0"
+        with anyio.fail_after(10):
+            while len(_pids_running(argv)) < 2:
+                await anyio.sleep(0.02)
+        process = process_of(client)
+        process.kill()
+        await process.wait()
+        with anyio.fail_after(WITHIN_S):
+            while _pids_running(argv):
+                await anyio.sleep(0.01)
+        with anyio.fail_after(5):
+            async for _ in client.notifications:
+                pass

@@ -242,7 +242,8 @@ async def test_every_known_credential_is_masked_and_kept_from_commands(home, tmp
     ends: list[dict] = []
 
     async def tools_run(client) -> None:
-        sid = await start_session(client, str(cwd), model_id="mock/tools")
+        # Unconfined: the command reads files in the ponder home, which a sandbox would hide.
+        sid = await start_session(client, str(cwd), model_id="mock/tools", sandbox={"mode": "off"})
         turn = await client.request("session/prompt", {"session_id": sid, "text": script})
         ends.extend(await client.collect_turn(turn["turn_id"]))
         await client.request("session/resume", {"session_id": sid})

@@ -96,7 +96,7 @@ async def test_cancel_mid_thinking(home):
             if event["type"] == "thinking_delta" and len([e for e in events if e["type"] == "thinking_delta"]) == 5:
                 started = anyio.current_time()
                 result = await client.request("session/cancel", {"session_id": session_id})
-                assert result == {"cancelled": True, "dropped_queued": 0}
+                assert result == {"cancelled": True, "dropped_queued": 0, "dropped_steers": []}
         elapsed = anyio.current_time() - started
         check_turn_shape(events)
         assert events[-1]["stop_reason"] == "cancelled"
@@ -108,7 +108,7 @@ async def test_cancel_mid_thinking(home):
         stored = await client.request("session/messages", {"session_id": session_id})
         assert stored["messages"][-1] == message_end["message"]
         again = await client.request("session/cancel", {"session_id": session_id})
-        assert again == {"cancelled": False, "dropped_queued": 0}
+        assert again == {"cancelled": False, "dropped_queued": 0, "dropped_steers": []}
 
 
 async def test_queue_runs_in_order_and_overflows_with_session_busy(home):
@@ -119,7 +119,7 @@ async def test_queue_runs_in_order_and_overflows_with_session_busy(home):
             for i in range(30):
                 turns.append(await client.request("session/prompt", {"session_id": session_id, "text": f"q{i}"}))
         assert busy.value.code == -32004
-        assert busy.value.data == {"session_id": session_id}
+        assert busy.value.data == {"session_id": session_id, "reason": "queue_full"}
         assert 17 <= len(turns) <= 18
         assert turns[0]["queued"] is False and all(t["queued"] for t in turns[1:])
         result = await client.request("session/cancel", {"session_id": session_id})
@@ -269,11 +269,11 @@ async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(hom
 async def test_waiting_for_a_turn_to_end_wakes_when_it_ends_not_on_a_timer():
     # shutdown and delete wait on this (an event), not on a 10 ms poll of live.current.
     from daemon.sessions import LiveSession
+    from daemon.sessions.inbox import Inbox
     from daemon.store import SessionRow
 
-    send, receive = anyio.create_memory_object_stream(1)
     row = SessionRow(id="ses_x", cwd="/", model_id="mock/echo", thinking_level="off", approval_policy="auto")
-    live = LiveSession(row=row, history=[], inbox_send=send, inbox_receive=receive)
+    live = LiveSession(row=row, history=[], inbox=Inbox(1))
     await live.wait_turn_ended()  # nothing running: returns at once
     live.current = object()  # type: ignore[assignment]
     woke = anyio.Event()
@@ -293,5 +293,3 @@ async def test_waiting_for_a_turn_to_end_wakes_when_it_ends_not_on_a_timer():
             assert not woke.is_set(), "a new turn started: still waiting"
             live.turn_done()
             await woke.wait()
-    send.close()
-    receive.close()

@@ -49,6 +49,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: bytes
+    received_at: float = field(default_factory=time.monotonic)  # when its body had been read
 
     def json(self) -> Any:
         return json.loads(self.body)

@@ -1,16 +1,19 @@
 """``initialize`` (and the warm-up after it), ``shutdown`` and ``ping``."""
 
 import threading
+from typing import get_args
 
 import anyio
 
 from daemon import __version__
 from daemon.errors import InvalidParams
 from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
+from daemon.models.spec import LEVELS
 from daemon.server.core import Daemon
 from daemon.server.rpc_bridge import RpcBridge
-from protocol import PROTOCOL_VERSION, THINKING_LEVELS
+from protocol import PROTOCOL_VERSION
 from protocol import methods as m
+from protocol.objects import ApprovalPolicy
 
 WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
 
@@ -34,18 +37,20 @@ class LifecycleHandlers:
         if background is not None and not self._warmed:
             self._warmed = True
             background.start_soon(self._warm_up)
+        problems = await self.daemon.problems_now()  # waits for the sandbox probe
         return m.InitializeResult(
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
-                thinking_levels=list(THINKING_LEVELS),
-                approval_policies=["ask", "auto", "read_only"],
+                thinking_levels=list(LEVELS),
+                approval_policies=list(get_args(ApprovalPolicy)),
+                sandbox=self.daemon.sandbox.capability(),
                 prompt_content=m.PromptContentCapability(
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
                 ),
             ),
             home=str(self.daemon.config.home),
-            problems=list(self.daemon.problems),
+            problems=problems,
         )
 
     async def _warm_up(self) -> None:

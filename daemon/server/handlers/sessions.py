@@ -2,11 +2,35 @@
 
 import base64
 
+import msgspec
+
 from daemon.context.history import history_items
+from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
 from daemon.sessions.accounts import budget_from
+from daemon.sessions.live import text_of
 from protocol import methods as m
+
+
+def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
+    """A steer given back by ``session/cancel``: its text, and its blocks as they could be sent again
+    when it had any other than text (an image comes back as its bytes: it was stored nowhere)."""
+    if all(p.type == "text" for p in message.parts):
+        return m.DroppedSteer(message_id=message.message_id, text=text_of(message))
+    content: list[m.InputBlock] = []
+    for part in message.parts:
+        if part.type == "image" and part.data is not None:
+            data = base64.b64encode(part.data).decode("ascii")
+            content.append(m.ImageInput(data=data, mime_type=part.mime_type, name=part.name))
+        elif part.type == "resource":
+            content.append(m.ResourceInput(uri=part.uri or "", text=part.text, mime_type=part.mime_type))
+        elif part.type == "resource_link":
+            content.append(m.ResourceLinkInput(uri=part.uri or "", name=part.name or "", mime_type=part.mime_type))
+        elif part.type == "text":
+            content.append(m.TextInput(text=part.text))
+    blocks = [msgspec.to_builtins(block) for block in content]
+    return m.DroppedSteer(message_id=message.message_id, text=text_of(message), content=blocks)
 
 
 class SessionHandlers:
@@ -25,6 +49,7 @@ class SessionHandlers:
             display=params.display,
             fallback=params.fallback,
             budget=params.budget,
+            sandbox=params.sandbox,
         )
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
@@ -71,10 +96,23 @@ class SessionHandlers:
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
-        turn_id, queued = await self.sessions.prompt(
-            params.session_id, params.text, params.thinking_level, params.content
+        return await self.sessions.prompt(
+            params.session_id,
+            params.text,
+            params.thinking_level,
+            params.content,
+            delivery=params.delivery,
+            expected_turn_id=params.expected_turn_id,
+            client_message_id=params.client_message_id,
         )
-        return m.SessionPromptResult(turn_id=turn_id, queued=queued)
+
+    async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
+        turn_id = await self.sessions.continue_turn(params.session_id)
+        return m.SessionContinueResult(turn_id=turn_id, action="nothing_to_continue" if turn_id is None else "resumed")
+
+    async def session_queue_remove(self, params: m.SessionQueueRemoveParams) -> m.SessionQueueRemoveResult:
+        await self.sessions.remove_queued(params.session_id, params.message_id)
+        return m.SessionQueueRemoveResult(removed=True)
 
     async def attachment_get(self, params: m.AttachmentGetParams) -> m.AttachmentGetResult:
         mime_type, data = await self.sessions.attachment(params.session_id, params.attachment_id)
@@ -83,8 +121,12 @@ class SessionHandlers:
         )
 
     async def session_cancel(self, params: m.SessionIdParams) -> m.SessionCancelResult:
-        cancelled, dropped = await self.sessions.cancel(params.session_id)
-        return m.SessionCancelResult(cancelled=cancelled, dropped_queued=dropped)
+        cancelled, dropped, steers = await self.sessions.cancel(params.session_id)
+        return m.SessionCancelResult(
+            cancelled=cancelled,
+            dropped_queued=dropped,
+            dropped_steers=[dropped_steer(s) for s in steers],
+        )
 
     async def session_fork(self, params: m.SessionForkParams) -> m.SessionOnlyResult:
         row = await self.sessions.fork(params.session_id, params.message_id)

@@ -1,0 +1,223 @@
+"""Which OS sandbox works on this machine: probed once, when the daemon starts.
+
+Linux: bubblewrap first. Only a ``bwrap`` found on ``PATH`` counts, and never one in a
+relative ``PATH`` entry or in a directory inside the daemon's working directory (a
+repository must not be able to plant its own; ``Support.bwrap_usable_for`` applies the same
+rule to each session's ``cwd``). It is run once with the flags commands get; when user
+namespaces are blocked (AppArmor's ``apparmor_restrict_unprivileged_userns``, a hardened
+container) it fails, and Landlock (ABI read with ``landlock_create_ruleset``, then a real
+confined ``true`` through ``landlock_exec.py``) is the fallback. macOS: ``/usr/bin/sandbox-exec``
+with a trivial profile. Anything else: none, and ``reason``/``hint`` say why and what to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.methods import SandboxCapability
+from protocol.objects import SandboxMechanism
+
+__all__ = ["PROBE_TIMEOUT_S", "Support", "find_trusted", "landlock_abi", "probe"]
+
+PROBE_TIMEOUT_S = 10.0
+INSTALL_HINT = (
+    "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap); where user "
+    "namespaces are blocked (Ubuntu 24.04's AppArmor), install the bwrap-userns-restrict AppArmor profile."
+)
+LANDLOCK_EXEC = Path(__file__).with_name("landlock_exec.py")
+_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Support:
+    """What the probe found. ``mechanism`` None: no sandbox works here (``reason`` says why)."""
+
+    mechanism: SandboxMechanism | None
+    network_isolation: bool = False
+    reason: str | None = None
+    hint: str = INSTALL_HINT
+    bwrap: Path | None = None
+    bwrap_disable_userns: bool = False  # bwrap >= 0.8: no user namespace can be made inside
+    prlimit: Path | None = None  # sets the process limit inside (util-linux)
+    landlock_abi: int = 0
+    python: str = sys.executable  # runs landlock_exec.py
+
+    @property
+    def available(self) -> bool:
+        return self.mechanism is not None
+
+    def capability(self) -> SandboxCapability:
+        return SandboxCapability(
+            available=self.available,
+            mechanism=self.mechanism,
+            network_isolation=self.network_isolation,
+            reason=self.reason,
+        )
+
+    def bwrap_usable_for(self, cwd: Path) -> bool:
+        """Whether the bwrap found lies outside ``cwd`` (a session's own tree never supplies it)."""
+        return self.bwrap is not None and not _inside(self.bwrap, cwd)
+
+
+def probe(daemon_cwd: Path | None = None, path_env: str | None = None, *, landlock: bool = True) -> Support:
+    """The sandbox this machine offers now (slow: runs bwrap or a Landlock child once);
+    ``landlock`` False: bubblewrap or nothing (config.toml ``[sandbox] landlock = false``)."""
+    daemon_cwd = Path.cwd() if daemon_cwd is None else daemon_cwd
+    path_env = os.environ.get("PATH", os.defpath) if path_env is None else path_env
+    system = platform.system()
+    if system == "Darwin":
+        return _probe_seatbelt()
+    if system != "Linux":
+        return Support(None, reason=f"ponder has no OS sandbox for {system}.", hint="")
+    prlimit = find_trusted("prlimit", path_env, daemon_cwd)
+    bwrap = find_trusted("bwrap", path_env, daemon_cwd)
+    bwrap_failure = "bubblewrap (bwrap) is not installed, or not on PATH outside the working directory."
+    if bwrap is not None:
+        support, bwrap_failure = _probe_bwrap(bwrap, prlimit)
+        if support is not None:
+            return support
+    if not landlock:
+        return Support(None, reason=f"{bwrap_failure} The Landlock fallback is off ([sandbox] landlock = false).")
+    abi = landlock_abi()
+    if abi <= 0:
+        return Support(None, reason=f"{bwrap_failure} Landlock is not available either (kernel 5.13 or later).")
+    failure = _run_probe([sys.executable, "-I", "-S", str(LANDLOCK_EXEC), _landlock_probe_spec(), "true"])
+    if failure:
+        return Support(None, reason=f"{bwrap_failure} Landlock (ABI {abi}) failed too: {failure}")
+    return Support(
+        "landlock",
+        network_isolation=False,
+        reason=(
+            f"{bwrap_failure} Using Landlock (ABI {abi}) instead: it confines writes to the writable roots but "
+            "cannot keep .git read-only, hide the ponder home, or cut the network "
+            + ("(it blocks TCP only)." if abi >= 4 else "(this kernel's Landlock cannot restrict sockets).")
+        ),
+        landlock_abi=abi,
+        prlimit=prlimit,
+    )
+
+
+def find_trusted(name: str, path_env: str, daemon_cwd: Path) -> Path | None:
+    """The first executable ``name`` on ``path_env``, skipping relative entries and those
+    inside ``daemon_cwd`` (unless that is ``/``, which holds everything); its real path."""
+    for entry in path_env.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        directory = Path(entry)
+        if _inside(directory, daemon_cwd):
+            continue
+        candidate = directory / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            real = candidate.resolve()
+            if not _inside(real, daemon_cwd):
+                return real
+    return None
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when it has none (or this is not Linux)."""
+    if platform.system() != "Linux":
+        return 0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        version = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), _LANDLOCK_CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        real_dir = directory.resolve()
+        real = path.resolve()
+    except OSError:
+        return False
+    if real_dir == Path(real_dir.anchor):
+        return False  # "/" holds everything: as a working directory it is nobody's repository
+    return real == real_dir or real_dir in real.parents
+
+
+def _probe_bwrap(bwrap: Path, prlimit: Path | None) -> tuple[Support | None, str]:
+    """(support, None) when bwrap works; (None, why not) when it does not."""
+    base = [str(bwrap), "--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid"]
+    tail = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"]
+    first_failure = ""
+    for disable_userns in (True, False):  # --disable-userns is bwrap 0.8 or later
+        extra = ["--disable-userns"] if disable_userns else []
+        failure = _run_probe([*base, "--unshare-net", *extra, *tail])
+        if not failure:
+            return Support(
+                "bubblewrap",
+                network_isolation=True,
+                bwrap=bwrap,
+                bwrap_disable_userns=disable_userns,
+                prlimit=prlimit,
+                reason=_root_note(prlimit),
+            ), ""
+        first_failure = first_failure or failure
+        if "disable-userns" not in failure:
+            break
+    # Some hosts refuse only the network namespace (loopback: Failed RTM_NEWADDR): bwrap still
+    # confines files, but the network stays open, and Session.sandbox says so.
+    if not _run_probe([*base, *tail]):
+        return Support(
+            "bubblewrap",
+            network_isolation=False,
+            bwrap=bwrap,
+            prlimit=prlimit,
+            reason=f"bubblewrap cannot make a network namespace here ({first_failure}); the network stays open.",
+        ), ""
+    return None, f"bubblewrap at {bwrap} does not work here: {first_failure}"
+
+
+def _root_note(prlimit: Path | None) -> str | None:
+    if prlimit is None:
+        return "prlimit (util-linux) was not found: commands run without a process limit."
+    if os.geteuid() == 0:
+        return "ponder runs as root, whom Linux exempts from the process limit (RLIMIT_NPROC)."
+    return None
+
+
+def _probe_seatbelt() -> Support:
+    exe = Path("/usr/bin/sandbox-exec")
+    if not exe.is_file():
+        return Support(None, reason="/usr/bin/sandbox-exec is missing.", hint="")
+    failure = _run_probe([str(exe), "-p", "(version 1)(allow default)", "/usr/bin/true"])
+    if failure:
+        return Support(None, reason=f"sandbox-exec does not work here: {failure}", hint="")
+    return Support(
+        "sandbox-exec",
+        network_isolation=True,
+        reason="macOS sandbox-exec (Seatbelt) is deprecated by Apple and used best effort.",
+    )
+
+
+def _run_probe(argv: list[str]) -> str:
+    """'' when ``argv`` ran and exited 0; else one line saying what went wrong."""
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_TIMEOUT_S, env=_probe_env()
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return ""
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return (lines[-1] if lines else f"exit status {done.returncode}").strip()
+
+
+def _probe_env() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C"}
+
+
+def _landlock_probe_spec() -> str:
+    import json
+
+    return json.dumps({"read": ["/"], "write": [], "devices": ["/dev/null"], "network": False, "max_processes": 0})
