@@ -294,6 +294,8 @@ class AcpBridge:
             await self.update(sid, start)
         elif isinstance(event, ev.ToolExecutionStart):
             await self._execution_start(turn, sid, event)
+        elif isinstance(event, (ev.HookStart, ev.HookEnd)):
+            pass  # ACP has no update for hooks: a hook's denial reaches the client as the tool call's failure
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
         elif isinstance(event, ev.UsageEvent):
