@@ -23,10 +23,10 @@ overflow error that names the window teaches it (``learn_from_overflow``).
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import anyio
+import msgspec
 
 from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.history import repair_history
@@ -53,8 +53,7 @@ CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 Backoff = Callable[[int, float | None], float]  # (attempt, retry_after) -> seconds before the next attempt
 
 
-@dataclass(frozen=True)
-class CompactionOutcome:
+class CompactionOutcome(msgspec.Struct, frozen=True):
     status: CompactionStatus
     error: ErrorInfo | None = None
 

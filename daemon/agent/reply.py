@@ -1,7 +1,7 @@
 """One streamed assistant reply: provider events out as protocol events, the message into the store.
 
-The partial reply is checkpointed at most every ``CHECKPOINT_S`` (or every
-``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
+The partial reply is checkpointed at most every ``CHECKPOINT_S`` after the last checkpoint
+was written (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
 since the last checkpoint, so a crash loses little and a long reply costs the same per
 delta at its end as at its start; the final save (also incremental) marks it ``complete``.
 
@@ -335,7 +335,8 @@ class Reply:
             )
 
     async def _emit(self, kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
-        await self._emit_late_end()
+        if self.late_end is not None:
+            await self._emit_late_end()
         await self.turn.emit(kind, fields)
 
     async def _emit_late_end(self) -> None:
@@ -349,9 +350,14 @@ class Reply:
             self.message.parts[index].text = "".join(chunks)
 
     async def _checkpoint(self) -> None:
-        self.last_checkpoint = time.monotonic()
         self.unsaved_bytes = 0
-        await self._persist(final=False)
+        try:
+            await self._persist(final=False)
+        finally:
+            # Counted from when the write is done: when the store is slow (many sessions
+            # streaming at once) a checkpoint started as soon as the last one ended would
+            # make every delta a write, and the store slower still.
+            self.last_checkpoint = time.monotonic()
 
     async def _persist(self, *, final: bool) -> None:
         """Store the reply so far: whole the first time, then incrementally, so that a

@@ -10,7 +10,6 @@ before its first event is retried with backoff (``BACKOFF_BASE_S`` doubling up t
 
 import json
 import logging
-import random
 
 from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, spent_budget, wait_to_retry
@@ -275,4 +274,6 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     if retry_after is not None:
         return min(retry_after, BACKOFF_CAP_S * 4)
     base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    import random  # only once a call is retried
+
     return base / 2 + random.uniform(0, base / 2)

@@ -85,8 +85,14 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     prompt = PermissionPrompt()
     on_request = prompt.answer if interactive else None
+    # Not waiting for the daemon to exit: by the end every answer is in (see spawn_daemon).
     async with spawn_daemon(
-        home=args.home, serve_args=QUIET_SERVE, log_level=args.log_level, on_request=on_request, started=daemon
+        home=args.home,
+        serve_args=QUIET_SERVE,
+        log_level=args.log_level,
+        on_request=on_request,
+        started=daemon,
+        wait_for_exit=False,
     ) as client:
         prompt.client = client
         initialized = await client.request(

@@ -18,22 +18,23 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import msgspec
+from msgspec import field
 
 from daemon.config.sandbox import SandboxSettings, parse_sandbox
 from daemon.config.stored_login import load_github_token
-from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
-from daemon.models.levels import parse_level
 from daemon.util import redact
 from daemon.util.secret import Secret
 from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.vendors.table import key_hint as vendor_key_hint
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
+
+if TYPE_CHECKING:  # read only from a config that sets a price: off the start path otherwise
+    from daemon.context.pricing import Price
 
 
 def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
@@ -51,8 +52,9 @@ def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[
     }
 
 
-@dataclass
-class ProviderConfig:
+# Structs, not dataclasses: making a dataclass compiles its methods at import, a cost paid
+# by every start of the daemon (tests/server/test_start_path.py).
+class ProviderConfig(msgspec.Struct):
     name: str
     api: str
     base_url: str
@@ -62,7 +64,7 @@ class ProviderConfig:
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
     # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
-    prices: dict[str, Price] = field(default_factory=dict)
+    prices: "dict[str, Price]" = field(default_factory=dict)
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
@@ -79,8 +81,7 @@ class ProviderConfig:
         return self.problem is None and (self.api_key is not None or not self.needs_key)
 
 
-@dataclass(frozen=True)
-class CompactionSettings:
+class CompactionSettings(msgspec.Struct, frozen=True):
     """``[compaction]``: when the history is folded into a summary, and by which model.
 
     ``auto`` turns every automatic path off (threshold and overflow); ``reserve_tokens`` is the
@@ -95,8 +96,7 @@ class CompactionSettings:
     thinking_level: str | None = None
 
 
-@dataclass
-class Config:
+class Config(msgspec.Struct):
     home: Path
     default_model: str | None = None
     default_thinking_level: str | None = None
@@ -420,13 +420,15 @@ def _headers(provider: str, headers: Any, problems: list[str]) -> dict[str, str]
     return {str(k): v for k, v in headers.items()}
 
 
-def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> dict[str, Price]:
+def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> "dict[str, Price]":
     """The ``price`` overrides of a provider's ``[[providers.NAME.models]]``; a bad one is a problem, not a crash."""
     prices: dict[str, Price] = {}
     for entry in models:
         model = entry.get("model")
         if "price" not in entry or not isinstance(model, str) or not model:
             continue
+        from daemon.context.pricing import parse_price_override  # only for a config that sets a price
+
         try:
             prices[model] = parse_price_override(entry["price"])
         except ValueError as exc:
@@ -448,6 +450,8 @@ def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
         auto = defaults.auto
     level = _opt_str(section.get("thinking_level"))
     if level is not None:
+        from daemon.models.levels import parse_level  # only for a config that sets one: off the start path
+
         try:
             level = parse_level(level, path="compaction.thinking_level")
         except InvalidParams as exc:

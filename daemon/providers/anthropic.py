@@ -387,6 +387,10 @@ class _Block:
     open: bool = True
 
 
+# Where each delta type carries its text.
+_DELTA_FIELDS = {"thinking_delta": "thinking", "text_delta": "text", "input_json_delta": "partial_json"}
+
+
 @dataclass
 class StreamParser:
     """Anthropic SSE events in, normalized events out. Pure: no I/O, raises ProviderError."""
@@ -479,11 +483,7 @@ class StreamParser:
         if delta_type == "signature_delta":
             block.signature.append(delta.get("signature") or "")
             return []
-        fragment = {
-            "thinking_delta": "thinking",
-            "text_delta": "text",
-            "input_json_delta": "partial_json",
-        }.get(delta_type or "")
+        fragment = _DELTA_FIELDS.get(delta_type or "")
         if fragment is None:
             return []  # citations_delta and future delta types
         text = delta.get(fragment) or ""

@@ -5,7 +5,7 @@ script would pipe it.
 Pipes into a reader that went away, errors that name the command to type, the tables of
 ``ponder models`` and ``ponder sessions`` (and their ``--json``), ``ponder compact``'s before and
 after, the permission prompt's diff, ``--log-level`` and the log file, the README's
-``mock/tools`` example, and progress lines.
+``mock/tools`` example, and progress lines (MCP servers starting, a login, a compaction).
 """
 
 import json
@@ -14,11 +14,13 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from daemon.cli.wording import for_person
+from tests.support.fake_github import FakeGitHub
 from tests.support.harness import subprocess_env
 from tests.support.terminal import Terminal, plain
 
@@ -352,3 +354,21 @@ def test_starting_mcp_servers_shows_progress_on_a_terminal_only(home):
     piped = ponder(home, "mcp")
     assert piped.returncode == 0, piped.stderr
     assert "Starting MCP servers" not in piped.stderr + piped.stdout
+
+
+def test_login_shows_progress_while_it_waits_and_says_what_to_type_when_denied(home, replay_server):
+    github = FakeGitHub(replay_server)
+    github.release = threading.Event()  # every poll is "authorization pending" until released
+    with Terminal(["login", "copilot"], env_for(home, **github.env())) as terminal:
+        terminal.expect(r"Open https://github.com/login/device and enter the code WDJB-MJH1\.")
+        terminal.expect(r"Waiting for the code to be entered…")  # the progress line, while GitHub says pending
+        github.release.set()
+        assert terminal.wait() == 0
+    assert "Signed in to copilot." in plain(terminal.text)
+
+    github.release = None
+    github.poll_answers = ["access_denied"]
+    denied = ponder(home, "login", "copilot", **github.env())
+    assert denied.returncode == 1
+    assert "run `ponder login copilot` again" in denied.stderr and "auth/login" not in denied.stderr
+    assert "Waiting for the code" not in denied.stderr  # no progress line off a terminal
