@@ -36,7 +36,7 @@ Role = Literal["user", "assistant", "tool"]
 MessageStatus = Literal["complete", "interrupted", "error"]
 
 
-class Part(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Part(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     type: PartType
     text: str = ""  # text, thinking text, or a tool result's text
     redacted: bool = False
@@ -89,7 +89,7 @@ class Part(msgspec.Struct, kw_only=True, omit_defaults=True):
         return self.provider == provider and self.model == model
 
 
-class ChatMessage(msgspec.Struct, kw_only=True):
+class ChatMessage(msgspec.Struct, kw_only=True, gc=False):
     message_id: str
     session_id: str
     seq: int

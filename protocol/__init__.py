@@ -5,3 +5,4 @@ from these types by ``scripts/gen_schemas.py``.
 """
 
 PROTOCOL_VERSION = 1
+APPROVAL_POLICIES = ("ask", "auto", "read_only")  # ``objects.ApprovalPolicy``, for code that must not load msgspec

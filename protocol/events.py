@@ -175,6 +175,9 @@ class UsageEvent(BaseEvent, tag="usage"):
     totals: Usage
     cost: Cost | None = None
     totals_cost: Cost | None = None
+    # True when the provider reported no usage (or none that reads as token counts) and ponder's
+    # estimate of the request and reply was counted instead.
+    estimated: bool = False
 
 
 class CompactionStart(BaseEvent, tag="compaction_start"):

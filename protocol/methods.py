@@ -119,9 +119,15 @@ class ModelsListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     models: list[Model]
 
 
+# The longest model id taken: longer ones are refused as the params are read, before any lookup
+# (matching a megabyte against the catalogue's names would hold up every other request).
+MODEL_ID_MAX_CHARS = 512
+ModelId = Annotated[str, msgspec.Meta(max_length=MODEL_ID_MAX_CHARS)]
+
+
 class ModelSetParams(msgspec.Struct, kw_only=True):
     session_id: str
-    model_id: str  # may end in "/LEVEL" (PROTOCOL.md "Thinking controls")
+    model_id: ModelId  # may end in "/LEVEL" (PROTOCOL.md "Thinking controls")
     thinking_level: str | None = None
 
 
@@ -166,7 +172,7 @@ class SandboxParams(msgspec.Struct, kw_only=True):
 
 
 class SessionStartParams(msgspec.Struct, kw_only=True):
-    model_id: str | None = None  # may end in "/LEVEL"
+    model_id: ModelId | None = None  # may end in "/LEVEL"
     thinking_level: str | None = None
     display: str | None = None  # else config.toml [defaults] thinking_display
     fallback: str | None = None  # else config.toml [defaults] thinking_fallback

@@ -90,7 +90,7 @@ class Thinking(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fallback: ThinkingFallback = "nearest"
 
 
-class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Usage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
@@ -203,22 +203,28 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queue: Queue = msgspec.field(default_factory=lambda: Queue())
 
 
-class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
+class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
-class ThinkingBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="thinking"):
+class ThinkingBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="thinking"
+):
     text: str
     redacted: bool = False
 
 
-class ToolCallBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_call"):
+class ToolCallBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="tool_call"
+):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
-class ToolResultBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type", tag="tool_result"):
+class ToolResultBlock(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="tool_result"
+):
     call_id: str
     is_error: bool
     text: str
@@ -263,7 +269,7 @@ class ResourceLinkBlock(
 Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 
-class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     message_id: str
     session_id: str
     seq: int

@@ -1248,6 +1248,7 @@ export interface UsageEvent {
   totals: Usage;
   cost: Cost | null;
   totals_cost: Cost | null;
+  estimated: boolean;
   session_id: string;
   turn_id: string;
   seq: number;

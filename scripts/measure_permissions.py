@@ -3,7 +3,8 @@
 Two measures:
 
 1. In process: ``judge`` (the command line parsed with tree-sitter-bash, then 20 rules
-   matched against every command) for a typical compound command, per call.
+   matched against every command) for a typical compound command, per call (best of 5 runs
+   of 2000); and ``run_hook`` of a no-op hook (``true``), median.
 2. Through a real ``ponder serve`` (mock/tools at zero delay, ``approval_policy = auto``):
    a turn of N ``run_command`` calls, each timed from the tool message's ``message_start``
    to the call's ``tool_execution_start`` (exactly the approval: rules, hooks, policy), as
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.jsonrpc.client import spawn_daemon
 from daemon.permissions.decide import call_facts, judge
+from daemon.permissions.hooks import Hook, run_hook
 from daemon.permissions.rules import Rule
 
 COMMAND = "git status && ls -la src | grep -v test > out.txt 2>&1; timeout 60 npm test -- --watch=false"
@@ -44,13 +46,32 @@ def rules_toml() -> str:
     return "\n".join(out)
 
 
-def in_process(cwd: Path) -> float:
+def in_process(cwd: Path) -> tuple[float, float]:
+    """(µs to parse the line, µs to parse it and match 20 rules), per call."""
     rules = [Rule(tool="run_command", decision="allow", pattern=(w,)) for w in RULE_WORDS]
     rules += [Rule(tool="run_command", decision="deny", pattern=(w, "--danger")) for w in RULE_WORDS]
     assert judge(rules, call_facts("run_command", {"command": COMMAND}, cwd)).decision == "allow"
     number = 2000
-    seconds = timeit.timeit(lambda: judge(rules, call_facts("run_command", {"command": COMMAND}, cwd)), number=number)
-    return seconds / number * 1e6
+    parse = min(timeit.repeat(lambda: call_facts("run_command", {"command": COMMAND}, cwd), number=number, repeat=5))
+    both = min(
+        timeit.repeat(
+            lambda: judge(rules, call_facts("run_command", {"command": COMMAND}, cwd)), number=number, repeat=5
+        )
+    )
+    return parse / number * 1e6, both / number * 1e6
+
+
+async def hook_runs(calls: int, cwd: Path) -> float:
+    """Median ms of ``run_hook`` for a no-op hook (``true``): spawn, JSON in, wait, read."""
+    hook = Hook(event="pre_tool_use", command=(shutil.which("true") or "/bin/true",))
+    payload = {"hook_event_name": "pre_tool_use", "tool_name": "run_command", "tool_input": {"command": COMMAND}}
+    times = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        outcome = await run_hook(hook, payload, cwd)
+        times.append((time.perf_counter() - began) * 1000)
+        assert outcome.status == "completed", outcome
+    return statistics.median(times)
 
 
 async def approval_gaps(config: str, calls: int, work: Path) -> list[float]:
@@ -79,7 +100,12 @@ async def approval_gaps(config: str, calls: int, work: Path) -> list[float]:
 async def main(calls: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        print(f"judge() of {COMMAND!r} against 20 rules: {in_process(work):.1f} µs per call (in process)")
+        parse, both = in_process(work)
+        print(
+            f"parse {COMMAND!r}: {parse:.0f} µs; parse + 20 rules (judge): {both:.0f} µs per call "
+            "(in process, best of 5)"
+        )
+        print(f"run_hook of a no-op hook (true): median {await hook_runs(calls, work):.2f} ms (in process)")
         true = shutil.which("true") or "/bin/true"
         hook = f'[[hooks.pre_tool_use]]\ncommand = ["{true}"]\n'
         results = {}

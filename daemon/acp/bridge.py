@@ -47,7 +47,7 @@ from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
-from daemon.sessions import SessionManager
+from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
@@ -294,6 +294,8 @@ class AcpBridge:
             await self.update(sid, start)
         elif isinstance(event, ev.ToolExecutionStart):
             await self._execution_start(turn, sid, event)
+        elif isinstance(event, (ev.HookStart, ev.HookEnd)):
+            pass  # ACP has no update for hooks: a hook's denial reaches the client as the tool call's failure
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
         elif isinstance(event, ev.UsageEvent):

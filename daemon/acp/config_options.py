@@ -24,7 +24,7 @@ from daemon.catalog.catalog import Catalog
 from daemon.errors import InvalidParams, PonderError
 from daemon.models.levels import parse_display, parse_level
 from daemon.models.spec import LEVELS
-from daemon.sessions import SessionManager
+from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 from daemon.vendors.table import display_name
 from protocol.objects import Thinking

@@ -23,12 +23,12 @@ overflow error that names the window teaches it (``learn_from_overflow``).
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import anyio
+import msgspec
 
-from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, wait_to_retry
+from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.history import repair_history
 from daemon.agent.watchdog import Watchdog
 from daemon.context.budget import add_usage
@@ -53,8 +53,7 @@ CompactionStatus = Literal["completed", "skipped", "failed", "cancelled"]
 Backoff = Callable[[int, float | None], float]  # (attempt, retry_after) -> seconds before the next attempt
 
 
-@dataclass(frozen=True)
-class CompactionOutcome:
+class CompactionOutcome(msgspec.Struct, frozen=True):
     status: CompactionStatus
     error: ErrorInfo | None = None
 
@@ -182,20 +181,21 @@ def advice(turn: Turn) -> str | None:
     )
 
 
-def should_compact(turn: Turn) -> bool:
+async def should_compact(turn: Turn) -> bool:
     """Whether ``[compaction] auto`` is on and the estimated next request exceeds ``window - reserve``
     (and no summary was thrown away for this prompt yet)."""
     setup = turn.compaction
     if setup is None or not setup.auto or setup.discarded:
         return False
-    if turn.budget_spent is not None and turn.budget_spent() is not None:
-        return False  # no summary call on a spent budget: the turn's next model call ends it ``budget``
-    return needs_compaction(next_estimate(turn), setup.context_window, setup.reserve_tokens)
+    if not needs_compaction(next_estimate(turn), setup.context_window, setup.reserve_tokens):
+        return False
+    # No summary call on a spent budget: the turn's next model call ends it ``budget``.
+    return await spent_budget(turn) is None
 
 
 async def maybe_compact(turn: Turn, *, backoff: Backoff | None = None) -> CompactionOutcome | None:
     """Compact (trigger ``threshold``) when ``should_compact``; None when it did not."""
-    if not should_compact(turn):
+    if not await should_compact(turn):
         return None
     return await compact(turn, "threshold", backoff=backoff)
 
@@ -219,7 +219,9 @@ async def compact(
     setup = turn.compaction
     assert setup is not None
     compaction_id = compaction_id or new_id("cmp")
-    tokens_before = next_estimate(turn)
+    # Counted like tokens_after (the request from scratch, characters / 4), so that before and
+    # after compare: the trigger's estimate (next_estimate) starts from provider-reported tokens.
+    tokens_before = full_estimate(turn)
     if turn.observe is not None:  # pre_compact hooks: they only watch, and cannot stop it
         await turn.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
     await turn.emit(
@@ -293,9 +295,9 @@ async def _run(
         context_window=summarizer.context_window,
         max_output_tokens=summarizer.output_room,
     )
-    summary, usage = await _summarize(turn, summarizer, request, backoff)
+    summary, reported = await _summarize(turn, summarizer, request, backoff)
+    usage = await _account_summary_call(turn, setup, reported, request, summary)
     end["usage"] = usage
-    await _account_summary_call(turn, setup, usage)
     if not summary.strip():
         raise ProviderError(
             f"{summarizer.provider_name} returned an empty summary; nothing was compacted.",
@@ -426,14 +428,19 @@ async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRe
     return "".join(texts), usage
 
 
-async def _account_summary_call(turn: Turn, setup: CompactionSetup, usage: Usage | None) -> None:
-    """THE one place a summarizer call's usage is accounted for.
+async def _account_summary_call(turn: Turn, setup: CompactionSetup, usage: Usage | None, request: SummaryRequest,
+                                summary: str) -> Usage:  # fmt: skip
+    """THE one place a summarizer call's usage is accounted for; the usage counted (ponder's estimate of the
+    request and the summary when the provider reported none that reads as counts).
 
     It counts in the turn's usage (``turn_end.usage``), is reported in ``compaction_end.usage``, and
     reaches the session's totals and budget (and a ``usage`` event) through ``on_summary_usage``.
     """
-    if usage is None:
-        return
+    estimated = usage is None or (usage.input_tokens is None and usage.output_tokens is None)
+    if estimated:
+        usage = Usage(input_tokens=_scaled(turn, request.estimate), output_tokens=text_tokens(summary))
+    assert usage is not None
     turn.usage = add_usage(turn.usage, usage)
     if setup.on_summary_usage is not None:
-        await setup.on_summary_usage(usage)
+        await setup.on_summary_usage(usage, estimated)
+    return usage

@@ -61,11 +61,12 @@ class ToolOutcome:
 RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[ToolOutcome]]
 # Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
 Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
-# After each model call: (the usage it reported or None, an estimate of the request plus its
-# reply for when there is none) -> recorded in the session's totals and told as a ``usage`` event.
-RecordUsage = Callable[[Usage | None, int | None], Awaitable[None]]
-# Before each model call: None while the session's budget allows one, else the sentence saying which is spent.
-BudgetSpent = Callable[[], str | None]
+# After each model call: (its usage, whether that is ponder's estimate because the provider reported
+# none that reads as counts) -> recorded in the session's totals and told as a ``usage`` event.
+RecordUsage = Callable[[Usage, bool], Awaitable[None]]
+# Before each model call (the budget re-read from the store, the truth, when ``reread``): None while
+# the session's budget allows one, else the sentence saying which is spent.
+BudgetSpent = Callable[[bool], Awaitable[str | None]]
 # Before each model call of a prompt turn: the steers waiting to join it, in arrival order (not
 # stored yet: the turn stores each as a user message of its own, in its brackets).
 TakeSteers = Callable[[], Awaitable[list[ChatMessage]]]
@@ -142,7 +143,7 @@ class CompactionSetup:
     # (decided, budget, output cap, reason); None for a model whose thinking is not a token budget.
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
-    on_summary_usage: Callable[[Usage], Awaitable[None]] | None = field(default=None)
+    on_summary_usage: Callable[[Usage, bool], Awaitable[None]] | None = field(default=None)
     # How far the provider's token counts are from the estimate (the session's, shared by its turns).
     calibration: Calibration = field(default_factory=Calibration)
     # Summaries paid for and thrown away (they did not shrink the request) for the prompt this turn
@@ -193,6 +194,7 @@ class Turn:
     # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
     prepare: Callable[["Turn"], Awaitable[None]] | None = None
     system_prompt: str | None = None
+    max_output_tokens: int | None = None  # the model's output limit: no request asks for more
     record_usage: RecordUsage | None = None
     budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
@@ -237,6 +239,13 @@ async def wait_to_retry(turn: Turn, attempt: int, delay: float, exc: ProviderErr
     retry = {"attempt": attempt, "max_attempts": turn.settings.max_attempts, "delay_ms": int(delay * 1000)}
     await turn.emit(ev.Retry, {**retry, "error": error_info(exc)})
     await anyio.sleep(delay)
+
+
+async def spent_budget(turn: Turn, *, reread: bool = True) -> str | None:
+    """None while the session's budget allows another model call, else the sentence saying which is spent.
+    ``reread``: read the budget from the store first (False for a turn's first call: admission has just
+    caught up with the store when another daemon held the session)."""
+    return await turn.budget_spent(reread) if turn.budget_spent is not None else None
 
 
 def error_info(exc: PonderError) -> ErrorInfo:

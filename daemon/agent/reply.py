@@ -1,7 +1,7 @@
 """One streamed assistant reply: provider events out as protocol events, the message into the store.
 
-The partial reply is checkpointed at most every ``CHECKPOINT_S`` (or every
-``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
+The partial reply is checkpointed at most every ``CHECKPOINT_S`` after the last checkpoint
+was written (or every ``CHECKPOINT_BYTES`` of new text) as ``interrupted``, appending only the text that arrived
 since the last checkpoint, so a crash loses little and a long reply costs the same per
 delta at its end as at its start; the final save (also incremental) marks it ``complete``.
 
@@ -27,7 +27,7 @@ from daemon.agent.context import Turn
 from daemon.agent.history import UNFINISHED_CALL, is_unfinished_call, record_cancelled_results, save_and_end
 from daemon.agent.watchdog import Verdict, Watchdog
 from daemon.context.budget import add_usage
-from daemon.context.estimate import request_estimate
+from daemon.context.estimate import message_tokens, request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
 from daemon.errors import PonderError, ProviderError
 from daemon.media import budget
@@ -110,6 +110,7 @@ class Reply:
             messages=for_provider(self._with_media(messages), turn.provider_name),
             system_prompt=turn.system_prompt,
             tools=turn.tools,
+            output_cap=turn.max_output_tokens,
             limits=turn.settings.limits,
         )
 
@@ -334,7 +335,8 @@ class Reply:
             )
 
     async def _emit(self, kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
-        await self._emit_late_end()
+        if self.late_end is not None:
+            await self._emit_late_end()
         await self.turn.emit(kind, fields)
 
     async def _emit_late_end(self) -> None:
@@ -348,9 +350,14 @@ class Reply:
             self.message.parts[index].text = "".join(chunks)
 
     async def _checkpoint(self) -> None:
-        self.last_checkpoint = time.monotonic()
         self.unsaved_bytes = 0
-        await self._persist(final=False)
+        try:
+            await self._persist(final=False)
+        finally:
+            # Counted from when the write is done: when the store is slow (many sessions
+            # streaming at once) a checkpoint started as soon as the last one ended would
+            # make every delta a write, and the store slower still.
+            self.last_checkpoint = time.monotonic()
 
     async def _persist(self, *, final: bool) -> None:
         """Store the reply so far: whole the first time, then incrementally, so that a
@@ -445,14 +452,20 @@ class Reply:
         return message
 
     async def _record_usage(self, message: ChatMessage) -> None:
-        """Into the session's totals, after the message is stored: every call that reported usage,
-        and every complete one (its context then estimated from the request and reply)."""
+        """Into the session's totals, after the message is stored: what the provider reported, or when it
+        reported nothing that reads as counts (none, or garbage), ponder's estimate of the request as sent
+        and of the reply, said so in the ``usage`` event: a token budget holds either way."""
         turn = self.turn
         usage = self.usage
         reported = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
         if usage is not None and turn.compaction is not None and self.sent_estimate is not None:
             turn.compaction.calibration.observe(self.sent_estimate, usage.input_tokens)
-        if turn.record_usage is None or not (reported or message.status == "complete"):
+        if turn.record_usage is None:
             return
-        estimate = None if reported else request_estimate(turn.system_prompt, turn.tools, turn.history)
-        await turn.record_usage(usage, estimate)
+        if reported and usage is not None:
+            await turn.record_usage(usage, False)
+            return
+        sent = self.sent_estimate or 0
+        if turn.compaction is not None:
+            sent = turn.compaction.calibration.scale(sent)
+        await turn.record_usage(Usage(input_tokens=sent, output_tokens=message_tokens(message)), True)

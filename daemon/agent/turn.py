@@ -10,10 +10,9 @@ before its first event is retried with backoff (``BACKOFF_BASE_S`` doubling up t
 
 import json
 import logging
-import random
 
 from daemon.agent import compaction, level_retry
-from daemon.agent.context import CompactionRequest, Turn, error_info, wait_to_retry
+from daemon.agent.context import CompactionRequest, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.history import save_and_end
 from daemon.agent.reply import Reply
 from daemon.agent.tools import run_tools
@@ -133,9 +132,9 @@ _STEERABLE_ENDINGS = ("end_turn", "tool_use", "max_tokens")
 
 
 async def _tool_loop(turn: Turn) -> str:
-    for _step in range(turn.settings.max_steps):
+    for step in range(turn.settings.max_steps):
         # Checked before every model call: between tool-loop steps too, not only at a prompt.
-        spent = turn.budget_spent() if turn.budget_spent is not None else None
+        spent = await spent_budget(turn, reread=step > 0)
         if spent is not None:
             raise BudgetExceeded(spent)
         # After the tools of the last reply have all finished (and the compaction after them):
@@ -174,7 +173,7 @@ async def _compaction_turn(turn: Turn, request: CompactionRequest) -> tuple[str,
     """A turn that only compacts: ``end_turn`` when it completed or was skipped, else ``error``."""
     if turn.compaction is None:
         raise InvalidParams("This session's model cannot be compacted.")
-    spent = turn.budget_spent() if turn.budget_spent is not None else None
+    spent = await spent_budget(turn)
     if spent is not None:  # a summary is a model call: a spent budget stops it too
         exc = BudgetExceeded(spent)
         await turn.emit(
@@ -259,7 +258,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                     if outcome.status in ("failed", "cancelled"):
                         raise ContextOverflow(exc, compacted=False, advice=compaction.advice(turn)) from exc
                 # The summary was a model call: the retry is another, and the budget may be spent now.
-                spent = turn.budget_spent() if turn.budget_spent is not None else None
+                spent = await spent_budget(turn)
                 if spent is not None:
                     raise BudgetExceeded(spent) from exc
                 continue
@@ -275,4 +274,6 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     if retry_after is not None:
         return min(retry_after, BACKOFF_CAP_S * 4)
     base = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    import random  # only once a call is retried
+
     return base / 2 + random.uniform(0, base / 2)

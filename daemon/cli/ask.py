@@ -20,11 +20,14 @@ from typing import Any
 
 import anyio
 
-from daemon.cli.figures import usage_line
-from daemon.cli.terminal import DIM, RESET, stderr_is_terminal
+from daemon.cli.figures import compaction_result, usage_line
+from daemon.cli.terminal import DIM, RESET, colour_on, stderr_is_terminal
+from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError
 from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 
+TITLE_CHARS = 60
+TOOL_ARGS_CHARS = 200  # of a tool call's arguments shown as it starts
 _KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]
 MOCK_NOTICE = (
     "ponder: no provider is configured, so this uses the offline mock model {model}. "
@@ -42,7 +45,7 @@ async def ask(client: RpcClient, args: argparse.Namespace) -> int:
     except AttachmentError as exc:
         print(f"ponder: {exc}", file=sys.stderr)
         return 2
-    session_id = await _open_session(client, args)
+    session_id = await _open_session(client, args, prompt)
     params: dict[str, Any] = {"session_id": session_id}
     if attached:
         params["content"] = [{"type": "text", "text": prompt}, *attached]
@@ -55,7 +58,9 @@ async def ask(client: RpcClient, args: argparse.Namespace) -> int:
 async def follow_turn(client: RpcClient, session_id: str, turn_id: str, args: argparse.Namespace) -> int:
     """Print turn ``turn_id`` as it streams (Ctrl-C cancels it); the exit status its end calls for
     (``args.json``: every event as a JSON line)."""
-    printer = _Printer(json_mode=args.json, tty=sys.stdout.isatty(), notice=stderr_is_terminal())
+    printer = _Printer(
+        json_mode=args.json, tty=sys.stdout.isatty(), notice=stderr_is_terminal(), dim=colour_on(sys.stdout)
+    )
     end: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
 
@@ -73,17 +78,18 @@ async def follow_turn(client: RpcClient, session_id: str, turn_id: str, args: ar
         tg.cancel_scope.cancel()
     printer.close()
     if end.get("stop_reason") == "max_tokens" and end.get("error"):
-        print(f"ponder: {end['error']['message']}", file=sys.stderr)
+        print(f"ponder: {for_person(end['error']['message'])}", file=sys.stderr)
         if not printer.wrote_text:  # an empty answer is no success
             return 1
     if end.get("stop_reason") == "error":
         error = end.get("error") or {}
-        print(f"ponder: {error.get('message', 'the turn failed')}", file=sys.stderr)
+        print(f"ponder: {for_person(error.get('message', 'the turn failed'))}", file=sys.stderr)
         return 1
     if end.get("stop_reason") == "cancelled":
         return 130
     if end.get("stop_reason") == "budget":
-        print(f"ponder: {(end.get('error') or {}).get('message', 'the session budget is spent')}", file=sys.stderr)
+        said = (end.get("error") or {}).get("message", "the session budget is spent")
+        print(f"ponder: {for_person(said)}", file=sys.stderr)
     if not args.json and stderr_is_terminal():
         print(f"ponder: session {session_id}", file=sys.stderr)
         # Last, one line: where the session stands (its context fill and what it has cost).
@@ -135,7 +141,13 @@ def _read(path: str) -> bytes:
     return data
 
 
-async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
+def title_of(prompt: str) -> str:
+    """A new session's title: its first prompt on one line, cut to ``TITLE_CHARS``."""
+    words = " ".join(prompt.split())
+    return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str) -> str:
     session_id = args.session
     if args.continue_last:
         cwd = os.path.abspath(args.cwd or os.getcwd())
@@ -151,7 +163,7 @@ async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
         await _set_budget(client, session_id, args)
         await client.request("session/get", {"session_id": session_id})
         return session_id
-    params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd())}
+    params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd()), "title": title_of(prompt)}
     if args.model:
         params["model_id"] = args.model
     if args.thinking:
@@ -164,7 +176,7 @@ async def _open_session(client: RpcClient, args: argparse.Namespace) -> str:
         print(MOCK_NOTICE.format(model=model_id), file=sys.stderr)
     thinking = started["thinking"]
     if thinking.get("reason") and not stderr_is_terminal():  # on a terminal, the turn's thinking line says it
-        print(f"ponder: {thinking['reason']}", file=sys.stderr)
+        print(f"ponder: {for_person(thinking['reason'])}", file=sys.stderr)
     await _set_budget(client, started["session"]["session_id"], args)
     return started["session"]["session_id"]
 
@@ -186,14 +198,16 @@ def thinking_lines(thinking: dict[str, Any]) -> list[str]:
     else:
         lines = [f"Thinking: {effective} effort"]
     if thinking.get("reason") and thinking["requested"] not in ("default", effective):
-        lines.append(f"ponder: {thinking['reason']}")
+        lines.append(f"ponder: {for_person(thinking['reason'])}")
     return lines
 
 
 class _Printer:
-    def __init__(self, *, json_mode: bool, tty: bool, notice: bool = False) -> None:
+    def __init__(self, *, json_mode: bool, tty: bool, notice: bool = False, dim: bool = True) -> None:
         self.json_mode = json_mode
         self.tty = tty
+        self.dim, self.reset = (DIM, RESET) if dim else ("", "")  # thinking dimmed where colour is on
+        self.compaction_before = 0
         self.notice = notice and not json_mode  # the thinking line on stderr
         self.in_thinking = False
         self.wrote_text = False
@@ -217,28 +231,41 @@ class _Printer:
             print("\n".join(thinking_lines(event["thinking"])), file=sys.stderr, flush=True)
         elif kind == "thinking_delta" and self.tty:
             if not self.in_thinking:
-                sys.stdout.write(DIM)
+                sys.stdout.write(self.dim)
                 self.in_thinking = True
             sys.stdout.write(event["delta"])
         elif kind == "thinking_end" and self.tty and self.in_thinking:
-            sys.stdout.write(RESET + "\n\n")
+            sys.stdout.write(self.reset + "\n\n")
             self.in_thinking = False
         elif kind == "text_delta":
             sys.stdout.write(event["delta"])
             self.wrote_text = True
         elif kind == "tool_execution_start" and self.tty:
-            sys.stdout.write(f"{DIM}→ {event['name']} {json.dumps(event['arguments'], ensure_ascii=False)}{RESET}\n")
+            arguments = json.dumps(event["arguments"], ensure_ascii=False)
+            shown = arguments if len(arguments) <= TOOL_ARGS_CHARS else arguments[: TOOL_ARGS_CHARS - 1] + "…"
+            sys.stdout.write(f"{self.dim}→ {event['name']} {shown}{self.reset}\n")
+        elif kind == "tool_execution_end" and event["is_error"] and self.notice:
+            # Why a tool did not run or failed, for the person (the model gets the same text); not
+            # when the person just said no at the prompt: they know.
+            said = event["result"].strip().splitlines()[0] if event["result"].strip() else "it failed"
+            if "the user denied permission" not in said:
+                print(f"ponder: {event['name']}: {for_person(said)}", file=sys.stderr, flush=True)
         elif kind == "retry":
             # A retry at once (another thinking level) says what it does in its message.
             wait = f" Retrying in {event['delay_ms'] / 1000:.1f}s…" if event["delay_ms"] else ""
-            print(f"ponder: {event['error']['message']}{wait}", file=sys.stderr)
+            print(f"ponder: {for_person(event['error']['message'])}{wait}", file=sys.stderr)
+        elif kind == "compaction_start" and self.notice:
+            self.compaction_before = event["tokens_before"]
+            print(f"ponder: compacting the conversation (about {event['tokens_before']:,} tokens)…", file=sys.stderr)
+        elif kind == "compaction_end" and self.notice:
+            print(f"ponder: {compaction_result(event, self.compaction_before)}", file=sys.stderr)
         sys.stdout.flush()
 
     def close(self) -> None:
         if self.closed:
             return
         if self.in_thinking:
-            sys.stdout.write(RESET)
+            sys.stdout.write(self.reset)
         if self.wrote_text and not self.json_mode:
             sys.stdout.write("\n")
         sys.stdout.flush()

@@ -1,8 +1,13 @@
 """The client commands' common run: start (or take) the daemon, connect, ``initialize``, run the
 command's module, shut down; and turn what went wrong into a line for the person.
 
-Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``continuing``, ``models``,
-``mcp``, ``login``) with one ``async def NAME(client, args) -> int``: the exit status.
+Errors are said in the command line's words (``wording``); the daemon's configuration problems
+are shown once, in plain words, while its log goes to ``logs/ponder.log`` only. Output piped
+into a program that stops reading (``ponder models | head``) ends the command quietly, with the
+status a Unix tool killed by SIGPIPE has (141).
+
+Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``continuing``,
+``models``, ``mcp``, ``login``) with one ``async def NAME(client, args) -> int``: the exit status.
 """
 
 import argparse
@@ -15,8 +20,10 @@ from typing import TypeVar
 import anyio
 
 from daemon.cli import ask, compact, continuing, login, mcp, models, sessions
-from daemon.cli.permission import ask_permission
+from daemon.cli.permission import PermissionPrompt
+from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
+from daemon.jsonrpc.spawn import QUIET_SERVE
 
 Command = Callable[[RpcClient, argparse.Namespace], Awaitable[int]]
 COMMANDS: dict[str, Command] = {
@@ -36,13 +43,27 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
     try:
         return anyio.run(_run, args, daemon, backend=backend)
     except BaseException as exc:
+        if _find(exc, BrokenPipeError) is not None:
+            return _reader_went_away()
         error = _find(exc, RpcError)
         if error is not None:
-            print(f"ponder: {error.message}", file=sys.stderr)
+            print(f"ponder: {for_person(error.message)}", file=sys.stderr)
             return 1
         if _find(exc, KeyboardInterrupt) is not None:
             return 130
         raise
+
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
+
+
+def _reader_went_away() -> int:
+    """stdout's reader closed the pipe: nothing more can be said there, and nothing should be said
+    elsewhere. stdout is pointed at /dev/null so the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_STATUS
 
 
 _E = TypeVar("_E", bound=BaseException)
@@ -62,9 +83,19 @@ def _find(exc: BaseException, kind: type[_E]) -> _E | None:
 
 async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None) -> int:
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    on_request = ask_permission if interactive else None
-    async with spawn_daemon(home=args.home, log_level="warning", on_request=on_request, started=daemon) as client:
-        await client.request(
+    prompt = PermissionPrompt()
+    on_request = prompt.answer if interactive else None
+    # Not waiting for the daemon to exit: by the end every answer is in (see spawn_daemon).
+    async with spawn_daemon(
+        home=args.home,
+        serve_args=QUIET_SERVE,
+        log_level=args.log_level,
+        on_request=on_request,
+        started=daemon,
+        wait_for_exit=False,
+    ) as client:
+        prompt.client = client
+        initialized = await client.request(
             "initialize",
             {
                 "protocol_version": 1,
@@ -72,6 +103,8 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
                 "capabilities": {"permission_requests": interactive},
             },
         )
+        for problem in initialized.get("problems") or []:
+            print(f"ponder: {for_person(problem)}", file=sys.stderr)
         code = await COMMANDS[args.command](client, args)
         await client.request("shutdown")
         return code

@@ -1,6 +1,8 @@
-"""Figures as a person reads them: a session's context fill, its token totals and its cost."""
+"""Figures as a person reads them: a session's context fill, its cost, a compaction's before and after."""
 
 from typing import Any
+
+from daemon.cli.wording import for_person
 
 
 def usage_line(session: dict[str, Any]) -> str | None:
@@ -14,16 +16,20 @@ def usage_line(session: dict[str, Any]) -> str | None:
     return f"Context: {context['used']:,}{window} tokens · {spent}"
 
 
-def totals_text(session: dict[str, Any]) -> str:
-    """A session's running totals for ``ponder sessions``: tokens in and out, and their cost."""
-    totals = session.get("totals") or {}
-    tokens = (totals.get("input_tokens") or 0) + (totals.get("output_tokens") or 0)
-    cost = session.get("cost")
-    return f"{tokens:>11,} tokens {money(cost) if cost is not None else '-':>9}"
-
-
 def money(cost: dict[str, Any]) -> str:
     amount, currency = cost["amount"], cost["currency"]
     if currency != "USD":
         return f"{amount:,.4f} {currency}"
     return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+
+
+def compaction_result(end: dict[str, Any], before: int) -> str:
+    """How a compaction ended, before and after in the same measure (the request's estimate)."""
+    if end["status"] == "completed":
+        after = end["tokens_after"]
+        smaller = f" ({100 - round(100 * after / before)}% smaller)" if before else ""
+        return f"compacted: about {before:,} → {after:,} tokens{smaller}."
+    if end["status"] == "skipped":
+        return "nothing to compact yet: the conversation is all recent."
+    error = (end.get("error") or {}).get("message") or end["status"]
+    return f"the compaction {end['status']}: {for_person(error)}"

@@ -7,36 +7,76 @@ real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, NamedTuple
 
 from daemon import __version__
-from protocol.objects import ApprovalPolicy
+from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
-if TYPE_CHECKING:  # the config module loads only when a command needs it
+if TYPE_CHECKING:  # the config module loads only when a command needs it; argparse only off the serve line
+    import argparse
+
     from daemon.config.settings import Config
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
+MAX_TOKENS = 2**31 - 1
+
+
+def _tokens(text: str) -> int:
+    """A token count given on the command line: a whole number from 0 to 2,147,483,647."""
+    import argparse
+
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if not 0 <= value <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_TOKENS:,} tokens")
+    return value
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
     parser.add_argument("--version", action="version", version=f"ponder {__version__}")
     parser.add_argument(
         "--home", help="where config.toml, sessions.db and logs live (default: $PONDER_HOME or the user data dir)"
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="how much the daemon writes to logs/ponder.log in the home (default: info)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (newline-delimited JSON-RPC 2.0)")
-    serve.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    serve.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
+    serve.add_argument(
+        "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
+    )
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
     )
-    acp.add_argument("--max-line-bytes", type=int, default=32 * 1024 * 1024)
+    acp.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES)
+    acp.add_argument("--quiet", action="store_true", help="log to logs/ponder.log only, not stderr")
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
@@ -47,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--thinking", help="off, minimal, low, medium, high, xhigh or max")
     ask.add_argument(
         "--thinking-budget",
-        type=int,
+        type=_tokens,
         metavar="N",
         help="thinking budget in tokens for models that take one (clamped to the model's range)",
     )
@@ -55,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--session", help="continue this session")
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
-    ask.add_argument("--approval", choices=get_args(ApprovalPolicy), help="approval policy for a new session")
+    ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
     ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
     ask.add_argument(
         "--image",
@@ -74,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
-    sessions.add_argument("--limit", type=int, default=20)
+    sessions.add_argument("--limit", type=_positive, default=20, help="how many sessions to list (default: 20)")
+    sessions.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     compact = sub.add_parser("compact", help="fold a session's older messages into a summary (nothing is deleted)")
     compact.add_argument("session_id", help="the session to compact")
-    compact.add_argument("instructions", nargs="*", help="what the summary should keep (optional)")
+    # A default keeps argparse from listing the optional words as required when session_id is missing.
+    compact.add_argument("instructions", nargs="*", default=[], help="what the summary should keep (optional)")
 
     cont = sub.add_parser("continue", help="go on with a session's last turn where it was cut off")
     cont.add_argument("session_id", help="the session whose last turn goes on")
@@ -88,30 +130,103 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("provider", choices=["copilot"])
 
     models = sub.add_parser("models", help="list the models ponder knows")
-    models.add_argument("--provider")
+    models.add_argument("--provider", help="only this provider's models")
+    models.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
-    mcp.add_argument("--json", action="store_true", help="print the mcp/list result as JSON")
+    mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
     return parser
 
 
+class Serve(NamedTuple):
+    """What ``serve`` and ``acp`` run with."""
+
+    command: str  # "serve" or "acp"
+    home: str | None
+    log_level: str
+    max_line_bytes: int
+    quiet: bool = False
+
+
+CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
+
+
+def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None:
+    """``--home H`` and ``--log-level L`` (either spelling) before the command: (home, level,
+    the command and its arguments); None when anything else comes first (argparse reads it)."""
+    home, level, rest = None, "info", list(argv)
+    while rest and rest[0].startswith("-"):
+        option, _, inline = rest.pop(0).partition("=")
+        if option not in ("--home", "--log-level") or (not inline and not rest):
+            return None
+        value = inline or rest.pop(0)
+        if value.startswith("-"):
+            return None  # argparse takes it for an option
+        if option == "--home":
+            home = value
+        elif value in LOG_LEVELS:
+            level = value
+        else:
+            return None
+    return home, level, rest
+
+
+def plain_serve(argv: list[str]) -> Serve | None:
+    """``[--home H] [--log-level L] serve [--max-line-bytes N] [--quiet]``, the line an editor (or
+    a client command) spawns, read without argparse: importing it and declaring every command's
+    arguments is a noticeable part of a daemon's start-up. None for any other line, which
+    argparse reads (and explains)."""
+    found = _global_options(argv)
+    if found is None or not found[2] or found[2][0] != "serve":
+        return None
+    home, level, rest = found
+    limit, quiet, options = DEFAULT_MAX_LINE_BYTES, False, rest[1:]
+    while options:
+        match options:
+            case ["--quiet", *more]:
+                quiet, options = True, more
+            case ["--max-line-bytes", digits, *more] if digits.isdigit():
+                limit, options = int(digits), more
+            case _:
+                return None
+    return Serve("serve", home, level, limit, quiet)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    plain = plain_serve(argv)
+    if plain is not None:
+        return run_serve(plain)
+    # Every client command talks to a daemon: start it first, before even argparse, so that
+    # it starts up while this process reads its arguments and imports the client's stack.
+    # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.
+    found = _global_options(argv)
+    daemon = None
+    if found is not None and found[2] and found[2][0] in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
+        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
+
+        daemon = start_daemon(home=found[0], log_level=found[1], serve_args=QUIET_SERVE)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit:  # a mistake in the command's own arguments: argparse said which
+        if daemon is not None:
+            daemon.kill()
+            daemon.wait()
+        raise
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
     if args.command in ("serve", "acp"):
-        return run_serve(args)
-    from daemon.jsonrpc.spawn import start_daemon
+        return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
+    if daemon is None:
+        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
-    # Every client command talks to a daemon: start it first, so that it starts up while
-    # this process imports the client's async stack.
-    daemon = start_daemon(home=args.home, log_level="warning")
+        daemon = start_daemon(home=args.home, log_level=args.log_level, serve_args=QUIET_SERVE)
     from daemon.cli import commands
 
     return commands.run(args, daemon)
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: Serve) -> int:
     import anyio
 
     from daemon.config.settings import load_config, resolve_home
@@ -128,7 +243,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     home = resolve_home(args.home)
     config = load_config(home)
-    setup_logging(config.log_dir, args.log_level)
+    setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
     anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
     return 0

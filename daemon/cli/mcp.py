@@ -1,14 +1,17 @@
-"""``ponder mcp``: start the MCP servers from config.toml and show their status and tools."""
+"""``ponder mcp``: start the MCP servers from config.toml (a progress line on a terminal while they
+start) and show their status and tools."""
 
 import argparse
 import json
 
+from daemon.cli.terminal import progress
 from daemon.jsonrpc.client import RpcClient
 
 
 async def mcp(client: RpcClient, args: argparse.Namespace) -> int:
     """What ``mcp/list`` says, for a person; exit status 1 when a server failed."""
-    listed = await client.request("mcp/list")
+    async with progress("Starting MCP servers…"):
+        listed = await client.request("mcp/list")
     servers = listed["servers"]
     if args.json:
         print(json.dumps(listed, ensure_ascii=False, indent=2))

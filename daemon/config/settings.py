@@ -13,23 +13,28 @@ and any variable holding a known credential, for ``run_command``'s children; ``[
 pass_env`` names variables to pass anyway.
 """
 
+import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
+
+import msgspec
+from msgspec import field
 
 from daemon.config.sandbox import SandboxSettings, parse_sandbox
 from daemon.config.stored_login import load_github_token
-from daemon.context.pricing import Price, parse_price_override
 from daemon.errors import InvalidParams
-from daemon.models.levels import parse_level
 from daemon.util import redact
 from daemon.util.secret import Secret
 from daemon.vendors.table import CREDENTIAL_ENV_VARS, DEVICE_LOGIN_PROVIDERS, KNOWN_APIS, PROVIDERS, ProviderInfo
 from daemon.vendors.table import key_hint as vendor_key_hint
 from protocol.objects import ApprovalPolicy, Budget, ThinkingDisplay, ThinkingFallback
+
+if TYPE_CHECKING:  # read only from a config that sets a price: off the start path otherwise
+    from daemon.context.pricing import Price
 
 
 def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[str, str]:
@@ -47,8 +52,9 @@ def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[
     }
 
 
-@dataclass
-class ProviderConfig:
+# Structs, not dataclasses: making a dataclass compiles its methods at import, a cost paid
+# by every start of the daemon (tests/server/test_start_path.py).
+class ProviderConfig(msgspec.Struct):
     name: str
     api: str
     base_url: str
@@ -58,7 +64,7 @@ class ProviderConfig:
     needs_key: bool = True
     models: list[dict[str, Any]] = field(default_factory=list)  # user-declared models
     # ``price`` of a ``[[providers.NAME.models]]`` entry, by model name (see daemon.context.pricing).
-    prices: dict[str, Price] = field(default_factory=dict)
+    prices: "dict[str, Price]" = field(default_factory=dict)
     default_thinking_level: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     problem: str | None = None  # set when the provider is unusable because of the config
@@ -75,8 +81,7 @@ class ProviderConfig:
         return self.problem is None and (self.api_key is not None or not self.needs_key)
 
 
-@dataclass(frozen=True)
-class CompactionSettings:
+class CompactionSettings(msgspec.Struct, frozen=True):
     """``[compaction]``: when the history is folded into a summary, and by which model.
 
     ``auto`` turns every automatic path off (threshold and overflow); ``reserve_tokens`` is the
@@ -91,8 +96,7 @@ class CompactionSettings:
     thinking_level: str | None = None
 
 
-@dataclass
-class Config:
+class Config(msgspec.Struct):
     home: Path
     default_model: str | None = None
     default_thinking_level: str | None = None
@@ -125,6 +129,7 @@ class Config:
     rule_lines: list[int] = field(default_factory=list)
     hooks: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    text: str = ""  # config.toml as read (for the lines of problems found later, e.g. by the catalogue)
 
     @property
     def db_path(self) -> Path:
@@ -152,20 +157,28 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config = Config(home=home)
     raw: dict[str, Any] = {}
     path = home / "config.toml"
-    if path.exists():
+    text, problem = read_config_file(path)
+    if problem is not None:
+        config.problems.append(f"{path}: {problem}; ignoring the whole file.")
+    elif text is not None:
         try:
             import tomllib  # only when there is a file: it costs start-up time
 
-            text = path.read_text(encoding="utf-8")
             raw = tomllib.loads(text)
             config.rule_lines = table_lines(text, "permissions.rules")
-        except (ValueError, OSError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        except ValueError as exc:  # TOMLDecodeError
             config.problems.append(f"{path}: {_toml_error(exc)}; ignoring the whole file.")
             raw = {}
+        except RecursionError:
+            config.problems.append(f"{path}: tables or arrays nested too deeply to read; ignoring the whole file.")
+            raw = {}
+    for name in ("defaults", "reliability", "tools", "providers", "mcp_servers"):
+        if name in raw and not isinstance(raw[name], dict):
+            config.problems.append(f"config.toml: [{name}] must be a table, not {raw[name]!r}; using the defaults.")
     defaults = raw.get("defaults", {})
     if isinstance(defaults, dict):
-        config.default_model = _opt_str(defaults.get("model"))
-        config.default_thinking_level = _opt_str(defaults.get("thinking_level"))
+        config.default_model = _text(defaults, "defaults", "model", config.problems)
+        config.default_thinking_level = _text(defaults, "defaults", "thinking_level", config.problems)
         config.default_thinking_display = _choice(
             defaults, "thinking_display", get_args(ThinkingDisplay), config.default_thinking_display, config.problems
         )
@@ -245,9 +258,105 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     mcp = raw.get("mcp_servers", {})
     if isinstance(mcp, dict):
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
+        for name in [k for k, v in mcp.items() if not isinstance(v, dict)]:
+            config.problems.append(f"config.toml: [mcp_servers.{name}] must be a table; skipping it.")
     config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
     apply_stored_login(config)  # a stored device sign-in: configured, source "login"
+    config.text = text or ""
+    config.problems[:] = [with_line(problem, config.text) for problem in config.problems]
     return config
+
+
+_PROBLEM_KEY = re.compile(r"^config\.toml: \[\[?([\w.-]+)\]\]?(?: ([\w-]+))?")
+_TABLE = re.compile(r"^\s*\[\[?\s*([\w.\-\" ]+?)\s*\]\]?\s*(?:#.*)?$")
+
+
+def with_line(problem: str, text: str) -> str:
+    """``problem`` ("config.toml: [section] key ...") with the line of config.toml it is about:
+    the key's line within that table, else the table's header. Unchanged when neither is found."""
+    match = _PROBLEM_KEY.match(problem)
+    if match is None or not text:
+        return problem
+    section, key = match.group(1), match.group(2)
+    line = _line_of(text, section, key)
+    return problem if line is None else f"config.toml line {line}:" + problem[len("config.toml:") :]
+
+
+def _line_of(text: str, section: str, key: str | None) -> int | None:
+    """The line of ``key`` in table ``section``, else of the table's header, else of ``section`` written
+    as a key of its parent table (``compaction = 5``, ``docs = "..."`` under ``[mcp_servers]``)."""
+    parent, _, leaf = section.rpartition(".")
+    current, header, found, as_key = "", None, None, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        table = _TABLE.match(line)
+        if table is not None:
+            current = table.group(1).replace('"', "").replace(" ", "")
+            if current == section and header is None:
+                header = number
+            continue
+        name = line.split("=", 1)[0].strip() if "=" in line else None
+        if name is None:
+            continue
+        if key is not None and current == section and name == key and found is None:
+            found = number
+        if current == parent and name == leaf and as_key is None:
+            as_key = number
+    return found or header or as_key
+
+
+# No setting of config.toml is a number this large (and a larger one would not fit where it goes).
+MAX_NUMBER = 2**53
+# A config file is a page of settings: anything larger is not one (and is never read whole).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def read_config_file(path: Path) -> tuple[str | None, str | None]:
+    """``(text, None)``; ``(None, None)`` when there is no file; ``(None, problem)`` when it cannot be
+    read as a config: a dangling or looping symlink, not a regular file (a FIFO, a device such as
+    /dev/zero, a directory), larger than ``MAX_CONFIG_BYTES``, or not UTF-8. Never blocks: a FIFO
+    is refused before it is opened, and opened without waiting for a writer if it appears later."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None, "is a symbolic link to nothing (its target does not exist)"
+    except OSError as exc:  # ELOOP: a symlink loop
+        return None, f"cannot be followed ({exc.strerror or exc})"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"is not a regular file ({_file_kind(info.st_mode)})"
+    if info.st_size > MAX_CONFIG_BYTES:
+        return None, f"is {info.st_size:,} bytes; a config file has at most {MAX_CONFIG_BYTES:,}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # replaced since the stat above
+                return None, "is not a regular file"
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    if len(data) > MAX_CONFIG_BYTES:
+        return None, f"is larger than {MAX_CONFIG_BYTES:,} bytes"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, f"is not UTF-8 text (byte {exc.start})"
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a plain file"
 
 
 def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
@@ -256,7 +365,10 @@ def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[
     providers: dict[str, ProviderConfig] = {}
     for name in list(PROVIDERS) + [n for n in raw if n not in PROVIDERS]:
         section = raw.get(name, {})
-        providers[name] = _load_provider(name, section if isinstance(section, dict) else {}, env, problems)
+        if not isinstance(section, dict):
+            problems.append(f"config.toml: [providers.{name}] must be a table, not {section!r}; using the defaults.")
+            section = {}
+        providers[name] = _load_provider(name, section, env, problems)
     return providers
 
 
@@ -269,28 +381,54 @@ def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], prob
         api=str(api or ""),
         base_url=_base_url(info, section, env),
         needs_key=info.needs_key,
-        models=[m for m in section.get("models", []) if isinstance(m, dict)],
-        default_thinking_level=_opt_str(section.get("default_thinking_level")),
-        headers={str(k): str(v) for k, v in (section.get("headers") or {}).items()},
+        models=_models(name, section.get("models", []), problems),
+        default_thinking_level=_text(section, f"providers.{name}", "default_thinking_level", problems),
+        headers=_headers(name, section.get("headers"), problems),
         endpoints=_endpoints(info, section, env),
     )
     provider.prices = _prices(name, provider.models, problems)
     if api not in KNOWN_APIS:
         provider.problem = f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
         problems.append(f"config.toml: {provider.problem}")
-    key_envs = ([section["api_key_env"]] if section.get("api_key_env") else []) + list(info.key_envs)
+    key_env = _text(section, f"providers.{name}", "api_key_env", problems)
+    key_envs = ([key_env] if key_env else []) + list(info.key_envs)
     provider.api_key, provider.key_source = _find_key(key_envs, section, env)
     provider.key_hint = vendor_key_hint(name, key_envs)
     return provider
 
 
-def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> dict[str, Price]:
+def _models(provider: str, models: Any, problems: list[str]) -> list[dict[str, Any]]:
+    """``[[providers.NAME.models]]``: the tables of the list; anything else is a problem."""
+    if not isinstance(models, list):
+        problems.append(f"config.toml: [providers.{provider}] models must be a list of tables ([[providers."
+                        f"{provider}.models]]), not {models!r}; no models declared.")  # fmt: skip
+        return []
+    for entry in models:
+        if not isinstance(entry, dict):
+            problems.append(f"config.toml: [[providers.{provider}.models]] {entry!r} is not a table; skipping it.")
+    return [m for m in models if isinstance(m, dict)]
+
+
+def _headers(provider: str, headers: Any, problems: list[str]) -> dict[str, str]:
+    """``[providers.NAME] headers``: a table of strings; anything else is a problem."""
+    if headers is None:
+        return {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        problems.append(f"config.toml: [providers.{provider}] headers must be a table of strings, e.g. "
+                        f'{{ "x-team" = "docs" }}, not {headers!r}; sending none.')  # fmt: skip
+        return {}
+    return {str(k): v for k, v in headers.items()}
+
+
+def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> "dict[str, Price]":
     """The ``price`` overrides of a provider's ``[[providers.NAME.models]]``; a bad one is a problem, not a crash."""
     prices: dict[str, Price] = {}
     for entry in models:
         model = entry.get("model")
         if "price" not in entry or not isinstance(model, str) or not model:
             continue
+        from daemon.context.pricing import parse_price_override  # only for a config that sets a price
+
         try:
             prices[model] = parse_price_override(entry["price"])
         except ValueError as exc:
@@ -312,6 +450,8 @@ def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
         auto = defaults.auto
     level = _opt_str(section.get("thinking_level"))
     if level is not None:
+        from daemon.models.levels import parse_level  # only for a config that sets one: off the start path
+
         try:
             level = parse_level(level, path="compaction.thinking_level")
         except InvalidParams as exc:
@@ -338,13 +478,20 @@ def _budget(section: Any, problems: list[str]) -> Budget | None:
         problems.append("config.toml: [budget] must be a table; no default budget.")
         return None
     max_cost = section.get("max_cost")
-    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float)) or max_cost < 0):
+    if max_cost is not None and (
+        isinstance(max_cost, bool)
+        or not isinstance(max_cost, (int, float))
+        or not math.isfinite(max_cost)
+        or max_cost < 0
+    ):
         problems.append(
             f"config.toml: [budget] max_cost must be an amount in USD of at least 0, not {max_cost!r}; no cost budget."
         )
         max_cost = None
     max_tokens = section.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_NUMBER
+    ):
         problems.append(
             f"config.toml: [budget] max_tokens must be a whole number of tokens of at least 1, not {max_tokens!r}; "
             "no token budget."
@@ -385,15 +532,18 @@ def _find_key(key_envs: list[str], section: dict[str, Any], env: dict[str, str])
 
 
 def _number(section: dict[str, Any], name: str, key: str, default: Any, problems: list[str], minimum: float = 1) -> Any:
-    """``section[key]`` as a number of ``default``'s type; a bad value is a problem, not a crash."""
+    """``section[key]`` as a number of ``default``'s type, checked by msgspec (a whole number where the
+    default is one, finite, at least ``minimum``); a bad value is a problem, not a crash."""
     value = section.get(key, default)
+    kind = int if isinstance(default, int) else float
     try:
-        number = type(default)(value)
-        if isinstance(value, bool) or number < minimum:
-            raise ValueError
-    except (TypeError, ValueError):
+        number = msgspec.convert(value, Annotated[kind, msgspec.Meta(ge=minimum, le=MAX_NUMBER)])
+        if not math.isfinite(number):
+            raise msgspec.ValidationError("not finite")
+    except msgspec.ValidationError:
+        whole = "a whole number" if kind is int else "a number"
         problems.append(
-            f"config.toml: [{name}] {key} must be a number of at least {minimum:g}, not {value!r}; using {default}."
+            f"config.toml: [{name}] {key} must be {whole} of at least {minimum:g}, not {value!r}; using {default}."
         )
         return default
     return number
@@ -408,6 +558,15 @@ def _choice(section: dict[str, Any], key: str, allowed: tuple[str, ...], default
         return value.strip().lower()
     problems.append(f"config.toml: [defaults] {key} = {value!r} is not one of {', '.join(allowed)}; using {default!r}.")
     return default
+
+
+def _text(section: dict[str, Any], name: str, key: str, problems: list[str]) -> str | None:
+    """``section[key]`` when it is a string (None when absent or empty); anything else is a problem."""
+    value = section.get(key)
+    if value is None or isinstance(value, str):
+        return value or None
+    problems.append(f"config.toml: [{name}] {key} must be a string, not {value!r}; ignoring it.")
+    return None
 
 
 def table_lines(text: str, name: str) -> list[int]:

@@ -7,7 +7,6 @@ when it loads the config (``apply_stored_login``); the device flow that writes i
 logged: the content is a credential.
 """
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -31,7 +30,10 @@ def load_github_token(home: Path) -> Secret | None:
     """The stored GitHub token, or None when there is none (or the file is unusable)."""
     path = token_path(home)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        import json  # only once there is a file (most homes have none)
+
+        data = json.loads(text)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -52,6 +54,8 @@ def save_github_token(home: Path, token: Secret) -> None:
     would leave a moment where others can read it) and moved into place atomically, so a
     crash leaves either the old file or the new one.
     """
+    import json
+
     make_private_dir(home)  # a sign-in may be the first thing to make the home
     path = token_path(home)
     tmp = home / f".{TOKEN_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

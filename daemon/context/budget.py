@@ -7,7 +7,8 @@ cost and compaction"). ``max_tokens`` counts ``totals.input_tokens + totals.outp
 sentence ``budget_exceeded`` gives.
 
 A call whose price is unknown adds nothing to ``totals_cost`` (it stays null until some call
-has a price): a cost budget cannot see what no price describes.
+has a price): a cost budget cannot see what no price describes, so on a model without a price
+it counts as spent, with a sentence saying how to set one (never silently void).
 """
 
 from protocol.objects import Budget, Cost, Usage
@@ -47,13 +48,28 @@ def tokens_spent(totals: Usage) -> int:
     return (totals.input_tokens or 0) + (totals.output_tokens or 0)
 
 
-def budget_exceeded(totals: Usage, totals_cost: Cost | None, budget: Budget | None) -> str | None:
-    """The sentence saying which budget is spent and how much was used, or None while within it."""
+def budget_exceeded(
+    totals: Usage, totals_cost: Cost | None, budget: Budget | None, *, priced: bool = True, model_id: str = ""
+) -> str | None:
+    """The sentence saying which budget is spent and how much was used, or None while within it.
+
+    ``priced``: whether the session's model has a known price. A cost budget on a model without one
+    could never be reached, so it counts as spent (never silently void), with a sentence saying how
+    to set a price. Before any priced call the cost spent is 0: ``max_cost: 0`` allows no call.
+    """
     if budget is None:
         return None
-    if budget.max_cost is not None and totals_cost is not None and totals_cost.amount >= budget.max_cost:
+    if budget.max_cost is not None and not priced:
         return (
-            f"The session's cost budget of {_usd(budget.max_cost)} is spent ({_usd(totals_cost.amount)} used); "
+            f"The session's cost budget of {_usd(budget.max_cost)} cannot be kept: ponder knows no price for "
+            f"{model_id or 'its model'}. Set one in config.toml (price = {{input = ..., output = ...}} in USD per "
+            "million tokens on the model's [[providers.NAME.models]] entry), or use a token budget (max_tokens) "
+            "with session/budget."
+        )
+    spent_cost = totals_cost.amount if totals_cost is not None else 0.0
+    if budget.max_cost is not None and spent_cost >= budget.max_cost:
+        return (
+            f"The session's cost budget of {_usd(budget.max_cost)} is spent ({_usd(spent_cost)} used); "
             "raise it with session/budget to continue."
         )
     if budget.max_tokens is not None and tokens_spent(totals) >= budget.max_tokens:

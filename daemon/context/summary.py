@@ -18,7 +18,8 @@ transcript entries; ``SummaryRequest`` says how much went and whether it fits no
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from daemon.context.estimate import MESSAGE_OVERHEAD_TOKENS, PART_OVERHEAD_TOKENS, text_tokens
 from daemon.conversation import ChatMessage, Part
@@ -83,8 +84,7 @@ UPDATE_PROMPT = (
 )
 
 
-@dataclass(frozen=True)
-class SummaryRequest:
+class SummaryRequest(msgspec.Struct, frozen=True):
     """What to send to the summarizer, and what had to go to make it fit."""
 
     system_prompt: str
@@ -95,8 +95,7 @@ class SummaryRequest:
     fits: bool  # estimate + max_output_tokens <= context_window (True when the window is unknown)
 
 
-@dataclass
-class _Entry:
+class _Entry(msgspec.Struct):
     text: str
     prunable: bool = False  # a tool result, pruned first
     pruned_text: str = ""

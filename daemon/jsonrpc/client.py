@@ -140,11 +140,16 @@ async def spawn_daemon(
     on_request: RequestHandler | None = None,
     stderr: int | None = None,
     started: subprocess.Popen[bytes] | None = None,
+    wait_for_exit: bool = True,
 ) -> AsyncIterator[RpcClient]:
     """Run ``python -m daemon [--home H] serve SERVE_ARGS`` (or take the one ``start_daemon``
     started) and yield a client connected to it.
 
-    Leaving the block closes the daemon's stdin (a graceful shutdown) and waits for it.
+    Leaving the block closes the daemon's stdin (a graceful shutdown) and waits for it to
+    exit, unless ``wait_for_exit`` is False: a one-shot command whose requests were all
+    answered (``ponder ask``, ``ponder sessions``) leaves the daemon to finish its shutdown
+    alone, since nothing it still does concerns the command's result (a turn's messages
+    are stored and its lease released before its ``turn_end``).
     """
     if started is not None:
         process: anyio.abc.Process = _StartedProcess(started)
@@ -188,11 +193,12 @@ async def spawn_daemon(
                         await stdin.aclose()
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                         pass
-                    with anyio.move_on_after(10) as waited:
-                        await process.wait()
-                    if waited.cancelled_caught:
-                        process.kill()
-                        await process.wait()
+                    if wait_for_exit:
+                        with anyio.move_on_after(10) as waited:
+                            await process.wait()
+                        if waited.cancelled_caught:
+                            process.kill()
+                            await process.wait()
                 client.notifications.close()
                 tg.cancel_scope.cancel()
     finally:

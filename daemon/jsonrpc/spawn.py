@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# How the ponder client commands run the daemon: its log goes to the home's logs/ponder.log only,
+# not to the person's terminal.
+QUIET_SERVE = ("--quiet",)
+
 
 def daemon_command(home: str | os.PathLike[str] | None, serve_args: tuple[str, ...], log_level: str) -> list[str]:
     """``python -m daemon [--home H] serve SERVE_ARGS`` with this interpreter."""
@@ -35,4 +39,7 @@ def start_daemon(
         stderr=stderr,
         env={**os.environ, **(env or {})},
         cwd=str(Path.cwd()),
+        # Its own session: a Ctrl-C at the person's terminal is for the client command, which
+        # cancels the turn; the daemon must not get it too (it would shut down mid-cancel).
+        start_new_session=True,
     )

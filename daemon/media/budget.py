@@ -3,7 +3,8 @@
 History that a model cannot take is never sent as is and never silently dropped
 (PROTOCOL.md "Prompt content"): to a model without image input every image is a one-line
 note; otherwise the ``MAX_IMAGES_PER_REQUEST`` most recent images (and at most
-``MAX_IMAGE_BYTES_PER_REQUEST`` of them) are sent and older ones are notes; an image a
+``MAX_IMAGE_BYTES_PER_REQUEST`` of them as the request carries them, base64: Gemini takes 20 MB
+of inline data in a request) are sent and older ones are notes; an image a
 provider refused (``Part.omitted``) is always a note. ``turn_start.notes`` says so in one
 sentence per cause. Resources become delimited text naming their URI, links a line naming
 theirs, so adapters only ever see text and images.
@@ -13,7 +14,7 @@ Pure: the bytes are fetched by the caller for the ids ``MediaPlan.send`` names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 
 import msgspec
 
@@ -28,12 +29,11 @@ OVER_BYTES = "over_bytes"
 REJECTED = "rejected_by_provider"
 
 
-@dataclass
-class MediaPlan:
+class MediaPlan(msgspec.Struct):
     """For one request: the images sent (by part), why each other one is a note, and the notes."""
 
-    send: dict[PartKey, str] = field(default_factory=dict)  # part -> attachment_id
-    left_out: dict[PartKey, str] = field(default_factory=dict)  # part -> cause
+    send: dict[PartKey, str] = msgspec.field(default_factory=dict)  # part -> attachment_id
+    left_out: dict[PartKey, str] = msgspec.field(default_factory=dict)  # part -> cause
     model_id: str = ""
 
     def notes(self) -> list[str]:
@@ -79,13 +79,18 @@ def plan(messages: list[ChatMessage], *, takes_images: bool, model_id: str) -> M
                 result.left_out[key] = NO_IMAGE_INPUT
             elif count >= MAX_IMAGES_PER_REQUEST:
                 result.left_out[key] = OVER_COUNT
-            elif total + (part.size or 0) > MAX_IMAGE_BYTES_PER_REQUEST:
+            elif total + wire_bytes(part) > MAX_IMAGE_BYTES_PER_REQUEST:
                 result.left_out[key] = OVER_BYTES
             else:
                 count += 1
-                total += part.size or 0
+                total += wire_bytes(part)
                 result.send[key] = part.attachment_id or ""
     return result
+
+
+def wire_bytes(part: Part) -> int:
+    """What an image adds to a request: its bytes as base64 (every provider's inline form)."""
+    return 4 * math.ceil((part.size or 0) / 3)
 
 
 def render(messages: list[ChatMessage], media: MediaPlan, data: dict[str, bytes]) -> list[ChatMessage]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import io
 import warnings
-from dataclasses import dataclass
 
+import msgspec
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from daemon.errors import UnusableContent
@@ -39,8 +39,7 @@ _MAGIC = (
 )
 
 
-@dataclass(frozen=True)
-class NormalizedImage:
+class NormalizedImage(msgspec.Struct, frozen=True):
     """The bytes to store and what they are; ``original_*`` describe what was given."""
 
     data: bytes
@@ -118,10 +117,13 @@ def _scaled(image: Image.Image, mime: str, original_bytes: int) -> NormalizedIma
     image.load()
     frame = image.convert("RGBA" if _has_alpha(image) else "RGB")
     image.close()
+    # The image's own format is worth trying only when its bytes per pixel promise a fit: a
+    # photo or a noisy screenshot as PNG never fits, and encoding it to find out costs seconds.
+    own_fits = original_bytes * (target[0] * target[1]) / (width * height) <= MAX_IMAGE_BYTES
     for attempt in range(8):
         if frame.size != target:
             frame = frame.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
-        for out_mime, encoded in _encodings(frame, mime, first=attempt == 0):
+        for out_mime, encoded in _encodings(frame, mime, first=attempt == 0 and own_fits):
             if len(encoded) <= MAX_IMAGE_BYTES:
                 return NormalizedImage(encoded, out_mime, *frame.size, original_bytes, mime, scaled=True)
         target = (max(1, round(target[0] * 0.75)), max(1, round(target[1] * 0.75)))
@@ -135,13 +137,13 @@ def _encodings(frame: Image.Image, mime: str, *, first: bool) -> list[tuple[str,
     tries: list[tuple[str, bytes]] = []
     if first and mime in ("image/png", "image/webp"):
         fmt = "PNG" if mime == "image/png" else "WEBP"
-        options = {"optimize": True} if fmt == "PNG" else {"quality": 90}
+        options = {"compress_level": 6} if fmt == "PNG" else {"quality": 90}
         tries.append((mime, _encode(frame, fmt, **options)))
         if len(tries[-1][1]) <= MAX_IMAGE_BYTES:
             return tries
     rgb = _flattened(frame)
     for quality in (85, 70):
-        tries.append(("image/jpeg", _encode(rgb, "JPEG", quality=quality, optimize=True)))
+        tries.append(("image/jpeg", _encode(rgb, "JPEG", quality=quality)))
         if len(tries[-1][1]) <= MAX_IMAGE_BYTES:
             break
     return tries

@@ -8,7 +8,8 @@ request keep a long session under every provider's request cap (Gemini's inline 
 MAX_IMAGE_EDGE_PX = 2000
 MAX_IMAGE_BYTES = 3_750_000
 MAX_IMAGES_PER_PROMPT = 20
-# What one request carries at most; older images are sent as a one-line note.
+# What one request carries at most (counted as base64, as it goes on the wire); older images
+# are sent as a one-line note.
 MAX_IMAGES_PER_REQUEST = 20
 MAX_IMAGE_BYTES_PER_REQUEST = 20_000_000
 # What admission reads at all before it refuses: the raw bytes of one image (a screenshot of

@@ -15,7 +15,7 @@ events of ``daemon.providers.base``:
   ``BlockStart/BlockDelta/BlockEnd/UsageUpdate/Stop``;
 * mapping HTTP and in-stream errors to ``ProviderError``.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §1.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §1.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class AnthropicProvider(Provider):
         thinking = request.thinking
         body: dict[str, Any] = {
             "model": request.model,
-            "max_tokens": request.max_output_tokens or BASE_MAX_TOKENS,
+            "max_tokens": request.max_output_tokens or min(BASE_MAX_TOKENS, request.output_cap or BASE_MAX_TOKENS),
             "messages": build_messages(request),
         }
         if request.system_prompt:
@@ -387,6 +387,10 @@ class _Block:
     open: bool = True
 
 
+# Where each delta type carries its text.
+_DELTA_FIELDS = {"thinking_delta": "thinking", "text_delta": "text", "input_json_delta": "partial_json"}
+
+
 @dataclass
 class StreamParser:
     """Anthropic SSE events in, normalized events out. Pure: no I/O, raises ProviderError."""
@@ -479,11 +483,7 @@ class StreamParser:
         if delta_type == "signature_delta":
             block.signature.append(delta.get("signature") or "")
             return []
-        fragment = {
-            "thinking_delta": "thinking",
-            "text_delta": "text",
-            "input_json_delta": "partial_json",
-        }.get(delta_type or "")
+        fragment = _DELTA_FIELDS.get(delta_type or "")
         if fragment is None:
             return []  # citations_delta and future delta types
         text = delta.get(fragment) or ""

@@ -85,6 +85,8 @@ class ProviderRequest(msgspec.Struct, kw_only=True):
     system_prompt: str | None = None
     tools: list[ToolSpec] = []
     max_output_tokens: int | None = None
+    # The model's own output limit: an adapter that must send some max_tokens never sends more.
+    output_cap: int | None = None
     limits: StreamLimits = msgspec.field(default_factory=StreamLimits)
 
 

@@ -18,13 +18,12 @@ Failures: no stored sign-in, or a GitHub token that GitHub no longer accepts (40
 with ``auth/login``; no Copilot access for the account (403/404) says so; 5xx/429 and
 network failures are retryable ``ProviderError``s. No message carries a token.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` (GitHub Copilot proxy).
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` (GitHub Copilot proxy).
 """
 
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -34,6 +33,7 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 
 from daemon.config.settings import ProviderConfig
 from daemon.config.stored_login import load_github_token
@@ -251,7 +251,7 @@ class CopilotProvider(Provider):
         # A private copy of the settings: the inner adapter must never send the GitHub
         # token (api_key) itself, its base_url follows the Copilot token, and a 401 from
         # the API means signing in again.
-        inner = dataclasses.replace(settings, api=api, api_key=None, headers={})  # key_hint: signing in
+        inner = msgspec.structs.replace(settings, api=api, api_key=None, headers={})  # key_hint: signing in
         adapters: dict[str, type[OpenAIStyleProvider]] = {
             "openai-chat": OpenAIChatProvider,
             "openai-responses": OpenAIResponsesProvider,

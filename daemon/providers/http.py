@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
-from httpx_sse._decoders import SSEDecoder  # the event decoder EventSource uses
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 from daemon.providers.base import StreamLimits
@@ -257,6 +256,20 @@ class _LineSplitter:
                 raise event_too_large(self.provider, self.max_bytes)
         return lines
 
+    def feed_block(self, chunk: bytes) -> bytes | None:
+        """``feed``, with the complete lines given back as one block (their LFs kept between
+        them, the last one dropped); None while no line is complete."""
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self.feed(chunk)
+            return None
+        block = b"".join([*self._pieces, chunk[:end]]) if self._pieces else chunk[:end]
+        tail = chunk[end + 1 :]
+        self._pieces, self._size = ([tail], len(tail)) if tail else ([], 0)
+        if len(block) > self.max_bytes and any(len(line) > self.max_bytes for line in block.split(b"\n")):
+            raise event_too_large(self.provider, self.max_bytes)
+        return block
+
     def rest(self) -> bytes | None:
         """What is left after the last line break at the end of the body, if anything."""
         return b"".join(self._pieces) if self._pieces else None
@@ -402,32 +415,81 @@ async def aiter_sse(
     httpx-sse swallows comments (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``),
     yet they are how a server says "still here" while a model thinks; adapters yield them as
     ``KeepAlive`` so the agent's stall watchdog does not abort a quiet but living stream.
-    Events are decoded by httpx-sse's own decoder; lines are split here (LF, CRLF or CR) on
-    the bounded body of ``aiter_body``, and an event larger than ``limits.max_event_bytes``
-    ends the response with a ``ProviderError``.
+    Lines are split here (LF, CRLF or CR) on the bounded body of ``aiter_body``, and an event
+    larger than ``limits.max_event_bytes`` ends the response with a ``ProviderError``. Every
+    delta of a reply passes here, so a chunk's complete lines are decoded at once and read by
+    ``_EventDecoder`` in one call, not one call per line.
     """
     content_type = response.headers.get("content-type", "").partition(";")[0]
     if "text/event-stream" not in content_type:
         raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', got {content_type!r}")
-    lines, events = _LineSplitter(provider, limits.max_event_bytes), SSEDecoder()
-    event_size = 0
+    lines, events = _LineSplitter(provider, limits.max_event_bytes), _EventDecoder(provider, limits.max_event_bytes)
     async with aclosing(aiter_body(response, provider, limits)) as body:
         async for chunk in body:
-            for line in lines.feed(chunk):
-                for text in _sse_lines(line):
-                    if text.startswith(":"):
-                        yield None
-                        continue
-                    event_size = 0 if not text else event_size + len(text)
-                    if event_size > limits.max_event_bytes:
-                        raise event_too_large(provider, limits.max_event_bytes)
-                    if (event := events.decode(text)) is not None:
-                        yield event
+            block = lines.feed_block(chunk)
+            if block is None:
+                continue
+            if b"\r" in block:  # CR or CRLF line ends: each line on its own
+                texts = [text for line in block.split(b"\n") for text in _sse_lines(line)]
+            else:
+                texts = block.decode("utf-8", "replace").split("\n")
+            for event in events.feed(texts):
+                yield event
     if (rest := lines.rest()) is not None:
-        for text in _sse_lines(rest):
-            if not text.startswith(":") and (event := events.decode(text)) is not None:
+        for event in events.feed(_sse_lines(rest)):
+            if event is not None:
                 yield event
     # Like httpx-sse: an event is dispatched by its blank line; one cut off at EOF is dropped.
+
+
+class _EventDecoder:
+    """SSE lines in, events out (``None`` for a comment line), with httpx-sse's reading of the
+    fields (its ``SSEDecoder``, which ``EventSource`` uses): ``event``, ``data`` (joined by
+    newlines), ``id`` (kept across events, ignored when it holds NUL), ``retry`` (an integer);
+    a blank line dispatches. Also counts each event's size (comments aside) against ``max_bytes``."""
+
+    def __init__(self, provider: str, max_bytes: int) -> None:
+        self.provider = provider
+        self.max_bytes = max_bytes
+        self._event = ""
+        self._data: list[str] = []
+        self._last_id = ""
+        self._retry: int | None = None
+        self._size = 0
+
+    def feed(self, texts: list[str]) -> list[ServerSentEvent | None]:
+        out: list[ServerSentEvent | None] = []
+        data = self._data
+        for text in texts:
+            if not text:
+                self._size = 0
+                if self._event or data or self._last_id or self._retry is not None:
+                    out.append(ServerSentEvent(self._event, "\n".join(data), self._last_id, self._retry))
+                    self._event, self._retry = "", None
+                    data = self._data = []
+                continue
+            if text[0] == ":":
+                out.append(None)
+                continue
+            self._size += len(text)
+            if self._size > self.max_bytes:
+                raise event_too_large(self.provider, self.max_bytes)
+            field, _, value = text.partition(":")
+            if value[:1] == " ":
+                value = value[1:]
+            if field == "data":
+                data.append(value)
+            elif field == "event":
+                self._event = value
+            elif field == "id":
+                if "\0" not in value:
+                    self._last_id = value
+            elif field == "retry":
+                try:
+                    self._retry = int(value)
+                except ValueError:
+                    pass
+        return out
 
 
 def _sse_lines(line: bytes) -> list[str]:

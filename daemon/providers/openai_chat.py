@@ -17,7 +17,7 @@ The dialect (``chat_dialect``; its strategy is a ``ChatDialect`` of
 all: every dialect field is understood wherever it shows up, so a misnamed provider still
 streams correctly.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2 and §6.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §2 and §6.
 """
 
 from __future__ import annotations

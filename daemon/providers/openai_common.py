@@ -12,7 +12,7 @@ Also here: the error-type → retryable table and the 429 wait-time fallbacks of
 error format (``{"error": {message, type, param, code}}``), which both APIs and every
 OpenAI-compatible server reuse, and tool-argument parsing.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §2.4, §3.4, §7.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §2.4, §3.4, §7.
 """
 
 from __future__ import annotations

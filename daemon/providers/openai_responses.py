@@ -26,7 +26,7 @@ its first visible text, or at ``output_item.done`` when the summary is empty, ne
 response. The item stored is the one from ``response.output_item.done``: the ``.added``
 copy's ``encrypted_content`` may be incomplete.
 
-Wire reference: ``../shared/fixtures/WIRE-FORMATS.md`` §3.
+Wire reference: ``tests/fixtures/providers/WIRE-FORMATS.md`` §3.
 """
 
 from __future__ import annotations

@@ -15,10 +15,15 @@ from typing import Any
 
 from protocol.objects import Usage
 
+# No call reads or writes this many tokens: a larger number is garbage (and would not fit the store's integers).
+MAX_COUNT = 2**40
+
 
 def count(value: Any) -> int | None:
-    """A token count from the wire: a non-negative int, else None (absent, null, garbage)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A token count from the wire: a non-negative int below ``MAX_COUNT``, else None (absent, null,
+    a string, a float, a negative or absurd number)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+    return value if ok else None
 
 
 def normalized_usage(

@@ -1,33 +1,62 @@
 """The daemon's parts, shared by both dialects (the ponder protocol here, ACP in ``daemon.acp``):
 config, store, catalogue, provider adapters, the session manager and the MCP servers, built in
-one place (``open_daemon``), plus the few operations both dialects answer the same way.
+one place (``Daemon``, ``open_daemon``), plus the few operations both dialects answer the same way.
+
+Only the config and the store are opened before the first request is served. The catalogue,
+the provider adapters, the session manager (and with it the agent, the context rules and the
+tools) and the MCP manager are imported and built on first use (``load_parts``, or the first
+read of their attribute), so that ``initialize`` and a client that only lists sessions never
+load them; ``tests/server/test_start_path.py`` keeps it so.
 
 A home or store that cannot be opened does not stop the daemon: ``problems`` says so (each
 dialect reports it at initialize) and every session method answers with the same sentence.
 """
 
+import functools
+import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.abc import TaskGroup
 
-from daemon.catalog.catalog import Catalog
 from daemon.config.home import make_private_dir
-from daemon.config.settings import Config, apply_stored_login
+from daemon.config.settings import Config
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
-from daemon.mcp import McpManager
-from daemon.permissions.book import PermissionBook
-from daemon.providers.registry import ProviderRegistry, load
 from daemon.sandbox.service import Sandbox
-from daemon.sessions import ClientBridge, SessionManager
+from daemon.sessions.bridge import ClientBridge
 from daemon.store import AsyncStore, SessionRow
 from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 from protocol import methods as m
+from protocol.objects import Session
+
+if TYPE_CHECKING:  # built on first use (see the module docstring)
+    from daemon.catalog.catalog import Catalog
+    from daemon.mcp.manager import McpManager
+    from daemon.permissions.book import PermissionBook
+    from daemon.providers.registry import ProviderRegistry
+    from daemon.sessions.manager import SessionManager
 
 log = logging.getLogger("ponder.server")
+
+PartRun = Callable[..., Coroutine[Any, Any, None]]  # a part's ``run(task_status=...)``, hosted by the daemon
+# ``daemon.permissions.always.FILE_NAME``, named here so that start-up sees whether there is one
+# without loading the rules.
+PERMISSIONS_FILE = "permissions.toml"
+
+
+class _Started:
+    """The ``task_status`` handed to a part's ``run``: says when it has started."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+
+    def started(self, value: object = None) -> None:
+        self.event.set()
 
 
 class Daemon:
@@ -44,28 +73,26 @@ class Daemon:
         self.config = config
         self.connection = connection
         self.store = store
-        self.catalog = Catalog(config)
-        self.providers = ProviderRegistry(config)
-        self.mcp = McpManager(config)  # MCP servers: a tool source for every session, and mcp/list
+        self.bridge = bridge
+        self._catalog: Catalog | None = None
+        self._providers: ProviderRegistry | None = None
+        self._mcp: McpManager | None = None
+        self._sessions: SessionManager | None = None
+        self._task_group: TaskGroup | None = None  # hosts the parts' runs (``attach``)
+        self._waiting_runs: list[tuple[PartRun, _Started]] = []  # built before ``attach``
+        self._started: list[_Started] = []
+        self._permissions: PermissionBook | None = None
         # run_command's OS sandbox (MCP servers are not sandboxed); probed on a thread.
         self.sandbox = Sandbox(config.sandbox, config.home) if sandbox is None else sandbox
-        self.permissions = PermissionBook(config)  # rules and hooks, checked once here
-        self.sessions = SessionManager(
-            config,
-            store,
-            self.catalog,
-            self.providers,
-            bridge,
-            tool_sources=[self.mcp],
-            discover_models=self._discover_for,
-            sandbox=self.sandbox,
-            permissions=self.permissions,
-        )
         self.shutdown_requested = anyio.Event()
+        if any(provider.models for provider in config.providers.values()):
+            self.catalog  # noqa: B018 - declared models are checked now: initialize reports their problems
+        if config.permission_rules or config.hooks or (config.home / PERMISSIONS_FILE).exists():
+            self.permissions  # noqa: B018 - so are rules and hooks (when there are any)
         # What initialize reports: the config's problems, then the store's (if it could not be opened).
         self.problems = [
             *config.problems,
-            *self.permissions.problems,
+            *(self._permissions.problems if self._permissions is not None else []),
             *([store.store.problem] if store.store.problem else []),
         ]
         for problem in self.problems:
@@ -77,6 +104,107 @@ class Daemon:
             await anyio.to_thread.run_sync(self.sandbox.wait_probed)
         sandbox_problem = self.sandbox.problem()
         return [*self.problems, *([sandbox_problem] if sandbox_problem else [])]
+
+    # --- the parts, built on first use -----------------------------------------------------
+
+    @property
+    def catalog(self) -> "Catalog":
+        if self._catalog is None:
+            from daemon.catalog.catalog import Catalog
+
+            self._catalog = Catalog(self.config)
+        return self._catalog
+
+    @property
+    def providers(self) -> "ProviderRegistry":
+        if self._providers is None:
+            from daemon.providers.registry import ProviderRegistry
+
+            self._providers = ProviderRegistry(self.config)
+        return self._providers
+
+    @property
+    def mcp(self) -> "McpManager":
+        """MCP servers: a tool source for every session, and ``mcp/list``."""
+        if self._mcp is None:
+            from daemon.mcp.manager import McpManager
+
+            self._mcp = McpManager(self.config)
+            self._host(self._mcp.run)
+        return self._mcp
+
+    @mcp.setter
+    def mcp(self, manager: "McpManager") -> None:  # tests put a fake in its place
+        self._mcp = manager
+
+    @property
+    def permissions(self) -> "PermissionBook":
+        """Rules and hooks, checked once (when built)."""
+        if self._permissions is None:
+            from daemon.permissions.book import PermissionBook
+
+            self._permissions = PermissionBook(self.config)
+        return self._permissions
+
+    @property
+    def sessions(self) -> "SessionManager":
+        if self._sessions is None:
+            from daemon.sessions.manager import SessionManager
+
+            self._sessions = SessionManager(
+                self.config,
+                self.store,
+                self.catalog,
+                self.providers,
+                self.bridge,
+                tool_sources=[self.mcp],
+                discover_models=self._discover_for,
+                sandbox=self.sandbox,
+                permissions=self.permissions,
+            )
+            self._host(self._sessions.run)
+        return self._sessions
+
+    async def load_parts(self) -> None:
+        """Build the session manager and the MCP manager (if not yet) and wait until both run."""
+        if self._sessions is not None and all(started.event.is_set() for started in self._started):
+            return
+        self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+        for started in self._started:
+            await started.event.wait()
+        # What the parts loaded lives as long as the daemon: keep the collector from walking
+        # it again on every full collection (serve_connection froze what start-up loaded).
+        gc.freeze()
+
+    def _host(self, run: PartRun) -> None:
+        started = _Started()
+        self._started.append(started)
+        if self._task_group is None:
+            self._waiting_runs.append((run, started))
+        else:
+            self._task_group.start_soon(functools.partial(run, task_status=started))
+
+    def attach(self, task_group: TaskGroup) -> None:
+        """Host the parts' runs in ``task_group`` from now on (those built already start now)."""
+        self._task_group = task_group
+        for run, started in self._waiting_runs:
+            task_group.start_soon(functools.partial(run, task_status=started))
+        self._waiting_runs.clear()
+
+    def background_task_group(self) -> TaskGroup | None:
+        """Where daemon-lifetime background work (the warm-up, a device-login poll) runs; None once shutting down."""
+        return None if self.connection.shutting_down else self._task_group
+
+    async def close_parts(self) -> None:
+        """Cancel the running turns (they persist their last messages), then close the MCP servers."""
+        if self._sessions is not None:
+            await self._sessions.shutdown()
+        if self._mcp is not None:
+            await self._mcp.aclose()  # after the turns: no call is left waiting on a server
+
+    def wire_session(self, row: SessionRow) -> Session:
+        """A stored session as the wire shows it (its live status when loaded)."""
+        return self._sessions.wire_session(row) if self._sessions is not None else row.to_wire("idle")
 
     # --- models ---------------------------------------------------------------------------
 
@@ -90,6 +218,8 @@ class Daemon:
             settings = self.config.providers.get(name)
             if info.discovery is None or provider not in (None, name) or settings is None or not settings.configured:
                 continue
+            from daemon.providers.registry import load  # the adapter module of the discovery
+
             specs = await load(info.discovery)(settings)
             self.catalog.clear_runtime_models(name)
             self.catalog.add_runtime_models(name, specs)
@@ -121,6 +251,8 @@ class Daemon:
         )
 
     async def auth_status(self) -> m.AuthStatusResult:
+        from daemon.config.settings import apply_stored_login
+
         # Re-read the stored sign-ins: another daemon on this home may have signed in.
         await anyio.to_thread.run_sync(apply_stored_login, self.config)
         return m.AuthStatusResult(
@@ -152,7 +284,9 @@ async def open_daemon(config: Config, connection: Connection, bridge: ClientBrid
     finally:
         with anyio.CancelScope(shield=True):
             if daemon is not None:
-                await daemon.mcp.aclose()
-                await daemon.providers.aclose()
+                if daemon._mcp is not None:
+                    await daemon._mcp.aclose()
+                if daemon._providers is not None:
+                    await daemon._providers.aclose()
             sandbox.close()
             await store.aclose()

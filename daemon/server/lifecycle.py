@@ -1,6 +1,7 @@
 """A daemon's lifetime once built: serve the connection until end of input, ``shutdown`` or a
 signal (SIGTERM, SIGINT), then shut down gracefully: running turns are cancelled and persist
-their last messages, then the MCP servers close. Both dialects run through ``serve_connection``."""
+their last messages, then the MCP servers close. Both dialects run through ``serve_connection``;
+the parts a dialect has not used yet (``daemon.server.core``) are neither built nor closed."""
 
 import gc
 import logging
@@ -22,8 +23,7 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
     # walking it again on every full collection (resume of a long session allocates a lot).
     gc.freeze()
     async with anyio.create_task_group() as tg:
-        await tg.start(daemon.sessions.run)
-        await tg.start(daemon.mcp.run)
+        daemon.attach(tg)  # the parts (session manager, MCP) run here once built: on first use
         with anyio.CancelScope() as serving:
 
             async def stop_serving_on_request() -> None:
@@ -38,8 +38,7 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
             await connection.serve(incoming)
         connection.shutting_down = True
         log.info("shutting down")
-        await daemon.sessions.shutdown()
-        await daemon.mcp.aclose()  # after the turns: no call is left waiting on a server
+        await daemon.close_parts()
         tg.cancel_scope.cancel()
 
 

@@ -1,5 +1,11 @@
 """The ponder protocol's method table: each method the daemon answers and its handler; the
-params types come from ``protocol.methods.METHODS``."""
+params types come from ``protocol.methods.METHODS``.
+
+Most methods need the daemon's parts (session manager, catalogue, MCP), which load on first
+use: their handlers wait for ``Daemon.load_parts`` first. The few in ``WITHOUT_PARTS`` are
+answered from the config and the store alone, so ``initialize`` and ``ponder sessions``
+never load the rest.
+"""
 
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -44,4 +50,18 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "auth/login": mcp_auth.auth_login,
     }
     for method, handler in handlers.items():
+        if method not in WITHOUT_PARTS:
+            handler = _after_parts(daemon, handler)
         daemon.connection.register(method, m.METHODS[method][0], handler)
+
+
+# Answered without the session manager, the catalogue or MCP (see the module docstring).
+WITHOUT_PARTS = frozenset({"initialize", "shutdown", "ping", "session/list", "auth/status", "auth/login"})
+
+
+def _after_parts(daemon: Daemon, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    async def handle(params: Any) -> Any:
+        await daemon.load_parts()
+        return await handler(params)
+
+    return handle

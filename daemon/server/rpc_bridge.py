@@ -1,10 +1,14 @@
 """The ``ClientBridge`` of the ponder protocol: events as ``agent/event`` notifications, setting
 changes as ``session/updated``, approvals as ``permission/request`` over the JSON-RPC connection."""
 
+from typing import TYPE_CHECKING
+
 from daemon.jsonrpc.connection import Connection
-from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
+
+if TYPE_CHECKING:  # the event types load with the first session, not at start-up
+    from protocol import events as ev
 
 
 class RpcBridge:
@@ -12,10 +16,10 @@ class RpcBridge:
         self.connection = connection
         self.can_ask = False  # set by initialize
 
-    async def emit(self, event: ev.BaseEvent) -> None:
+    async def emit(self, event: "ev.BaseEvent") -> None:
         await self.connection.notify("agent/event", event)
 
-    def emit_nowait(self, event: ev.BaseEvent) -> bool:
+    def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         return self.connection.notify_nowait("agent/event", event)
 
     async def session_updated(self, session: Session) -> None:

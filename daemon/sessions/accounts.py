@@ -14,7 +14,7 @@ from daemon.catalog.catalog import Catalog
 from daemon.context.budget import add_cost, add_usage, budget_exceeded
 from daemon.context.pricing import cost_of
 from daemon.context.window import context_fill
-from daemon.errors import StoreError
+from daemon.errors import PonderError, StoreError
 from daemon.models.spec import ModelSpec
 from daemon.sessions.live import LiveSession
 from daemon.store import AsyncStore, SessionRow
@@ -80,17 +80,35 @@ class SessionAccounts:
         }
 
     def recorder(self, live: LiveSession, spec: ModelSpec, emit: agent.Emit) -> agent.RecordUsage:
-        """A turn's ``record_usage``: each reply counted, then told as a ``usage`` event."""
+        """A turn's ``record_usage``: each reply counted, then told as a ``usage`` event (``estimated``
+        when the provider reported no usage and ponder's estimate was counted)."""
 
-        async def record(usage: Usage | None, estimate: int | None) -> None:
-            window = self.catalog.context_window(spec)[0]
-            estimated = None if estimate is None else ContextFill(used=estimate, size=window)
-            fields = await self.record_call(live, spec, usage, context=estimated)
-            await emit(ev.UsageEvent, fields)
+        async def record(usage: Usage, estimated: bool) -> None:
+            fields = await self.record_call(live, spec, usage)
+            await emit(ev.UsageEvent, {**fields, "estimated": estimated})
 
         return record
 
-    @staticmethod
-    def budget_spent(row: SessionRow) -> str | None:
-        """None while the session's budget allows another model call, else the sentence saying which is spent."""
-        return budget_exceeded(row.totals, row.cost, row.budget)
+    async def budget_spent(self, live: LiveSession, reread: bool = True) -> str | None:
+        """None while the session's budget allows another model call, else the sentence saying which is
+        spent. The budget is read from the store first: another daemon on the same home may have raised
+        or lowered it (the store is the truth; the totals in memory are never older than the store's)."""
+        if not reread:
+            return self.spent(live.row)
+        try:
+            stored = await self.store.get_session(live.row.id)
+        except PonderError as exc:  # the store is down: the budget in memory holds meanwhile
+            log.info("session %s: its budget could not be re-read: %s", live.row.id, exc.message)
+            stored = None
+        if stored is not None:
+            live.row.budget = stored.budget
+        return self.spent(live.row)
+
+    def spent(self, row: SessionRow) -> str | None:
+        """``budget_spent`` on the row as it is in memory."""
+        try:
+            spec = self.catalog.get(row.model_id)
+        except PonderError:
+            return budget_exceeded(row.totals, row.cost, row.budget)
+        priced = self.catalog.price(spec) is not None
+        return budget_exceeded(row.totals, row.cost, row.budget, priced=priced, model_id=spec.id)

@@ -109,7 +109,7 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             turn.take_steers = functools.partial(_take_steers, manager, live)
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the
         # prompt's turn reads the history and the records when it runs, so it stays as built).
-        if message is not None and should_compact(turn):
+        if message is not None and await should_compact(turn):
             stop_reason, discarded = await _compact_before_prompt(manager, live, pending.thinking)
             if stop_reason == "cancelled":
                 await bracket(manager, live, pending, "cancelled")
@@ -188,12 +188,16 @@ def _releasing_emitter(manager: SessionHost, live: LiveSession, emit: agent.Emit
     client told the turn is over can go on in another ponder process at once."""
 
     async def release_then_emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
-        if kind is ev.TurnEnd and live.lease_held and not live.queued and not live.inbox.steers:
+        if live.lease_held and not live.queued and not live.inbox.steers:
             with anyio.move_on_after(2, shield=True):
                 await manager.writes.release_lease(live)
         await emit(kind, fields)
 
-    return release_then_emit
+    def emit_or_release(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> Awaitable[None]:
+        # Not a coroutine of its own: every delta passes here, and only turn_end needs more.
+        return release_then_emit(kind, fields) if kind is ev.TurnEnd else emit(kind, fields)
+
+    return emit_or_release
 
 
 def drop_queue(manager: SessionHost, live: LiveSession) -> tuple[int, list[ChatMessage]]:

@@ -115,6 +115,7 @@ class TurnAssembly:
             observe=runner.observe,
             prepare=runner.prepare,
             system_prompt=row.system_prompt,
+            max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
                 model_id=spec.id,
                 takes_images=spec.takes_images,
@@ -122,7 +123,7 @@ class TurnAssembly:
                 mark=self.store.mark_image_omitted,
             ),
             record_usage=self.accounts.recorder(live, spec, emit),
-            budget_spent=lambda: self.accounts.budget_spent(live.row),
+            budget_spent=functools.partial(self.accounts.budget_spent, live),
             settings=agent.TurnSettings(
                 max_steps=self.config.max_tool_steps,
                 max_attempts=self.config.retry_max_attempts,
@@ -183,9 +184,11 @@ class TurnAssembly:
             on_summary_usage=functools.partial(self._record_summary_call, live, summarizer_spec, emit),
         )
 
-    async def _record_summary_call(self, live: LiveSession, spec: ModelSpec, emit: agent.Emit, usage: Usage) -> None:
+    async def _record_summary_call(
+        self, live: LiveSession, spec: ModelSpec, emit: agent.Emit, usage: Usage, estimated: bool
+    ) -> None:
         """A summary call counts in the session's totals and against its budget like any model
         call, and is told as a ``usage`` event; the session's context fill stays the last one (the
         summarizer's own request is not the session's context)."""
         fields = await self.accounts.record_call(live, spec, usage, context=live.row.context)
-        await emit(ev.UsageEvent, fields)
+        await emit(ev.UsageEvent, {**fields, "estimated": estimated})

@@ -2,11 +2,13 @@
 come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bridge: ``daemon.server.rpc_bridge``
 for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
+
+if TYPE_CHECKING:  # the event types load with the first session, not at start-up
+    from protocol import events as ev
 
 
 class ClientBridge(Protocol):
@@ -14,10 +16,10 @@ class ClientBridge(Protocol):
 
     can_ask: bool  # whether the client answers permission requests
 
-    async def emit(self, event: ev.BaseEvent) -> None:
+    async def emit(self, event: "ev.BaseEvent") -> None:
         """Deliver one ``agent/event`` (a ``protocol.events`` Struct with its seq)."""
 
-    def emit_nowait(self, event: ev.BaseEvent) -> bool:
+    def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         """Deliver ``event`` without yielding if that can be done now; False if not (then
         nothing was sent and the caller awaits ``emit``)."""
 

@@ -34,16 +34,23 @@ class EventNumbers:
         async def emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
             # Fast path (the common case): nobody else is emitting and the outgoing queue
-            # has room, so the event is numbered and queued without yielding to the loop.
-            # An event that was not delivered (cancelled while the client was not reading,
-            # or unencodable) gives its seq back, so the client never sees a gap.
+            # has room, so the event is numbered and queued without yielding to the loop,
+            # and no other task can run in between: the lock need not be taken. When the
+            # queue is full it is taken (free: nothing ran since it was seen free) while
+            # waiting. An event that was not delivered (cancelled while the client was not
+            # reading, or unencodable) gives its seq back, so the client never sees a gap.
             if not lock.locked():
+                seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
+                try:
+                    event = kind(session_id=session_id, turn_id=turn, seq=seq, **fields)
+                    if deliver_nowait(event):
+                        return
+                except BaseException:
+                    event_seq[session_id] = seq - 1
+                    raise
                 lock.acquire_nowait()
                 try:
-                    seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
-                    event = kind(session_id=session_id, turn_id=turn, seq=seq, **fields)
-                    if not deliver_nowait(event):
-                        await deliver(event)  # queue full: wait, still holding the lock
+                    await deliver(event)  # queue full: wait, holding the lock
                 except BaseException:
                     event_seq[session_id] = seq - 1
                     raise

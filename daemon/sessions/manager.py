@@ -272,6 +272,7 @@ class SessionManager:
         None takes config.toml's ``[budget]``, one without limits is none."""
         await self.discover(model_id)
         spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
+        self._check_cost_budget(spec, budget_from(budget))
         level = merge_levels(model_id or spec.id, suffix, thinking_level)
         row = SessionRow(
             id=new_id("ses"),
@@ -369,6 +370,7 @@ class SessionManager:
         """Raise, lower or clear (None) a session's budget; a running turn sees it before its next model call."""
         async with self.changes(session_id):
             row = await self.row(session_id)
+            self._check_cost_budget(self.catalog.get(row.model_id), budget)
             stored = await self.store.set_budget(row.id, budget)
             live = self._live.get(session_id)
             if live is not None:
@@ -377,6 +379,18 @@ class SessionManager:
                 stored = live.row
             await self.bridge.session_updated(self.wire_session(stored))
             return stored
+
+    def _check_cost_budget(self, spec: ModelSpec, budget: Budget | None) -> None:
+        """A cost budget on a model without a known price could never be reached: refused, saying how
+        to give the model a price (never a budget that silently holds nothing)."""
+        if budget is None or budget.max_cost is None or self.catalog.price(spec) is not None:
+            return
+        raise InvalidParams(
+            f"ponder knows no price for {spec.id}, so a cost budget could not be kept: set price = {{input = ..., "
+            f"output = ...}} (USD per million tokens) on its [[providers.{spec.provider}.models]] entry "
+            f'(model = "{spec.model}") in config.toml, or give max_tokens instead.',
+            path="$.params.budget.max_cost",
+        )
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
         source = await self.row(session_id)

@@ -20,12 +20,12 @@ import errno
 import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import anyio
+import msgspec
 
 from daemon.conversation import Part
 from daemon.errors import ContentNotSupported, InvalidParams, UnusableContent
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 _SNIFF_BYTES = 16
 
 
-@dataclass(frozen=True)
-class ContentRules:
+class ContentRules(msgspec.Struct, frozen=True):
     """What admission needs to know of the session: where it works, what its model takes."""
 
     cwd: Path

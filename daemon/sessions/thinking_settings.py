@@ -8,8 +8,9 @@ follow config.toml's ``[defaults]``, as a level of ``default`` follows the defau
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.catalog.learned import LearnedLevels
@@ -22,8 +23,7 @@ from protocol.objects import RequestedThinkingLevel, Thinking, ThinkingDisplay, 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class ThinkingRequest:
+class ThinkingRequest(msgspec.Struct, frozen=True):
     """The thinking settings in force for one turn, before a model is known."""
 
     level: RequestedThinkingLevel  # a level of the scale, or "default" (the defaults chain decides)

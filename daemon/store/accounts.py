@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from daemon.context.budget import add_cost, add_usage
 from daemon.errors import SessionNotFound
 from daemon.store.db import Database, json_encode
 from daemon.store.sessions import _SESSION_COLUMNS, SessionRow, _decode_usage, _session_from_row
@@ -30,6 +29,8 @@ class AccountQueries(Database):
     def _record_usage_body(
         session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
     ) -> Callable[[sqlite3.Connection], SessionRow]:
+        from daemon.context.budget import add_cost, add_usage  # with the first model call: off the start path
+
         def body(db: sqlite3.Connection) -> SessionRow:
             found = db.execute(
                 "SELECT totals_json, cost_amount, cost_currency FROM sessions WHERE id = ?", (session_id,)

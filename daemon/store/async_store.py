@@ -125,7 +125,10 @@ class AsyncStore:
         keep_text: frozenset[int] = frozenset(),
         final: ChatMessage | None = None,
     ) -> None:
-        await self._call(self.store.append_to_message, message_id, parts, texts, keep_text=keep_text, final=final)
+        # Batched with the writes that arrive with it: many sessions streaming at once checkpoint
+        # in one transaction, not one thread hop each ahead of every other write.
+        body = self.store._append_to_message_body(message_id, parts, texts, keep_text=keep_text, final=final)
+        await self._together(self._writes, body)
 
     async def get_attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes] | None:
         return await self._call(self.store.get_attachment, session_id, attachment_id)

@@ -342,7 +342,17 @@ class MessageQueries(Database):
         ``final`` sets the message's status, stop reason and usage (its last checkpoint).
         Reads fold the appended text in; a later ``save_message`` folds it in the store.
         """
+        self._write(self._append_to_message_body(message_id, parts, texts, keep_text=keep_text, final=final))
 
+    def _append_to_message_body(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> Callable[[sqlite3.Connection], None]:
         def body(db: sqlite3.Connection) -> None:
             found = db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if found is None:
@@ -394,7 +404,7 @@ class MessageQueries(Database):
                 )
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (self._now(), found[0]))
 
-        self._write(body)
+        return body
 
     @staticmethod
     def _add_appended_text(

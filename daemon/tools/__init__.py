@@ -10,7 +10,6 @@ Approval is decided before this, by ``daemon.tools.approval``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -97,7 +96,7 @@ async def execute_tool(tools: dict[str, Tool[Any]], name: str, arguments: Any, c
 def _valid_utf8(result: ToolResult) -> ToolResult:
     """``result`` with any lone surrogate (a non-UTF-8 byte of a file name, kept by ``os.fsdecode``) escaped."""
     text = escape_surrogates(result.text)
-    return result if text is result.text else dataclasses.replace(result, text=text)
+    return result if text is result.text else msgspec.structs.replace(result, text=text)
 
 
 def _signature(tool: Tool[Any]) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -34,8 +33,7 @@ class ToolError(Exception):
     """A failure the model can read and act on; its message becomes the tool result."""
 
 
-@dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(msgspec.Struct, frozen=True):
     text: str
     is_error: bool = False
     sandbox: ToolSandbox | None = None  # run_command: how it was confined (tool_execution_end.sandbox)
@@ -44,8 +42,7 @@ class ToolResult:
     images: tuple[tuple[str, bytes], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContext:
+class ToolContext(msgspec.Struct, frozen=True):
     cwd: Path
     # Streams chunks of output as they arrive (run_command); None when nobody listens.
     emit_output: Callable[[str], Awaitable[None]] | None = None

@@ -12,7 +12,8 @@ come after those of their ancestors. Not supported: global excludes and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = ["GitIgnore", "compile_glob", "glob_to_regex"]
 
@@ -84,8 +85,7 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile(glob_to_regex(pattern), re.DOTALL)
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
+class _Rule(msgspec.Struct, frozen=True):
     regex: re.Pattern[str]
     negated: bool
     dir_only: bool

@@ -26,7 +26,6 @@ longer be recognised.
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import logging
 import os
 import signal
@@ -128,7 +127,7 @@ class RunCommand(Tool[RunCommandArgs]):
         result = _result(outcome, process.returncode, output, args.timeout_s)
         if sandbox is None:
             return result
-        return dataclasses.replace(result, sandbox=sandbox.report(process.returncode, output.text()))
+        return msgspec.structs.replace(result, sandbox=sandbox.report(process.returncode, output.text()))
 
 
 async def _collect(process: Process, text: _MaskedText, output: _KeptOutput, streamer: _Streamer) -> bool:

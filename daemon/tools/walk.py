@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from daemon.tools.ignore import GitIgnore
 from daemon.tools.paths import DIR_FLAGS, READ_FLAGS, confined_parent, is_inside
@@ -28,16 +29,14 @@ ALWAYS_SKIPPED = frozenset({".git"})
 MAX_GITIGNORE_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class WalkedFile:
+class WalkedFile(msgspec.Struct, frozen=True):
     rel: str  # relative to the root, '/'-separated; may hold surrogates for non-UTF-8 bytes
     dir_fd: int  # its directory, open until the walk moves past it
     name: str
     symlink: bool  # a symlink to a file inside the root
 
 
-@dataclass(slots=True)
-class WalkStats:
+class WalkStats(msgspec.Struct):
     unreadable_dirs: int = 0
 
 
@@ -90,8 +89,7 @@ def walk_files(
             os.close(left.fd)
 
 
-@dataclass(slots=True)
-class _Dir:
+class _Dir(msgspec.Struct):
     fd: int
     base: str  # relative to the root; '' for the root
     ignore: GitIgnore

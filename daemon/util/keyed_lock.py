@@ -9,16 +9,15 @@ the lock too). A key's lock is dropped once nobody holds or waits for it.
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 
 __all__ = ["KeyedLock"]
 
 
-@dataclass
-class _Entry:
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+class _Entry(msgspec.Struct):
+    lock: anyio.Lock = msgspec.field(default_factory=anyio.Lock)
     owner: int | None = None  # the id of the task holding it
     users: int = 0  # holding or waiting
 

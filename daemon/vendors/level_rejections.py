@@ -34,8 +34,9 @@ Pure: no I/O.
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from daemon.errors import ThinkingLevelRejected
 from daemon.models.spec import LEVELS
@@ -59,8 +60,7 @@ _GEMINI_INTERACTIONS = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class LevelRejection:
+class LevelRejection(msgspec.Struct, frozen=True):
     """What a refusal said: the ponder level refused (if named) and the ones allowed (if named)."""
 
     rejected: str | None

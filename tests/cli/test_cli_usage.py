@@ -72,14 +72,14 @@ def test_ask_on_a_terminal_ends_with_context_and_the_models_dev_cost(
 
     code, stdout, stderr = ponder(home, "sessions", extra_env=env)
     assert code == 0, stderr
-    [listed] = stdout.strip().splitlines()
-    assert re.search(rf"\b149 tokens +\${cost.amount:.4f}\b", listed), listed
+    header, listed = stdout.strip().splitlines()
+    assert header.split() == ["SESSION", "UPDATED", "MSGS", "TOKENS", "COST", "MODEL", "TITLE"]
+    assert re.search(rf"\b149 +\${cost.amount:.4f} +{OPUS} +Hello\?$", listed), listed
     code, stdout, stderr = ponder(home, "sessions", listed.split()[0], extra_env=env)
     assert code == 0, stderr
     window = f"{spec.context_window:,}"
-    assert stdout.splitlines()[1] == (
-        f"Totals: 149 tokens   ${cost.amount:.4f}  Context: 149 / {window} tokens · ${cost.amount:.4f}"
-    )
+    assert f"149 tokens · ${cost.amount:.4f}" in stdout.splitlines()[2]
+    assert stdout.splitlines()[3] == f"  Context: 149 / {window} tokens · ${cost.amount:.4f}"
 
 
 def test_ask_on_a_terminal_with_an_unpriced_model_says_no_price_and_a_pipe_gets_no_line(

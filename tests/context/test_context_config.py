@@ -53,8 +53,8 @@ def test_budget_with_one_limit(tmp_path: Path) -> None:
     ("toml", "says"),
     [
         ('[compaction]\nauto = "yes"\n', "[compaction] auto must be true or false, not 'yes'; using true."),
-        ("[compaction]\nreserve_tokens = -5\n", "[compaction] reserve_tokens must be a number of at least 0"),
-        ('[compaction]\nkeep_recent_tokens = "lots"\n', "[compaction] keep_recent_tokens must be a number"),
+        ("[compaction]\nreserve_tokens = -5\n", "[compaction] reserve_tokens must be a whole number of at least 0"),
+        ('[compaction]\nkeep_recent_tokens = "lots"\n', "[compaction] keep_recent_tokens must be a whole number"),
         ('[compaction]\nthinking_level = "extreme"\n', "Unknown thinking level 'extreme'"),
         ("[compaction]\nmodel = 3\n", "[compaction] model must be a model id, not 3"),
         ("compaction = 3\n", "[compaction] must be a table"),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.catalog import models_dev
 from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
 from daemon.context.pricing import (
@@ -17,7 +18,6 @@ from daemon.context.pricing import (
     parse_price_override,
     price_from_models_dev,
 )
-from daemon.vendors import models_dev
 from protocol.objects import Usage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def models_dev_price(md_provider: str, md_model: str) -> Price | None:
     """The price models-dev's own data gives a model (its ids), read the daemon's one way."""
-    cost = models_dev.cost(md_provider, md_model)
-    return price_from_models_dev(cost) if cost is not None else None
+    row = models_dev.lookup(md_provider, md_model)
+    return price_from_models_dev(row.cost) if row is not None and row.cost is not None else None
 
 
 def make_catalog(tmp_path: Path, toml: str = "") -> Catalog:

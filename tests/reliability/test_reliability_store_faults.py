@@ -479,8 +479,10 @@ async def test_a_new_home_is_owner_only(tmp_path: Path, loose_umask: None) -> No
     async with in_memory_daemon(home) as (client, _):
         await start(client)
     assert mode(home) == 0o700
-    files = {p.name: mode(p) for p in home.iterdir()}
-    assert "sessions.db" in files and files == dict.fromkeys(files, 0o600)
+    entries = {p.name: mode(p) for p in home.iterdir()}
+    # Files 0600; directories (cache/ when this process wrote the models-dev snapshot there) 0700.
+    assert "sessions.db" in entries
+    assert entries == {name: 0o700 if (home / name).is_dir() else 0o600 for name in entries}
 
 
 def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None, restore_logging: logging.Logger) -> None:

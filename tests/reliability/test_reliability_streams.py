@@ -493,7 +493,7 @@ async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_
                         queued = {"session_id": session_id, "text": "QUEUED QUESTION"}
                         second = await client.request("session/prompt", queued)
                         cancelled = await client.request("session/cancel", {"session_id": session_id})
-                        assert cancelled == {"cancelled": True, "dropped_queued": 1}
+                        assert cancelled == {"cancelled": True, "dropped_queued": 1, "dropped_steers": []}
                     elif event["type"] == "turn_end":
                         ends[event["turn_id"]] = event["stop_reason"]
                         if len(ends) == 2:
@@ -510,9 +510,12 @@ async def test_a_prompt_dropped_by_a_cancel_mid_tool_call_stays_after_the_calls_
         ("user", "QUEUED QUESTION"),
     ]
     assert [m["seq"] for m in stored] == sorted(m["seq"] for m in stored)
+    # The call was cut off mid-arguments: it is not sent (PROTOCOL.md), nor its result, so the
+    # prompts follow the first one directly.
     sent = json.loads(replay_server.requests[-1].body)["messages"]
-    assert [b["type"] for b in sent[1]["content"]] == ["tool_use"]
-    assert sent[2]["content"][0]["type"] == "tool_result", "the call's result right after it, then the prompts"
+    blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"]]
+    assert not [b for b in blocks if b["type"] in ("tool_use", "tool_result")]
+    assert "QUEUED QUESTION" in json.dumps(sent)
 
 
 async def test_a_stream_frame_nested_past_the_decoders_limit_is_a_provider_error(home, tmp_path, replay_server):

@@ -179,3 +179,52 @@ async def test_a_stalled_summary_is_cut_at_stall_timeout(anyio_backend, home, tm
     end = next(e for e in manual if e["type"] == "compaction_end")
     assert end["status"] == "failed" and "sent nothing for 1 s" in end["error"]["message"], end
     assert took < 10, took
+
+
+def chinese_project(root: Path, modules: int, huge: int) -> None:
+    """``modules`` small modules with Chinese comments under ``root/src``; module ``huge`` is 200 KB."""
+    (root / "src").mkdir(parents=True)
+    for n in range(modules):
+        lines = 4000 if n == huge else 40
+        body = "".join(f"    total += item_{n}_{i}  # 累加第{i}个值 模块{n}的核心逻辑\n" for i in range(lines))
+        (root / "src" / f"m{n}.py").write_text(f"def f{n}(items):\n    total = 0\n{body}    return total\n")
+
+
+async def test_forty_chinese_turns_with_one_huge_tool_turn_on_an_8k_window(anyio_backend, home, tmp_path, capsys):
+    """The 40-turn long session in Chinese (a tokenizer's one token a character, not four characters
+    a token), with one turn whose file is 200 KB: every turn ends ``end_turn``, no request the server
+    counted goes over the window after the first, and the store keeps every message whole."""
+    cwd = tmp_path / "proj"
+    chinese_project(cwd, 40, huge=20)
+    chat = SmallWindowChat(window=8_000)
+    events: list[dict[str, Any]] = []
+    with ReplayServer() as server:
+        chat.install(server)
+        (home / "config.toml").write_text(small_window_config(server.url, window=8_000))
+        async with subprocess_daemon(home, backend=anyio_backend) as client:
+            started = await client.request(
+                "session/start", {"model_id": "local/small", "cwd": str(cwd), "approval_policy": "auto"}
+            )
+            session_id = started["session"]["session_id"]
+            for n in range(40):
+                turn = await prompt(client, session_id, f"第{n}轮 请查看 module {n} 并修复其中的错误 然后用中文总结。")
+                assert turn[-1]["stop_reason"] == "end_turn", (n, turn[-1])
+                events += turn
+            stored = await client.request("session/messages", {"session_id": session_id, "limit": 1000})
+    messages = stored["messages"]
+    assert len(messages) == 160 and [m["seq"] for m in messages] == list(range(1, 161))
+    huge_result = next(
+        b["text"] for m in messages for b in m["content"] if b["type"] == "tool_result" and "模块20的" in b["text"]
+    )
+    assert len(huge_result) > 150_000 and "left out of this request" not in huge_result
+    overflows = chat.of_kind("overflow")
+    assert len(overflows) <= 1, [a.prompt_tokens for a in overflows]
+    assert max(a.prompt_tokens for a in chat.answers if a.kind != "overflow") <= 8_000
+    completed = [e for e in of_type(events, "compaction_end") if e["status"] == "completed"]
+    assert len(chat.of_kind("summary")) == len(completed) >= 5
+    with capsys.disabled():
+        print(
+            f"\n[40 Chinese turns, 8k, one 200 KB file] compactions: {len(completed)}, overflows: "
+            f"{[a.prompt_tokens for a in overflows]}, largest request: "
+            f"{max(a.prompt_tokens for a in chat.answers if a.kind != 'overflow')}"
+        )

@@ -270,14 +270,14 @@ async def test_only_the_20_most_recent_images_and_20_mb_are_sent(home, tmp_path)
     big.mkdir()
     async with in_memory_daemon(home) as (client, _):
         session_id = await start(client, big)
-        for n in range(6):  # six incompressible images of ~3.6 MB: 21.8 MB, one too many
+        for n in range(6):  # six incompressible images of ~3.6 MB, ~4.8 MB each as base64: four fit in 20 MB
             (big / f"{n}.png").write_bytes(noisy_png(1100, 1100))
         _, events = await prompt(client, session_id, [{"type": "image", "path": f"{n}.png"} for n in range(6)])
         assert events[0]["notes"] == [
-            "1 image beyond the 20 MB of images a request carries was sent as a one-line note."
+            "2 images beyond the 20 MB of images a request carries were sent as a one-line note."
         ]
         reply = next(e for e in events if e["type"] == "message_end")["message"]["content"][0]["text"]
-        assert reply.count("[image image/png 1100x1100") == 5
+        assert reply.count("[image image/png 1100x1100") == 4
 
 
 ANTHROPIC_REFUSAL = (

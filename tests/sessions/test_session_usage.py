@@ -15,7 +15,7 @@ import pytest
 
 from daemon.catalog.catalog import Catalog
 from daemon.config.settings import load_config
-from daemon.context.estimate import request_estimate
+from daemon.context.estimate import message_tokens, request_estimate
 from daemon.context.pricing import cost_of
 from daemon.jsonrpc.client import RpcClient, RpcError
 from daemon.sessions import persistence
@@ -303,7 +303,7 @@ async def test_record_call_counts_a_summary_call_with_the_context_it_is_given(ho
         )
         assert fields["context"] == ContextFill(used=2_000, size=200_000)
         assert fields["totals"] == Usage(input_tokens=900, output_tokens=150) and fields["cost"] is None
-        assert manager.accounts.budget_spent(live.row) == (
+        assert await manager.accounts.budget_spent(live) == (
             "The session's token budget of 1,000 tokens is spent (1,050 used); "
             "raise it with session/budget to continue."
         )
@@ -318,7 +318,8 @@ async def test_a_reply_without_usage_still_reports_its_estimated_context(
     home: Path, tmp_path: Path, replay_server: ReplayServer
 ) -> None:
     """An OpenAI-compatible server that sends no usage chunk (one that ignores stream_options):
-    the call still gets its usage event, with null usage and the context estimated (chars / 4)."""
+    the call is counted by ponder's estimate (the request as sent, and the reply), and its usage
+    event says so (``estimated``); a token budget holds either way (issue #24)."""
     (home / "config.toml").write_text(
         f'[providers.local]\napi = "openai-chat"\nbase_url = "{replay_server.url}/v1"\n'
         '[[providers.local.models]]\nmodel = "qwen3:8b"\ncontext_window = 8192\nthinking_levels = []\n'
@@ -332,14 +333,16 @@ async def test_a_reply_without_usage_still_reports_its_estimated_context(
         events = await prompt(client, session_id, "What is 2+2?")
         got = (await client.request("session/get", {"session_id": session_id}))["session"]
         live = await daemon.sessions.get(session_id)
-        # The whole request (the tools offered, the prompt) plus the reply, at four characters a token.
-        expected = request_estimate(None, tool_specs(daemon.sessions.tools), live.history)
+        # The request as sent (the tools offered, the prompt), and the reply.
+        sent = request_estimate(None, tool_specs(daemon.sessions.tools), live.history[:1])
+        reply = message_tokens(live.history[1])
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     [usage] = of_type(events, "usage")
-    assert usage["usage"] == {k: None for k in usage["usage"]} and usage["cost"] is None
-    assert usage["totals"] == usage["usage"] and usage["totals_cost"] is None
+    assert usage["estimated"] is True
+    assert (usage["usage"]["input_tokens"], usage["usage"]["output_tokens"]) == (sent, reply)
+    assert usage["totals"] == usage["usage"] and usage["cost"] is None and usage["totals_cost"] is None
     assert [m.role for m in live.history] == ["user", "assistant"]
-    assert usage["context"] == {"used": expected, "size": 8192}
+    assert usage["context"] == {"used": sent + reply, "size": 8192}
     assert got["context"] == usage["context"]
 
 

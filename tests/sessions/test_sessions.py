@@ -268,8 +268,8 @@ async def test_a_cursor_the_store_refuses_is_invalid_params_at_params_cursor(hom
 
 async def test_waiting_for_a_turn_to_end_wakes_when_it_ends_not_on_a_timer():
     # shutdown and delete wait on this (an event), not on a 10 ms poll of live.current.
-    from daemon.sessions import LiveSession
     from daemon.sessions.inbox import Inbox
+    from daemon.sessions.live import LiveSession
     from daemon.store import SessionRow
 
     row = SessionRow(id="ses_x", cwd="/", model_id="mock/echo", thinking_level="off", approval_policy="auto")

