@@ -211,13 +211,14 @@ async def test_required_without_a_sandbox_fails_closed(home, work, tmp_path):
         init = await initialize(client)
         assert init["capabilities"]["sandbox"]["available"] is False
         assert any("required" in p and "sandbox" in p for p in init["problems"])
-        before = await client.request("session/list", {})
+        before = [s["session_id"] for s in (await client.request("session/list", {}))["sessions"]]
         with pytest.raises(RpcError) as refused:
             await start(client, work)
         assert refused.value.code == -32009
         assert refused.value.data["mechanism"] is None
         assert "RTM_NEWADDR" in refused.value.data["reason"] and "bubblewrap" in refused.value.data["hint"]
-        assert (await client.request("session/list", {}))["sessions"] == before["sessions"]
+        after = [s["session_id"] for s in (await client.request("session/list", {}))["sessions"]]
+        assert after == before == [stored["session_id"]]  # nothing was created
         with pytest.raises(RpcError) as fork_refused:
             await client.request("session/fork", {"session_id": stored["session_id"]})
         assert fork_refused.value.code == -32009
