@@ -27,6 +27,7 @@ from daemon.config.home import make_private_dir
 from daemon.config.settings import Config
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
+from daemon.sandbox.confinement import Override
 from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.store import AsyncStore, SessionRow
@@ -204,7 +205,11 @@ class Daemon:
 
     def wire_session(self, row: SessionRow) -> Session:
         """A stored session as the wire shows it (its live status when loaded)."""
-        return self._sessions.wire_session(row) if self._sessions is not None else row.to_wire("idle")
+        if self._sessions is not None:
+            return self._sessions.wire_session(row)
+        session = row.to_wire("idle")
+        session.sandbox = self.sandbox.wire(row.id, row.cwd, Override.stored(row.sandbox_mode, row.sandbox_network))
+        return session
 
     # --- models ---------------------------------------------------------------------------
 

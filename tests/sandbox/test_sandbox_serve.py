@@ -211,7 +211,9 @@ async def test_required_without_a_sandbox_fails_closed(home, work, tmp_path):
         init = await initialize(client)
         assert init["capabilities"]["sandbox"]["available"] is False
         assert any("required" in p and "sandbox" in p for p in init["problems"])
-        before = [s["session_id"] for s in (await client.request("session/list", {}))["sessions"]]
+        listed = (await client.request("session/list", {}))["sessions"]
+        assert listed[0]["sandbox"]["enforced"] is False  # Session.sandbox also before any session is loaded
+        before = [s["session_id"] for s in listed]
         with pytest.raises(RpcError) as refused:
             await start(client, work)
         assert refused.value.code == -32009
