@@ -15,6 +15,7 @@ the home inside a root, comes out right. The command runs as ``/bin/sh -c`` unde
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from daemon.sandbox.confinement import Confinement
@@ -46,6 +47,10 @@ def bwrap_argv(
         (Path("/proc"), ["--proc", "/proc"]),
         (Path("/tmp"), ["--tmpfs", "/tmp"]),
     ]
+    # The private /tmp would hide programs the person runs from there (a virtualenv under /tmp on
+    # PATH): those stay visible, read-only, as the rest of the file system is.
+    for tool_dir in _path_dirs_under_tmp():
+        mounts.append((tool_dir, ["--ro-bind", str(tool_dir), str(tool_dir)]))
     if cwd not in confinement.writable_roots:  # read_only: the workspace is there, read-only (/tmp is not)
         mounts.append((cwd, ["--ro-bind", str(cwd), str(cwd)]))
     for root in confinement.writable_roots:
@@ -69,6 +74,19 @@ def bwrap_argv(
     if support.prlimit is not None:
         argv += [str(support.prlimit), f"--nproc={MAX_PROCESSES}:{MAX_PROCESSES}", "--"]
     return [*argv, "/bin/sh", "-c", command]
+
+
+def _path_dirs_under_tmp() -> list[Path]:
+    """PATH entries under /tmp (a virtualenv's whole tree when the entry is its bin/)."""
+    found: list[Path] = []
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        real = Path(entry).resolve()
+        if not real.is_dir() or Path("/tmp") not in real.parents:
+            continue
+        found.append(real.parent if (real.parent / "pyvenv.cfg").is_file() else real)
+    return found
 
 
 def _within(path: Path, directory: Path) -> bool:

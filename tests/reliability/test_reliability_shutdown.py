@@ -60,7 +60,7 @@ async def test_shutdown_while_twenty_sessions_stream(home, tmp_path, anyio_backe
                 },
             )
             session_id = started["session"]["session_id"]
-            text = 'tool: run_command {"command": "sleep 5"}' if tools else f"Think hard about case {n}"
+            text = 'tool: run_command {"command": "sleep 30"}' if tools else f"Think hard about case {n}"
             turn = await client.request("session/prompt", {"session_id": session_id, "text": text})
             turns[turn["turn_id"]] = session_id
             streamed[turn["turn_id"]] = []
