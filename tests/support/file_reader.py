@@ -25,6 +25,7 @@ from typing import Any
 
 from daemon.context.summary import SYSTEM_PROMPT as SUMMARIZER_SYSTEM_PROMPT
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse
+from tests.support.small_window import chat_chunk, sse_body
 
 
 @dataclass
@@ -32,15 +33,6 @@ class Answered:
     body: dict[str, Any]
     prompt_tokens: int
     kind: str  # "summary" | "tool_call" | "text" | "overflow"
-
-
-def _sse(chunks: list[dict[str, Any]]) -> bytes:
-    return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
-
-
-def _chunk(delta: dict[str, Any] | None = None, finish: str | None = None, usage: Any = None) -> dict[str, Any]:
-    choices = [] if delta is None and finish is None else [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    return {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": choices, "usage": usage}
 
 
 @dataclass
@@ -115,9 +107,12 @@ class FileReaderChat:
     ) -> ScriptedResponse:
         self.answers.append(Answered(body, tokens, kind))
         usage = {"prompt_tokens": tokens, "completion_tokens": out, "total_tokens": tokens + out}
-        chunks = [_chunk(delta) for delta in deltas] + [_chunk(finish=finish), _chunk(usage=usage)]
+        chunks = [chat_chunk(delta, model="m") for delta in deltas]
+        chunks += [chat_chunk(finish=finish, model="m"), chat_chunk(usage=usage, model="m")]
         delay = self.reply_delay_s if len(self.answers) > 1 else 0.0
-        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks), headers_delay_s=delay)
+        return ScriptedResponse(
+            headers={"content-type": "text/event-stream"}, body=sse_body(chunks), headers_delay_s=delay
+        )
 
 
 def big_files(root: Any, count: int = 15, size: int = 40_000) -> list[str]:

@@ -33,13 +33,16 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     return math.ceil(len(json.dumps(body.get("messages", [])) + json.dumps(body.get("tools", []))) / 4)
 
 
-def _sse(chunks: list[dict[str, Any]]) -> bytes:
+def sse_body(chunks: list[dict[str, Any]]) -> bytes:
     return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
 
 
-def _chunk(delta: dict[str, Any] | None = None, finish: str | None = None, usage: Any = None) -> dict[str, Any]:
+def chat_chunk(
+    delta: dict[str, Any] | None = None, finish: str | None = None, usage: Any = None, model: str = "small"
+) -> dict[str, Any]:
+    """One Chat Completions stream chunk: a delta, a finish reason, or the usage."""
     choices = [] if delta is None and finish is None else [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    return {"id": "c1", "object": "chat.completion.chunk", "model": "small", "choices": choices, "usage": usage}
+    return {"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": choices, "usage": usage}
 
 
 @dataclass
@@ -135,11 +138,13 @@ class SmallWindowChat:
     ) -> ScriptedResponse:
         self.answers.append(Answered(body, tokens, kind, out))
         usage = {"prompt_tokens": tokens, "completion_tokens": out, "total_tokens": tokens + out}
-        chunks = [_chunk(delta) for delta in deltas] + [_chunk(finish=finish), _chunk(usage=usage)]
+        chunks = [chat_chunk(delta) for delta in deltas] + [chat_chunk(finish=finish), chat_chunk(usage=usage)]
         delay = self.reply_delay_s if kind != "summary" else 0.0
         if kind != "summary":
             self.reply_requested.set()
-        return ScriptedResponse(headers={"content-type": "text/event-stream"}, body=_sse(chunks), headers_delay_s=delay)
+        return ScriptedResponse(
+            headers={"content-type": "text/event-stream"}, body=sse_body(chunks), headers_delay_s=delay
+        )
 
 
 def small_window_config(base_url: str, *, window: int = 8_000, auto: bool = True, extra: str = "") -> str:
