@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING
 from msgspec import UNSET
 
 from daemon.errors import InvalidParams
-from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.server.core import Daemon
 from daemon.server.params import optional
 from protocol import methods as m
@@ -26,6 +25,8 @@ class ModelHandlers:
         return await self.daemon.models_list(params.provider)
 
     async def model_set(self, params: m.ModelSetParams) -> m.ModelSetResult:
+        from daemon.models.levels import parse_level  # with the session manager: off the start path
+
         level = optional(parse_level, params.thinking_level, "$.params.thinking_level")
         row, spec = await self.sessions.set_model(params.session_id, params.model_id, level)
         return m.ModelSetResult(
@@ -33,6 +34,8 @@ class ModelHandlers:
         )
 
     async def thinking_set(self, params: m.ThinkingSetParams) -> m.ThinkingSetResult:
+        from daemon.models.levels import parse_display, parse_fallback, parse_level  # with the sessions: later
+
         if (
             params.level is None
             and params.display is None

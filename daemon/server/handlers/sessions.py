@@ -7,7 +7,6 @@ import msgspec
 
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
-from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.server.core import Daemon
 from daemon.server.params import optional
 from protocol import methods as m
@@ -47,6 +46,8 @@ class SessionHandlers:
         return self.daemon.sessions  # built by the time a handler runs (routes: ``load_parts``)
 
     async def session_start(self, params: m.SessionStartParams) -> m.SessionResult:
+        from daemon.models.levels import parse_display, parse_fallback, parse_level  # with the sessions: later
+
         live = await self.sessions.start(
             model_id=params.model_id,
             # An empty level, display or fallback counts as left out here (as it always has).
@@ -110,6 +111,8 @@ class SessionHandlers:
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
+        from daemon.models.levels import parse_level  # with the session manager: off the start path
+
         if (params.text is None) == (params.content is None):
             raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
         if params.expected_turn_id is not None and params.delivery != "steer":
