@@ -222,8 +222,8 @@ async def compact(
     # Counted like tokens_after (the request from scratch, characters / 4), so that before and
     # after compare: the trigger's estimate (next_estimate) starts from provider-reported tokens.
     tokens_before = full_estimate(turn)
-    if turn.observe is not None:  # pre_compact hooks: they only watch, and cannot stop it
-        await turn.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
+    # pre_compact hooks: they only watch, and cannot stop it
+    await turn.toolkit.observe("pre_compact", {"trigger": trigger, "compaction_id": compaction_id})
     await turn.emit(
         ev.CompactionStart, {"compaction_id": compaction_id, "trigger": trigger, "tokens_before": tokens_before}
     )
@@ -362,7 +362,7 @@ async def _summarize(
             return await _summarize_once(turn, summarizer, request)
         except ThinkingLevelRejected as exc:
             refused = exc.rejected or summarizer.thinking.effective
-            turn.learned.learn(summarizer.model_id, allowed=exc.allowed, refused=refused)
+            turn.levels.learn(summarizer.model_id, allowed=exc.allowed, refused=refused)
             if level_retried or summarizer.rethink is None:
                 raise
             retried = summarizer.rethink()

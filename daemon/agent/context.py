@@ -1,14 +1,16 @@
 """What one turn is made of: the ``Turn`` the session actor builds, its settings, how it
-compacts (``CompactionSetup``, ``Summarizer``, ``CompactionRequest``), and the callbacks
-through which the agent reaches the client (``Emit``), the store (``save``, ``AppendParts``)
-and the tools (``Approve``, ``RunTool``).
+compacts (``CompactionSetup``, ``Summarizer``, ``CompactionRequest``), and the collaborators
+through which the agent reaches the rest of the daemon, each a declared interface that
+``daemon.sessions`` implements: the client (``Emit``), the session's messages (``MessageLog``),
+the tools and hooks (``Toolkit``), the session's spending (``Account``), a refused thinking
+level (``LevelRetry``) and the steers waiting to join (``Steers``).
 
 It also owns how a cancelled or failed turn finishes: ``Turn.finishing`` shields the last
 writes and events from cancellation, bounded by ``SHUTDOWN_GRACE_S`` once the daemon is
 shutting down (``Turn.hurry``).
 """
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,7 +18,6 @@ from typing import Any, Protocol
 import anyio
 
 from daemon.agent.media import TurnMedia
-from daemon.catalog.learned import LearnedLevels
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
@@ -28,6 +29,8 @@ from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 # shutting down; until then they wait for the client however long it takes to read.
 SHUTDOWN_GRACE_S = 2.0
 
+# Every event of the turn goes to the client through this one function (numbered and sent by
+# ``sessions.emitter``); a plain callable, as it is passed on as it is (hooks, accounts).
 Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 
 
@@ -39,10 +42,6 @@ class Approval:
     allowed: bool
     message: str = ""
     permission: ev.Permission | None = None
-
-
-# (call part) -> its approval
-Approve = Callable[[Part], Awaitable[Approval]]
 
 
 @dataclass(frozen=True)
@@ -57,25 +56,18 @@ class ToolOutcome:
     sandbox: ev.ToolSandbox | None = None
 
 
-# (call part, emit_output) -> its outcome
-RunTool = Callable[[Part, Callable[[str], Awaitable[None]]], Awaitable[ToolOutcome]]
-# Tell the observing hooks (``stop``, ``pre_compact``) what happened: (hook event, its fields).
-Observe = Callable[[str, dict[str, Any]], Awaitable[None]]
-# After each model call: (its usage, whether that is ponder's estimate because the provider reported
-# none that reads as counts) -> recorded in the session's totals and told as a ``usage`` event.
-RecordUsage = Callable[[Usage, bool], Awaitable[None]]
-# Before each model call (the budget re-read from the store, the truth, when ``reread``): None while
-# the session's budget allows one, else the sentence saying which is spent.
-BudgetSpent = Callable[[bool], Awaitable[str | None]]
-# Before each model call of a prompt turn: the steers waiting to join it, in arrival order (not
-# stored yet: the turn stores each as a user message of its own, in its brackets).
-TakeSteers = Callable[[], Awaitable[list[ChatMessage]]]
+class MessageLog(Protocol):
+    """The session's messages as a turn writes them (``sessions.persistence.TurnMessages``)."""
 
+    def next_seq(self) -> int:
+        """The sequence number of the next message of the session."""
+        ...
 
-class AppendParts(Protocol):
-    """An incremental checkpoint: ``daemon.store.AsyncStore.append_to_message``."""
+    async def save(self, message: ChatMessage) -> None:
+        """Store ``message`` whole (a reply, a tool message, a steer that joined)."""
+        ...
 
-    async def __call__(
+    async def append(
         self,
         message_id: str,
         parts: dict[int, Part],
@@ -83,7 +75,65 @@ class AppendParts(Protocol):
         *,
         keep_text: frozenset[int] = ...,
         final: ChatMessage | None = ...,
-    ) -> None: ...
+    ) -> None:
+        """An incremental checkpoint of a streaming reply (``daemon.store.AsyncStore.append_to_message``)."""
+        ...
+
+
+class Toolkit(Protocol):
+    """The tools of a turn and the hooks around them (``sessions.tool_runner.ToolRunner``)."""
+
+    async def prepare(self, turn: "Turn") -> None:
+        """After ``turn_start``, inside the turn's cancel scope: the ``user_prompt_submit`` hooks (a deny
+        raises ``HookDenied``), then ``turn.tools`` filled in (MCP servers may take a while to start)."""
+        ...
+
+    async def approve(self, call: Part) -> Approval:
+        """Whether one tool call runs, and what ``tool_execution_start`` says about it."""
+        ...
+
+    async def run(self, call: Part, output: Callable[[str], Awaitable[None]]) -> ToolOutcome:
+        """Run one approved call; ``output`` gets what it prints as it runs."""
+        ...
+
+    async def observe(self, event: str, fields: dict[str, Any]) -> None:
+        """Tell the watching hooks (``stop``, ``pre_compact``) what happened; they cannot change it."""
+        ...
+
+
+class Account(Protocol):
+    """The session's spending (``sessions.accounts.TurnAccount``)."""
+
+    async def record(self, usage: Usage, estimated: bool) -> None:
+        """After each model call: its usage (``estimated``: ponder's estimate, the provider reported
+        none that reads as counts) into the session's totals, told as a ``usage`` event."""
+        ...
+
+    async def spent(self, reread: bool) -> str | None:
+        """Before each model call (the budget re-read from the store, the truth, when ``reread``): None
+        while the session's budget allows one, else the sentence saying which is spent."""
+        ...
+
+
+class LevelRetry(Protocol):
+    """What a turn does when a provider refuses a thinking level (``sessions.thinking_settings.TurnLevels``)."""
+
+    def learn(self, model_id: str, *, allowed: Iterable[str] | None, refused: str) -> None:
+        """Remember, for the life of the daemon, what the provider said about ``model_id``'s levels."""
+        ...
+
+    def rethink(self, level: str) -> Thinking:
+        """The turn's thinking decided again at ``level``, consulting what was learned."""
+        ...
+
+
+class Steers(Protocol):
+    """The steers waiting to join a running prompt turn (``sessions.actor.InboxSteers``)."""
+
+    async def take(self) -> list[ChatMessage]:
+        """Before each model call: the waiting steers, in arrival order (not stored yet: the turn
+        stores each as a user message of its own, in its brackets)."""
+        ...
 
 
 @dataclass
@@ -179,29 +229,19 @@ class Turn:
     thinking: Thinking
     history: list[ChatMessage]  # the session's messages; this turn appends to it
     emit: Emit
-    save: Callable[[ChatMessage], Awaitable[None]]
-    append: AppendParts
-    next_seq: Callable[[], int]
-    approve: Approve
-    run_tool: RunTool
-    observe: Observe | None = None
-    tools: list[ToolSpec] = field(default_factory=list)
-    # The thinking decision again at another level, consulting ``learned``: how the agent
-    # retries a request whose level the provider refused (``agent.level_retry``). None: no retry.
-    rethink: Callable[[str], Thinking] | None = None
-    learned: LearnedLevels = field(default_factory=LearnedLevels)  # the daemon's, for the life of the daemon
-    # Fills in ``tools`` (MCP servers may take a while to start): awaited after
-    # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
-    prepare: Callable[["Turn"], Awaitable[None]] | None = None
+    messages: MessageLog
+    toolkit: Toolkit
+    account: Account
+    # How the agent retries a request whose level the provider refused (``agent.level_retry``).
+    levels: LevelRetry
+    tools: list[ToolSpec] = field(default_factory=list)  # offered to the model (``Toolkit.prepare`` fills it)
     system_prompt: str | None = None
     max_output_tokens: int | None = None  # the model's output limit: no request asks for more
-    record_usage: RecordUsage | None = None
-    budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None
-    take_steers: TakeSteers | None = None  # None: nothing can join this turn (a compaction turn)
+    steers: Steers | None = None  # None: nothing can join this turn (a compaction turn)
     continued_from: str | None = None  # session/continue: the turn this one goes on with
     # The images its requests carry (PROTOCOL.md "Prompt content"); None: images are sent as notes.
     media: TurnMedia | None = None
@@ -245,7 +285,7 @@ async def spent_budget(turn: Turn, *, reread: bool = True) -> str | None:
     """None while the session's budget allows another model call, else the sentence saying which is spent.
     ``reread``: read the budget from the store first (False for a turn's first call: admission has just
     caught up with the store when another daemon held the session)."""
-    return await turn.budget_spent(reread) if turn.budget_spent is not None else None
+    return await turn.account.spent(reread)
 
 
 def error_info(exc: PonderError) -> ErrorInfo:

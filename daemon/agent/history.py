@@ -27,7 +27,7 @@ async def save_and_end(turn: Turn, message: ChatMessage) -> None:
     once the store takes it) and the error then ends the turn with one ``turn_end``.
     """
     try:
-        await turn.save(message)
+        await turn.messages.save(message)
     except PonderError:
         await turn.emit(ev.MessageEnd, {"message": message.to_wire()})
         raise
@@ -54,14 +54,14 @@ async def record_cancelled_results(turn: Turn, reply: ChatMessage | None) -> Non
     message = ChatMessage(
         message_id=new_id("msg"),
         session_id=turn.session_id,
-        seq=turn.next_seq(),
+        seq=turn.messages.next_seq(),
         role="tool",
         parts=with_cancelled(calls, [None] * len(calls)),
         status="interrupted",
         created_at=now_rfc3339(),
     )
     turn.history.append(message)
-    await turn.save(message)
+    await turn.messages.save(message)
 
 
 def is_unfinished_call(part: Part) -> bool:

@@ -20,7 +20,7 @@ def refused_level(turn: Turn, exc: ThinkingLevelRejected) -> str:
 
 def learn(turn: Turn, exc: ThinkingLevelRejected) -> None:
     """Remember for the life of the daemon what the provider said about the model."""
-    turn.learned.learn(turn.model_id, allowed=exc.allowed, refused=refused_level(turn, exc))
+    turn.levels.learn(turn.model_id, allowed=exc.allowed, refused=refused_level(turn, exc))
 
 
 def retry_thinking(turn: Turn, exc: ThinkingLevelRejected) -> Thinking | None:
@@ -32,14 +32,14 @@ def retry_thinking(turn: Turn, exc: ThinkingLevelRejected) -> Thinking | None:
     ``reason`` says first that the provider refused the level the turn sent.
     """
     sent = turn.thinking
-    if turn.rethink is None or sent.fallback == "error":  # "error": exactness over an answer at another level
+    if sent.fallback == "error":  # "error": exactness over an answer at another level
         return None
     refused = refused_level(turn, exc)
     candidates = exc.allowed if exc.allowed is not None else [level for level in sent.supported if level != refused]
     level = nearest_allowed(refused, candidates)
     if level is None:
         return None
-    retried = turn.rethink(level)
+    retried = turn.levels.rethink(level)
     if retried.effective == refused:
         return None
     note = f"{turn.provider_name} refused {refused!r} for {turn.model_name}; retried with {retried.effective!r}."

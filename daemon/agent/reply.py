@@ -194,7 +194,7 @@ class Reply:
         self.message = ChatMessage(
             message_id=new_id("msg"),
             session_id=turn.session_id,
-            seq=turn.next_seq(),
+            seq=turn.messages.next_seq(),
             role="assistant",
             parts=[],
             model_id=turn.model_id,
@@ -371,7 +371,7 @@ class Reply:
         assert message is not None
         if not self.stored:
             self._join_streaming_text()
-            await self.turn.save(message)
+            await self.turn.messages.save(message)
             self.stored = True
             self.changed_parts.clear()
             self.stored_chunks = {index: len(chunks) for index, chunks in self.text_chunks.items()}
@@ -403,7 +403,7 @@ class Reply:
         if not (whole or appended or final):
             return
         try:
-            await self.turn.append(
+            await self.turn.messages.append(
                 message.message_id, whole, appended, keep_text=frozenset(keep_text), final=message if final else None
             )
         except BaseException:
@@ -460,12 +460,10 @@ class Reply:
         reported = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
         if usage is not None and turn.compaction is not None and self.sent_estimate is not None:
             turn.compaction.calibration.observe(self.sent_estimate, usage.input_tokens)
-        if turn.record_usage is None:
-            return
         if reported and usage is not None:
-            await turn.record_usage(usage, False)
+            await turn.account.record(usage, False)
             return
         sent = self.sent_estimate or 0
         if turn.compaction is not None:
             sent = turn.compaction.calibration.scale(sent)
-        await turn.record_usage(Usage(input_tokens=sent, output_tokens=message_tokens(message)), True)
+        await turn.account.record(Usage(input_tokens=sent, output_tokens=message_tokens(message)), True)

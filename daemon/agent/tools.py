@@ -19,7 +19,7 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
     message = ChatMessage(
         message_id=new_id("msg"),
         session_id=turn.session_id,
-        seq=turn.next_seq(),
+        seq=turn.messages.next_seq(),
         role="tool",
         parts=[],
         status="complete",
@@ -37,7 +37,7 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
                 await _emit_start(turn, call, None)
                 results[i] = await _finish_call(turn, message, call, arguments_problem(raw), True)
                 continue
-            approval = await turn.approve(call)
+            approval = await turn.toolkit.approve(call)
             if approval.allowed:
                 approved.append((i, approval.permission))
             else:
@@ -77,7 +77,7 @@ async def _execute(
     async def output(chunk: str) -> None:
         await turn.emit(ev.ToolExecutionOutput, {"call_id": call.call_id, "chunk": chunk})
 
-    outcome = await turn.run_tool(call, output)
+    outcome = await turn.toolkit.run(call, output)
     if outcome.images:  # images a tool returned go to the model with its result (a note if it takes none)
         images[i] = [msgspec.structs.replace(p, call_id=call.call_id) for p in outcome.images]
     results[i] = await _finish_call(turn, message, call, outcome.text, outcome.is_error, outcome.sandbox)

@@ -58,8 +58,7 @@ async def run_turn(turn: Turn) -> str:
     with turn.cancel_scope:
         try:
             log_decision(turn)
-            if turn.prepare is not None:
-                await turn.prepare(turn)
+            await turn.toolkit.prepare(turn)
             if turn.compaction_request is not None:
                 stop_reason, error = await _compaction_turn(turn, turn.compaction_request)
             else:
@@ -73,9 +72,9 @@ async def run_turn(turn: Turn) -> str:
         except Exception as exc:
             log.exception("turn %s failed", turn.turn_id)
             error = ErrorInfo(code=int(ErrorCode.INTERNAL_ERROR), message=f"Internal error: {type(exc).__name__}.")
-        if turn.observe is not None and not turn.cancel_scope.cancel_called:
+        if not turn.cancel_scope.cancel_called:
             # stop hooks, inside the turn's brackets and its cancel scope: they only watch
-            await turn.observe("stop", {"stop_reason": stop_reason})
+            await turn.toolkit.observe("stop", {"stop_reason": stop_reason})
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
     with turn.finishing():
@@ -157,12 +156,12 @@ async def join_steers(turn: Turn) -> bool:
     and ``message_end`` with ``role: user``, in arrival order); True when any joined.
 
     Shielded once taken: a cancel arriving meanwhile still finds them stored, never half-joined."""
-    if turn.take_steers is None:
+    if turn.steers is None:
         return False
     with turn.finishing():
-        messages = await turn.take_steers()
+        messages = await turn.steers.take()
         for message in messages:
-            message.seq = turn.next_seq()
+            message.seq = turn.messages.next_seq()
             turn.history.append(message)
             await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "user"})
             await save_and_end(turn, message)

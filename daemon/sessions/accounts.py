@@ -79,16 +79,6 @@ class SessionAccounts:
             "totals_cost": row.cost,
         }
 
-    def recorder(self, live: LiveSession, spec: ModelSpec, emit: agent.Emit) -> agent.RecordUsage:
-        """A turn's ``record_usage``: each reply counted, then told as a ``usage`` event (``estimated``
-        when the provider reported no usage and ponder's estimate was counted)."""
-
-        async def record(usage: Usage, estimated: bool) -> None:
-            fields = await self.record_call(live, spec, usage)
-            await emit(ev.UsageEvent, {**fields, "estimated": estimated})
-
-        return record
-
     async def budget_spent(self, live: LiveSession, reread: bool = True) -> str | None:
         """None while the session's budget allows another model call, else the sentence saying which is
         spent. The budget is read from the store first: another daemon on the same home may have raised
@@ -112,3 +102,22 @@ class SessionAccounts:
             return budget_exceeded(row.totals, row.cost, row.budget)
         priced = self.catalog.price(spec) is not None
         return budget_exceeded(row.totals, row.cost, row.budget, priced=priced, model_id=spec.id)
+
+
+class TurnAccount:
+    """One turn's view of its session's spending (``agent.Account``): each reply counted and told
+    as a ``usage`` event, and the budget asked before each model call."""
+
+    def __init__(self, accounts: SessionAccounts, live: LiveSession, spec: ModelSpec, emit: agent.Emit) -> None:
+        self._accounts = accounts
+        self._live = live
+        self._spec = spec
+        self._emit = emit
+
+    async def record(self, usage: Usage, estimated: bool) -> None:
+        """``estimated``: the provider reported no usage and ponder's estimate was counted."""
+        fields = await self._accounts.record_call(self._live, self._spec, usage)
+        await self._emit(ev.UsageEvent, {**fields, "estimated": estimated})
+
+    async def spent(self, reread: bool) -> str | None:
+        return await self._accounts.budget_spent(self._live, reread)

@@ -3,12 +3,11 @@ bounded inbox and runs their turns, one at a time, in order; it unloads the sess
 Prompts dropped from the inbox (a cancel, shutdown) still get their ``turn_start``/``turn_end``
 bracket, so a client waiting on a turn id is never left hanging.
 
-It also hands a running prompt turn the steers waiting for it (``Turn.take_steers``, before
-each model call), and turns the steers that arrived too late to join into the next turn."""
+It also hands a running prompt turn the steers waiting for it (``InboxSteers``, before each
+model call), and turns the steers that arrived too late to join into the next turn."""
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import anyio
@@ -90,7 +89,7 @@ async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
 async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTurn) -> None:
     message = pending.user_message
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
-    save = _stamping(manager.writes.saver(live), pending.turn_id)
+    messages = manager.writes.messages(live, pending.turn_id)
     try:
         if message is not None and not pending.stored:
             # A steer whose turn ended before it joined: stored now, as the start of its own turn
@@ -99,14 +98,14 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
                 raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
             message.seq = live.next_seq()
             live.history.append(message)
-            await save(message)
+            await messages.save(message)
         elif message is not None and live.take_waiting(message):
             # Stored again with its new seq, so the stored history reads as the conversation happened.
-            await save(message)
-        turn = manager.assembly.build(live, pending, emit, save)
+            await messages.save(message)
+        turn = manager.assembly.build(live, pending, emit, messages)
         turn.continued_from = pending.continued_from
         if pending.compaction is None:
-            turn.take_steers = functools.partial(_take_steers, manager, live)
+            turn.steers = InboxSteers(manager, live)
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the
         # prompt's turn reads the history and the records when it runs, so it stays as built).
         if message is not None and await should_compact(turn):
@@ -131,23 +130,19 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             await manager.bridge.session_updated(manager.wire_session(live.row))
 
 
-def _stamping(save: Callable[[ChatMessage], Awaitable[None]], turn_id: str) -> Callable[[ChatMessage], Awaitable[None]]:
-    """``save`` that records in each message the turn that wrote it (``session/continue`` names it)."""
+class InboxSteers:
+    """The steers waiting in a live session's inbox to join its running turn (``agent.Steers``)."""
 
-    async def stamp_then_save(message: ChatMessage) -> None:
-        if message.turn_id is None:
-            message.turn_id = turn_id
-        await save(message)
+    def __init__(self, manager: SessionHost, live: LiveSession) -> None:
+        self._manager = manager
+        self._live = live
 
-    return stamp_then_save
-
-
-async def _take_steers(manager: SessionHost, live: LiveSession) -> list[ChatMessage]:
-    """The steers waiting to join the running turn, in arrival order (the inbox keeps none)."""
-    steers = live.inbox.take_steers()
-    if steers:
-        await manager.events.queue_update(live)
-    return [steer.message for steer in steers]
+    async def take(self) -> list[ChatMessage]:
+        """In arrival order; the inbox keeps none (its queue changed: told as ``queue_update``)."""
+        steers = self._live.inbox.take_steers()
+        if steers:
+            await self._manager.events.queue_update(self._live)
+        return [steer.message for steer in steers]
 
 
 def _requeue_steers(live: LiveSession, ended: PendingTurn) -> bool:
@@ -171,7 +166,7 @@ async def _compact_before_prompt(manager: SessionHost, live: LiveSession, thinki
     pending = PendingTurn(new_id("turn"), None, thinking, request)
     # Not the releasing emitter: the prompt's turn follows under the same lease.
     turn = manager.assembly.build(
-        live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.saver(live)
+        live, pending, manager.events.emitter(live, pending.turn_id), manager.writes.messages(live)
     )
     live.current = turn
     live.compacting = pending.turn_id  # no steer joins a compaction turn

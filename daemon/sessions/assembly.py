@@ -3,7 +3,6 @@ spec, its provider adapter, the resolved thinking, the tools and the settings of
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from daemon import agent
@@ -11,16 +10,16 @@ from daemon.agent import CompactionSetup, Summarizer
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.catalog.decide import with_budget
 from daemon.config.settings import Config
-from daemon.conversation import ChatMessage
 from daemon.errors import PonderError
 from daemon.models.budgets import budget_range
 from daemon.permissions.book import PermissionBook
 from daemon.providers.base import Provider, StreamLimits
 from daemon.providers.registry import ProviderRegistry
 from daemon.sandbox.service import Sandbox
-from daemon.sessions.accounts import SessionAccounts
+from daemon.sessions.accounts import SessionAccounts, TurnAccount
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.thinking_settings import TurnLevels
 from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
@@ -65,7 +64,7 @@ class TurnAssembly:
         live: LiveSession,
         pending: PendingTurn,
         emit: agent.Emit,
-        save: Callable[[ChatMessage], Awaitable[None]],
+        messages: agent.MessageLog,
     ) -> agent.Turn:
         """The turn for ``pending``. The thinking is what the prompt asked for when it was sent,
         decided for the session's model now; the provider adjusts it per request where its API
@@ -86,7 +85,6 @@ class TurnAssembly:
             self.sandbox,
         )
         decided = pending.thinking.decide(self.catalog, spec)
-        asked = pending.thinking
 
         return agent.Turn(
             session_id=row.id,
@@ -101,19 +99,12 @@ class TurnAssembly:
             thinking=decided,
             # A level the provider refuses is retried once at the level it names (decided the
             # same way, display kept); the daemon's catalogue remembers the refusal.
-            rethink=lambda level: self.catalog.decide(
-                spec, level, display=asked.display, budget_tokens=asked.budget_tokens, source=asked.source
-            ),
-            learned=self.catalog.learned,
+            levels=TurnLevels(self.catalog, spec, pending.thinking),
             history=live.history,
             emit=emit,
-            save=save,
-            append=self.store.append_to_message,
-            next_seq=live.next_seq,
-            approve=runner.approve,
-            run_tool=runner.run,
-            observe=runner.observe,
-            prepare=runner.prepare,
+            messages=messages,
+            toolkit=runner,
+            account=TurnAccount(self.accounts, live, spec, emit),
             system_prompt=row.system_prompt,
             max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
@@ -122,8 +113,6 @@ class TurnAssembly:
                 load=self.store.get_attachments,
                 mark=self.store.mark_image_omitted,
             ),
-            record_usage=self.accounts.recorder(live, spec, emit),
-            budget_spent=functools.partial(self.accounts.budget_spent, live),
             settings=agent.TurnSettings(
                 max_steps=self.config.max_tool_steps,
                 max_attempts=self.config.retry_max_attempts,

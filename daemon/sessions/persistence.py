@@ -9,12 +9,12 @@ its lease and stays loaded until then.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
 
-from daemon.conversation import ChatMessage
+from daemon.conversation import ChatMessage, Part
 from daemon.errors import PonderError, ReplyNotSaved, StoreError, StoreUnavailable
 from daemon.sessions.live import LiveSession
 from daemon.store import AsyncStore, new_lease_owner
@@ -56,23 +56,24 @@ class SessionWrites:
             log.warning("session %s: could not release its turn lease: %s", live.row.id, exc.message)
             self.retry_later(live)
 
-    def saver(self, live: LiveSession) -> Callable[[ChatMessage], Awaitable[None]]:
-        """The turn's save: this message after any earlier unsaved ones; kept in memory if refused."""
+    def messages(self, live: LiveSession, turn_id: str | None = None) -> "TurnMessages":
+        """A turn's ``MessageLog`` for ``live``; with ``turn_id``, each message it saves records that
+        turn as the one that wrote it (``session/continue`` names it)."""
+        return TurnMessages(self, live, turn_id)
 
-        async def save(message: ChatMessage) -> None:
-            live.unsaved[message.message_id] = message
-            try:
-                await self.flush_unsaved(live)
-            except StoreUnavailable as exc:
-                log.error("session %s: %d message(s) not saved yet: %s", live.row.id, len(live.unsaved), exc.message)
-                self.retry_later(live)
-                raise ReplyNotSaved(exc.message) from exc
-            except anyio.get_cancelled_exc_class():
-                if live.unsaved:
-                    self.retry_later(live)  # the write may or may not have happened: write it again
-                raise
-
-        return save
+    async def save(self, live: LiveSession, message: ChatMessage) -> None:
+        """``message`` after any earlier unsaved ones; kept in memory if refused."""
+        live.unsaved[message.message_id] = message
+        try:
+            await self.flush_unsaved(live)
+        except StoreUnavailable as exc:
+            log.error("session %s: %d message(s) not saved yet: %s", live.row.id, len(live.unsaved), exc.message)
+            self.retry_later(live)
+            raise ReplyNotSaved(exc.message) from exc
+        except anyio.get_cancelled_exc_class():
+            if live.unsaved:
+                self.retry_later(live)  # the write may or may not have happened: write it again
+            raise
 
     async def flush_unsaved(self, live: LiveSession) -> None:
         """Write the messages the store refused, in seq order; raises (keeping the rest) if it still refuses."""
@@ -110,3 +111,33 @@ class SessionWrites:
                     await self.release_lease(live)
         finally:
             live.retrying = False
+
+
+class TurnMessages:
+    """One turn's messages of a live session (``agent.MessageLog``): numbered by the session,
+    saved through ``SessionWrites`` (kept in memory when the store refuses), checkpointed while
+    a reply streams."""
+
+    def __init__(self, writes: SessionWrites, live: LiveSession, turn_id: str | None) -> None:
+        self._writes = writes
+        self._live = live
+        self._turn_id = turn_id
+
+    def next_seq(self) -> int:
+        return self._live.next_seq()
+
+    async def save(self, message: ChatMessage) -> None:
+        if message.turn_id is None and self._turn_id is not None:
+            message.turn_id = self._turn_id
+        await self._writes.save(self._live, message)
+
+    async def append(
+        self,
+        message_id: str,
+        parts: dict[int, Part],
+        texts: dict[int, str],
+        *,
+        keep_text: frozenset[int] = frozenset(),
+        final: ChatMessage | None = None,
+    ) -> None:
+        await self._writes.store.append_to_message(message_id, parts, texts, keep_text=keep_text, final=final)

@@ -7,7 +7,7 @@ when its turn starts. A session's own display and fallback left unset (None in i
 follow config.toml's ``[defaults]``, as a level of ``default`` follows the defaults chain.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import msgspec
@@ -51,6 +51,26 @@ class ThinkingRequest(msgspec.Struct, frozen=True):
             self.decide(catalog, spec)
         except UnsupportedThinkingLevel as exc:
             raise UnsupportedThinkingLevel(exc.model_id, exc.level, exc.allowed, argument=argument) from None
+
+
+class TurnLevels:
+    """What a turn of ``spec`` does when a provider refuses a level (``agent.LevelRetry``): the
+    refusal is remembered in the daemon's ``LearnedLevels``, and the level retried is decided the
+    way the turn's own was (display, budget and source kept)."""
+
+    def __init__(self, catalog: Catalog, spec: ModelSpec, asked: ThinkingRequest) -> None:
+        self._catalog = catalog
+        self._spec = spec
+        self._asked = asked
+
+    def learn(self, model_id: str, *, allowed: Iterable[str] | None, refused: str) -> None:
+        self._catalog.learned.learn(model_id, allowed=allowed, refused=refused)
+
+    def rethink(self, level: str) -> Thinking:
+        asked = self._asked
+        return self._catalog.decide(
+            self._spec, level, display=asked.display, budget_tokens=asked.budget_tokens, source=asked.source
+        )
 
 
 def session_request(

@@ -1,5 +1,6 @@
 """``daemon.agent.level_retry``: which level a refused request is retried with, and what is learned."""
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -10,12 +11,28 @@ from daemon.catalog.catalog import builtin_specs
 from daemon.catalog.decide import decide_thinking
 from daemon.catalog.learned import LearnedLevels
 from daemon.errors import ThinkingLevelRejected
+from daemon.models.spec import ModelSpec
+from protocol.objects import Thinking
 from tests.support.provider_streams import user
 
 # A Turn holds a cancel scope, which needs a running event loop.
 pytestmark = pytest.mark.anyio
 
 SPECS = {spec.id: spec for spec in builtin_specs()}
+
+
+class _Levels:
+    """``agent.LevelRetry`` over the pure decision (``sessions.thinking_settings.TurnLevels`` uses the catalogue)."""
+
+    def __init__(self, spec: ModelSpec, learned: LearnedLevels) -> None:
+        self.spec = spec
+        self.learned = learned
+
+    def learn(self, model_id: str, *, allowed: Iterable[str] | None, refused: str) -> None:
+        self.learned.learn(model_id, allowed=allowed, refused=refused)
+
+    def rethink(self, level: str) -> Thinking:
+        return decide_thinking(self.spec, level, learned=self.learned)
 
 
 def _turn(model_id: str, level: str, learned: LearnedLevels, **decide: Any) -> Turn:
@@ -32,13 +49,10 @@ def _turn(model_id: str, level: str, learned: LearnedLevels, **decide: Any) -> T
         thinking=decide_thinking(spec, level, learned=learned, **decide),
         history=[],
         emit=nothing,
-        save=nothing,
-        append=nothing,
-        next_seq=nothing,
-        approve=nothing,
-        run_tool=nothing,
-        rethink=lambda retry_level: decide_thinking(spec, retry_level, learned=learned),
-        learned=learned,
+        messages=nothing,
+        toolkit=nothing,
+        account=nothing,
+        levels=_Levels(spec, learned),
     )
 
 
@@ -62,7 +76,7 @@ async def test_a_refusal_naming_no_levels_strikes_out_the_refused_one():
     """Gemini names only the level it refused: the retry takes the nearest of the others."""
     learned = LearnedLevels()
     turn = _turn("gemini/gemini-3.1-pro-preview", "medium", learned)
-    turn.learned.learn(turn.model_id, refused="medium")  # what the agent does first (level_retry.learn)
+    turn.levels.learn(turn.model_id, allowed=None, refused="medium")  # what the agent does first (level_retry.learn)
     retried = retry_thinking(turn, _refusal("medium", None))
     assert retried is not None and retried.effective == "low"
     assert "medium" not in learned.narrow(turn.model_id, SPECS[turn.model_id].thinking.levels)
