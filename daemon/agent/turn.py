@@ -218,15 +218,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
             message = level_retry.retry_message(turn, level_refused, retried)
             log.info("%s", message)
             turn.thinking = retried
-            await turn.emit(
-                ev.Retry,
-                {
-                    "attempt": attempt,
-                    "max_attempts": max(attempt, turn.settings.max_attempts),
-                    "delay_ms": 0,
-                    "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
-                },
-            )
+            await _retry_at_once(turn, attempt, message, exc)
         except ProviderError as exc:
             if not reply.started and not images_refused and turn.media is not None:
                 refused = await turn.media.rejected(exc, turn.history)
@@ -235,15 +227,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                     attempt += 1
                     what = "an image" if refused == 1 else f"{refused} images"
                     message = f"The provider refused {what} ({exc.message}); retrying with a note in its place."
-                    await turn.emit(
-                        ev.Retry,
-                        {
-                            "attempt": attempt,
-                            "max_attempts": max(attempt, turn.settings.max_attempts),
-                            "delay_ms": 0,
-                            "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
-                        },
-                    )
+                    await _retry_at_once(turn, attempt, message, exc)
                     continue
             if not reply.started and is_context_overflow(exc.message, status=exc.status, kind=exc.kind):
                 # The window and the real size the error names: the retry is shortened to them.
@@ -267,6 +251,14 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
             attempt += 1
             log.info("retrying %s in %.1fs (attempt %d): %s", turn.provider_name, delay, attempt, exc.message)
             await wait_to_retry(turn, attempt, delay, exc)
+
+
+async def _retry_at_once(turn: Turn, attempt: int, message: str, exc: ProviderError) -> None:
+    """The ``retry`` event for a request sent again at once, changed so that the provider takes it
+    (another thinking level, an image as a note): ``message`` says what was refused and what changed."""
+    error = ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status)
+    retry = {"attempt": attempt, "max_attempts": max(attempt, turn.settings.max_attempts), "delay_ms": 0}
+    await turn.emit(ev.Retry, {**retry, "error": error})
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
