@@ -3,6 +3,8 @@ the provider goes silent for ``stall_timeout_s`` (its keep-alives count as life)
 nothing but keep-alives for ``no_progress_timeout_s``."""
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Literal
 
 import anyio
@@ -42,3 +44,22 @@ class Watchdog:
                 self.scope.cancel()
                 return
             await anyio.sleep(min(stall_left, progress_left))
+
+
+@asynccontextmanager
+async def watching(settings: TurnSettings) -> AsyncIterator[Watchdog]:
+    """Run the body (one streamed response) under a ``Watchdog``, from before it connects: waiting
+    for headers counts as silence too. A verdict cancels the body and is left on the watchdog for
+    the caller to word; a failure of the body is raised once the watchdog has stopped."""
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as scope:
+            watchdog = Watchdog(settings, scope)
+            tg.start_soon(watchdog.run)
+            try:
+                yield watchdog
+            except Exception as exc:
+                failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
