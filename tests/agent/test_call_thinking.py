@@ -102,38 +102,39 @@ def check_switched_off(events: list[dict[str, Any]], server: ReplayServer) -> No
     assert update["request_params"] == {}
 
 
-async def test_a_tool_loop_step_without_a_signed_block_reports_thinking_off(home: Path, tmp_path: Path) -> None:
+async def tool_loop_turn(
+    home: Path, tmp_path: Path, server: ReplayServer, *, signed: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """One prompt whose reply reads a file, then answers (``thinking-text``): the turn's events,
+    then ``session/resume`` and ``session/get`` after it."""
     (tmp_path / "notes.txt").write_text("rain at noon\n")
+    (home / "config.toml").write_text(CONFIG.format(url=server.url, window=200_000))
+    server.enqueue(tool_call_stream(signed=signed, path="notes.txt"))
+    server.enqueue_fixture("anthropic", "thinking-text")
+    async with in_memory_daemon(home) as (client, _daemon):
+        session_id = await start_session(client, tmp_path)
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Umbrella?"})
+        events = await client.collect_turn(turn["turn_id"])
+        resumed = await client.request("session/resume", {"session_id": session_id})
+        got = await client.request("session/get", {"session_id": session_id})
+    return events, resumed, got
+
+
+async def test_a_tool_loop_step_without_a_signed_block_reports_thinking_off(home: Path, tmp_path: Path) -> None:
     with ReplayServer() as server:
-        (home / "config.toml").write_text(CONFIG.format(url=server.url, window=200_000))
-        server.enqueue(tool_call_stream(signed=False, path="notes.txt"))
-        server.enqueue_fixture("anthropic", "thinking-text")
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start_session(client, tmp_path)
-            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Umbrella?"})
-            events = await client.collect_turn(turn["turn_id"])
-            check_switched_off(events, server)
-            replies = [e["message"] for e in events if e["type"] == "message_end"]
-            ends = [m["thinking_level"] for m in replies if m["role"] == "assistant"]
-            assert ends == ["high", "off"]  # each reply records the thinking its call sent
-            resumed = await client.request("session/resume", {"session_id": session_id})
-            assert assistant_levels(resumed) == ["high", "off"]
-            # The session's own thinking is untouched: one step went without, not the session.
-            got = await client.request("session/get", {"session_id": session_id})
-            assert got["thinking"]["effective"] == "high"
+        events, resumed, got = await tool_loop_turn(home, tmp_path, server, signed=False)
+    check_switched_off(events, server)
+    replies = [e["message"] for e in events if e["type"] == "message_end"]
+    ends = [m["thinking_level"] for m in replies if m["role"] == "assistant"]
+    assert ends == ["high", "off"]  # each reply records the thinking its call sent
+    assert assistant_levels(resumed) == ["high", "off"]
+    # The session's own thinking is untouched: one step went without, not the session.
+    assert got["thinking"]["effective"] == "high"
 
 
 async def test_a_signed_tool_loop_keeps_its_thinking_and_sends_no_update(home: Path, tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("rain at noon\n")
     with ReplayServer() as server:
-        (home / "config.toml").write_text(CONFIG.format(url=server.url, window=200_000))
-        server.enqueue(tool_call_stream(signed=True, path="notes.txt"))
-        server.enqueue_fixture("anthropic", "thinking-text")
-        async with in_memory_daemon(home) as (client, _daemon):
-            session_id = await start_session(client, tmp_path)
-            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Umbrella?"})
-            events = await client.collect_turn(turn["turn_id"])
-            resumed = await client.request("session/resume", {"session_id": session_id})
+        events, resumed, _got = await tool_loop_turn(home, tmp_path, server, signed=True)
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert not [e for e in events if e["type"] == "thinking_update"]
     bodies = [r.json() for r in server.requests if r.path == "/v1/messages"]
