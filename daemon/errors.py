@@ -45,6 +45,26 @@ class InvalidParams(PonderError):
         super().__init__(message, **data)
 
 
+class InvalidOutputSchema(InvalidParams):
+    """A ``session/prompt`` ``output_schema`` that cannot be used: not a valid JSON Schema (its
+    meta-schema's errors, each with its path), a ``$ref`` outside it or in an endless cycle, too large."""
+
+    def __init__(self, message: str, errors: list[dict[str, str]]) -> None:
+        super().__init__(message, path=errors[0]["path"] if errors else "$.params.output_schema")
+        self.data["errors"] = errors
+
+
+class SchemaFailed(PonderError):
+    """The turn's answer never matched its ``output_schema``, after every retry: the turn ends
+    ``schema_failed`` with ``error.errors`` (``[{path, message}]``) from the last answer."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, errors: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
 class UnsupportedThinkingLevel(InvalidParams):
     """A level the model does not take, refused under the ``error`` fallback policy; ``allowed`` = its levels."""
 

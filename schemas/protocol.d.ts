@@ -197,6 +197,13 @@ export interface ErrorInfo {
   code: number;
   message: string;
   provider_status: number | null;
+  errors?: FieldError[];
+}
+
+/** One thing wrong with a value: where (a JSON path from ``$``) and what. */
+export interface FieldError {
+  path: string;
+  message: string;
 }
 
 export interface HookEnd {
@@ -388,7 +395,7 @@ export interface MessageItem {
 }
 
 /** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
-export type MessageOrigin = "continue" | "prompt" | "steer";
+export type MessageOrigin = "continue" | "prompt" | "schema_retry" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -491,6 +498,12 @@ export interface Notifications {
   "auth/completed": AuthCompletedNotification;
   "session/updated": SessionUpdatedNotification;
   "$/cancelRequest": CancelRequestNotification;
+}
+
+/** ``session/prompt {output_schema, output_retries, max_turns}`` (PROTOCOL.md "Structured output"). */
+export interface OutputSchemaCapability {
+  max_schema_bytes: number;
+  default_retries: number;
 }
 
 /** A word of a run_command pattern: a word, or a list of alternative words. */
@@ -700,6 +713,7 @@ export interface ServerCapabilities {
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
+  output_schema: OutputSchemaCapability;
 }
 
 export interface ServerInfo {
@@ -873,6 +887,9 @@ export interface SessionPromptParams {
   delivery?: "queue" | "steer";
   expected_turn_id?: string | null;
   client_message_id?: string | null;
+  output_schema?: { [key: string]: unknown } | null;
+  output_retries?: number;
+  max_turns?: number | null;
 }
 
 export interface SessionPromptResult {
@@ -994,8 +1011,8 @@ export interface SteeringCapability {
   client_message_id: boolean;
 }
 
-/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
-export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
+/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). `schema_failed`: the answer did not match the prompt's `output_schema` after `output_retries` retries; `error.errors` lists what did not match. */
+export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "schema_failed" | "tool_limit";
 
 export interface TextBlock {
   type: "text";
@@ -1213,6 +1230,7 @@ export interface TurnEnd {
   stop_reason: StopReason;
   usage: Usage | null;
   error: ErrorInfo | null;
+  structured_output: unknown;
   session_id: string;
   turn_id: string;
   seq: number;

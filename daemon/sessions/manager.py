@@ -22,6 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from daemon import agent
 from daemon.agent import CompactionRequest
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.config.settings import Config
@@ -448,6 +449,8 @@ class SessionManager:
         delivery: Delivery = "queue",
         expected_turn_id: str | None = None,
         client_message_id: str | None = None,
+        output: agent.OutputRequest | None = None,
+        max_turns: int | None = None,
     ) -> SessionPromptResult:
         """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
         ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
@@ -526,7 +529,14 @@ class SessionManager:
                     with anyio.move_on_after(2, shield=True):
                         await self.writes.release_lease(live)
                 raise
-            pending = PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level), announced=queued)
+            pending = PendingTurn(
+                turn_id,
+                message,
+                self.thinking_request(live.row, turn_level),
+                announced=queued,
+                output=output,
+                max_turns=max_turns,
+            )
             live.inbox.put(pending)
             if queued:
                 await self.events.queue_update(live)
