@@ -16,6 +16,38 @@ export interface AgentEventNotification {
 /** Which tools run without asking: see PROTOCOL.md, Approval policies. */
 export type ApprovalPolicy = "ask" | "auto" | "read_only";
 
+/** The first line: which protocol the lines that follow speak, and the session they belong to. */
+export interface AskHeader {
+  type: "header";
+  protocol_version: number;
+  ponder_version: string;
+  session_id: string;
+}
+
+/** One line of `ponder ask --json`: the `header` first, then `agent/event` params, the `result` last (also when the run fails or is interrupted). */
+export type AskJsonLine = AskHeader | AgentEvent | AskResult;
+
+/** The first (`header`) or last (`result`) line of `ponder ask --json`. */
+export type AskLine = AskHeader | AskResult;
+
+/** The last line: how the run ended. ``result`` is the text of the prompt turn's last assistant
+    message (with ``--output-schema``, the JSON text of ``structured_output``); ``usage`` the run's
+    total; ``cost`` null when no price is known; ``stop_reason`` null when no turn ended. */
+export interface AskResult {
+  type: "result";
+  status: AskStatus;
+  stop_reason: StopReason | null;
+  result: string | null;
+  structured_output: unknown;
+  usage: Usage;
+  cost: Cost | null;
+  session_id: string;
+  exit_code: number;
+}
+
+/** How a `ponder ask` run ended; its exit status: success 0, error 1, limit 3, denied 4, schema_failed 5, cancelled 130. */
+export type AskStatus = "cancelled" | "denied" | "error" | "limit" | "schema_failed" | "success";
+
 /** `attachment/get`: its params and result. */
 export interface AttachmentGetMethod {
   method: "attachment/get";

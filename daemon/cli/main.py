@@ -50,6 +50,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _usd(text: str) -> float:
+    """An amount in USD given on the command line: a number from 0 (``5``, ``0.25``, ``$2``)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an amount of 0 USD or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
@@ -96,7 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
     ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
-    ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+    ask.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object a line: a header, every event, then the result (schemas/protocol.json)",
+    )
+    ask.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema file: the answer must be JSON valid against it (exit 5 when it never is)",
+    )
+    ask.add_argument(
+        "--max-turns", type=_positive, metavar="N", help="at most N model calls in this run (then exit 3: tool_limit)"
+    )
+    ask.add_argument("--max-cost", type=_usd, metavar="USD", help="a new session's budget in USD (then exit 3)")
+    ask.add_argument("--max-tokens", type=_tokens, metavar="N", help="a new session's budget in tokens (then exit 3)")
+    ask.add_argument("-o", "--output", metavar="FILE", help="write the result (the answer) to FILE too")
     ask.add_argument(
         "--image",
         action="append",

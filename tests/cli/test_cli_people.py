@@ -96,7 +96,7 @@ def test_errors_name_the_command_to_type_not_protocol_methods(home, tmp_path):
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "ponder: No session with id 'ses_nope'; list them with `ponder sessions`."
     model = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "nope/x", "hi")
-    assert model.returncode == 1
+    assert model.returncode == 2  # a usage error: nothing ran
     assert "`ponder models` lists the models ponder knows." in model.stderr
     assert "models/list" not in model.stderr
     budget = ponder(home, "ask", "--thinking-budget", "-5", "hi")
