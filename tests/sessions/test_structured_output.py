@@ -361,3 +361,31 @@ async def test_a_steer_may_not_carry_an_output_schema(home):
                 },
             )
         assert refused.value.code == -32602 and refused.value.data["errors"][0]["path"] == "$.params.output_schema"
+
+
+async def test_continue_keeps_the_prompts_output_schema_across_a_restart(home, replay_server):
+    family = FAMILIES["anthropic"]
+    schema = {**INVOICES, "additionalProperties": True}  # open: the final_output tool
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "try again later"}}
+    enqueue(replay_server, json.dumps(refusal).encode(), status=400)
+    async with in_memory_daemon(home, env=family.daemon_env(replay_server)) as (client, _):
+        started = await client.request(
+            "session/start", {"model_id": family.model_id, "thinking_level": "off", "cwd": str(home)}
+        )
+        session_id = started["session"]["session_id"]
+        turn = await client.request(
+            "session/prompt",
+            {"session_id": session_id, "text": "Extract.", "output_schema": schema, "output_retries": 0},
+        )
+        with anyio.fail_after(30):
+            first = await client.collect_turn(turn["turn_id"])
+    assert first[-1]["stop_reason"] == "error"
+    family.enqueue_tools(replay_server, [("call_1", "final_output", {"items": "no"})])
+    async with in_memory_daemon(home, env=family.daemon_env(replay_server)) as (client, _):
+        continued = await client.request("session/continue", {"session_id": session_id})
+        with anyio.fail_after(30):
+            events = await client.collect_turn(continued["turn_id"])
+    # the same schema, and the same retries (none): the invalid answer ends it
+    assert final_output_tool("anthropic", replay_server.requests[-1].json()) == schema
+    assert events[-1]["stop_reason"] == "schema_failed", events[-1]
+    assert events[-1]["error"]["errors"][0]["path"] == "$.items"
