@@ -35,14 +35,13 @@ MAX_SCHEMA_BYTES = MAX_OUTPUT_SCHEMA_BYTES
 MAX_ERRORS = 20  # of one answer, sent back to the model and reported in turn_end.error.errors
 MAX_ERROR_CHARS = 300  # of one error's message (jsonschema quotes the offending value)
 WRAPPED_KEY = "value"
-PARAM_PATH = "$.params.output_schema"
 _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_ONE = ("not", "if", "then", "else")
 _DEFS = ("$defs", "definitions")
 _VALUES = frozenset({"enum", "const", "default", "examples"})  # hold JSON values, not schemas
 
 
-def check_schema(schema: Any, *, path: str = PARAM_PATH) -> None:
+def check_schema(schema: Any, *, path: str = "$") -> None:
     """Raise ``InvalidOutputSchema`` unless ``schema`` can be used as a turn's output schema."""
     if not isinstance(schema, dict):
         raise InvalidOutputSchema(

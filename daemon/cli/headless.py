@@ -55,7 +55,7 @@ def load_output_schema(path: str) -> dict[str, Any]:
     except (msgspec.DecodeError, RecursionError) as exc:
         raise UsageError(f"--output-schema {path}: not JSON ({exc}).") from None
     try:
-        check_schema(schema, path="$")
+        check_schema(schema)
     except InvalidOutputSchema as exc:
         where = exc.data["errors"][0]["path"]
         raise UsageError(f"--output-schema {path}: {exc.message} (at {where}).") from None
