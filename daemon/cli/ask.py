@@ -153,7 +153,7 @@ async def follow_turn(
             status = "error" if status in ("success", "limit", "denied", "schema_failed") else status
     if json_mode:
         write_line(record.result_line(status, structured=structured))
-    elif status == "success" and stderr_is_terminal():
+    elif status not in ("error", "cancelled") and stderr_is_terminal():
         print(f"ponder: session {session_id}", file=sys.stderr)
         # Last, one line: where the session stands (its context fill and what it has cost).
         line = usage_line((await client.request("session/get", {"session_id": session_id}))["session"])

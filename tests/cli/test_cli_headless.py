@@ -196,6 +196,11 @@ def test_usage_errors_exit_2_before_any_run(home, tmp_path):
     assert unconfigured.returncode == 2 and "ANTHROPIC_API_KEY" in unconfigured.stderr
     flag = ask(home, tmp_path, "--max-turns", "0", "hi")
     assert flag.returncode == 2
+    # a cost budget on a model without a known price could never be kept: refused, naming the model
+    unpriced = ask(home, tmp_path, "--model", "mock/echo", "--max-cost", "1", "--json", "hi")
+    assert unpriced.returncode == 2 and unpriced.stdout == ""
+    [line] = unpriced.stderr.strip().splitlines()
+    assert "no price for mock/echo" in line
 
 
 def test_sigterm_cancels_the_turn_and_exits_130_with_the_result_line(home, tmp_path):
@@ -281,3 +286,11 @@ def test_a_second_ctrl_c_exits_at_once(home, tmp_path):
     assert took < 1.5, f"{took:.1f}s from the second Ctrl-C to exit"
     result = _json_lines(terminal.text)[-1]
     assert (result["type"], result["status"], result["exit_code"]) == ("result", "cancelled", 130)
+
+
+def test_a_store_that_cannot_be_used_is_never_exit_0(home, tmp_path):
+    (home / "sessions.db").mkdir()  # no database can be opened there
+    run = ask(home, tmp_path, "--model", "mock/echo", "--json", "hi")
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    assert run.stdout == ""  # no session, no run: no lines
+    assert "sessions.db" in run.stderr

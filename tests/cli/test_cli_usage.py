@@ -107,7 +107,7 @@ def test_ask_stopped_by_a_budget_says_which_and_fails(home: Path, tmp_path: Path
     code, _, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "mock/echo", "ping")
     assert code == 0, stderr  # the first call is within the budget; it spends it
     code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "ping again")
-    assert code == 1
+    assert code == 3  # a limit (PROTOCOL.md: exit 3)
     assert stdout == ""  # no model call was made
     assert re.search(r"ponder: The session's token budget of 1 tokens is spent \([\d,]+ used\)", stderr), stderr
     assert stderr.strip().splitlines()[-1].startswith("Context: ")
