@@ -10,17 +10,17 @@ a machine without a working bubblewrap then fails closed). A bad value is a prob
 a relative or missing writable root is a problem and is left out.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
+
+import msgspec
 
 SandboxMode = Literal["off", "read_only", "workspace_write"]
 
 __all__ = ["SandboxMode", "SandboxSettings", "parse_sandbox"]
 
 
-@dataclass(frozen=True)
-class SandboxSettings:
+class SandboxSettings(msgspec.Struct, frozen=True):  # a Struct: built on every start (no compiled methods)
     mode: SandboxMode = "workspace_write"
     network: bool = False
     writable_roots: tuple[Path, ...] = ()
