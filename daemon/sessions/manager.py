@@ -491,9 +491,16 @@ class SessionManager:
                 target = _steer_target(live, expected_turn_id)
                 if target is not None:
                     return await self._admit_steer(live, target, parts, client_message_id)
-            await self._make_room(live)
-            if live.unsaved:
-                await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            if live.inbox.full:
+                raise SessionBusy(live.row.id)
+            # Holding no lease (the usual idle session): lease, catch-up and the prompt's save are
+            # one store transaction below, not three round trips (a burst of prompts batches them).
+            one_step = not live.lease_held and not live.unsaved
+            if not one_step:
+                await self._make_room(live)
+                if live.unsaved:
+                    await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            known_count = live.stored_count
             queued = live.status == "running"
             turn_id = new_id("turn")
             message = ChatMessage(
@@ -517,7 +524,10 @@ class SessionManager:
             message.admission = msgspec.to_builtins(answer)
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
-                await self.store.save_message(message)
+                if one_step:
+                    await self._lease_and_save(live, message, known_count)
+                else:
+                    await self.store.save_message(message)
                 for part in parts:
                     part.data = None  # stored once by content; requests read the bytes back from the store
             except BaseException:
@@ -657,15 +667,35 @@ class SessionManager:
                 raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
             await self._refresh(live)
 
+    async def _lease_and_save(self, live: LiveSession, message: ChatMessage, known_count: int) -> None:
+        """Under ``admit_lock``, holding no lease: take the turn lease, catch up and store the
+        prompt ``message`` (waiting already) in one store transaction (``Store.admit``); when
+        another daemon added messages meanwhile, catch up first and store it after them."""
+        admitted = await self.writes.admit(live, message, known_count)
+        if not admitted.leased:
+            raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+        if admitted.saved:
+            assert admitted.row is not None
+            live.row = admitted.row
+            return
+        await self._catch_up(live, admitted.row, known_count)
+        live.waiting.remove(message)  # its seq is taken again, after what the other daemon stored
+        message.seq = live.next_seq()
+        live.waiting.append(message)
+        await self.store.save_message(message)
+
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:
         take the stored row, and the stored history when messages were added; a deleted
         session is unloaded (``SessionNotFound``)."""
-        row = await self.store.get_session(live.row.id)
+        await self._catch_up(live, await self.store.get_session(live.row.id), live.stored_count)
+
+    async def _catch_up(self, live: LiveSession, row: SessionRow | None, known_count: int) -> None:
+        """``_refresh`` with the stored ``row`` read already; ``known_count``: the messages we hold."""
         if row is None:
             self.unload(live)
             raise SessionNotFound(live.row.id)
-        if row.message_count != live.stored_count:
+        if row.message_count != known_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
             live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]
