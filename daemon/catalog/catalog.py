@@ -343,7 +343,7 @@ class Catalog:
         if len(model_id) > MODEL_ID_MAX_CHARS:
             raise InvalidParams(
                 f"model_id is {len(model_id):,} characters long; a model id has at most {MODEL_ID_MAX_CHARS}.",
-                path="$.params.model_id",
+                argument="model_id",
             )
         specs, by_id = self._listed()
         if model_id in by_id:
