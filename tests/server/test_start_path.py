@@ -35,6 +35,7 @@ PONDER_START_PATH = frozenset(
         "daemon.cli.main",  # argv (the plain serve line without argparse)
         "daemon.config",
         "daemon.config.home",
+        "daemon.config.sections",  # config.toml's tables as typed Structs
         "daemon.config.settings",  # the home, config.toml and the environment
         "daemon.config.stored_login",  # whether a device login is stored (a file read, no network)
         "daemon.conversation",  # the store's message shape
