@@ -207,7 +207,7 @@ class Daemon:
         """A stored session as the wire shows it (its live status when loaded)."""
         if self._sessions is not None:
             return self._sessions.wire_session(row)
-        session = row.to_wire("idle")
+        session = row.to_wire("idle", self.config.budget)
         session.sandbox = self.sandbox.wire(row.id, row.cwd, Override.stored(row.sandbox_mode, row.sandbox_network))
         return session
 

@@ -92,6 +92,10 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = _stamping(manager.writes.saver(live), pending.turn_id)
     try:
+        # The budget as stored now, before the turn's first model call: one another daemon changed
+        # while this turn waited in the queue holds (the turn's later calls re-read it themselves).
+        # Before the prompt takes its seq, so no admission slips between it and its reply.
+        await manager.assembly.accounts.reread_budget(live)
         if message is not None and not pending.stored:
             # A steer whose turn ended before it joined: stored now, as the start of its own turn
             # (under the lease, which admission took for the others).
