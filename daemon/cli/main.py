@@ -38,6 +38,20 @@ def _tokens(text: str) -> int:
     return value
 
 
+def _usd(text: str) -> float:
+    """An amount in USD given on the command line (``--max-cost``): a finite number of at least 0."""
+    import argparse
+    import math
+
+    try:
+        value = float(text.replace(",", "").removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an amount in USD of at least 0")
+    return value
+
+
 def _positive(text: str) -> int:
     import argparse
 
@@ -90,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_tokens,
         metavar="N",
         help="thinking budget in tokens for models that take one (clamped to the model's range)",
+    )
+    ask.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help="the session's cost budget in USD (also raises or lowers it with --continue or --session)",
+    )
+    ask.add_argument(
+        "--max-tokens",
+        type=_tokens,
+        metavar="N",
+        help="the session's token budget: input plus output tokens of all its model calls (also with --continue)",
     )
     group = ask.add_mutually_exclusive_group()
     group.add_argument("--session", help="continue this session")
