@@ -20,5 +20,7 @@ class ErrorCode(enum.IntEnum):
     BUDGET_EXCEEDED = -32006
     # A steer naming a turn that is not running, or a turn that cannot be steered.
     TURN_NOT_ACTIVE = -32007
+    # An observer called a method not on its list (PROTOCOL.md "Transports and several clients").
+    FORBIDDEN = -32008
     SANDBOX_UNAVAILABLE = -32009
     REQUEST_CANCELLED = -32800

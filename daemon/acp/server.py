@@ -197,7 +197,7 @@ class AcpServer:
             "_ponder/session/fork": (t.ForkRequest, self.session_fork),
         }
         for method, (params_type, handler) in methods.items():
-            self.daemon.connection.register(method, params_type, _acp_errors(handler))
+            self.bridge.connection.register(method, params_type, _acp_errors(handler))
 
     # --- initialize and authenticate ----------------------------------------------------
 

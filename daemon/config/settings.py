@@ -118,6 +118,9 @@ class Config(msgspec.Struct):
     max_response_bytes: int = 1024 * 1024 * 1024
     scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
+    # [serve] approval_timeout_s: on a listening daemon, how long a permission request waits for a
+    # controller able to answer to attach before it is denied (PROTOCOL.md "Transports").
+    serve_approval_timeout_s: float = 300.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
@@ -191,6 +194,11 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         config.max_tool_steps = _number(defaults, "defaults", "max_tool_steps", config.max_tool_steps, config.problems)
         config.max_queued_prompts = _number(
             defaults, "defaults", "max_queued_prompts", config.max_queued_prompts, config.problems
+        )
+    serve = raw.get("serve", {})
+    if isinstance(serve, dict):
+        config.serve_approval_timeout_s = _number(
+            serve, "serve", "approval_timeout_s", config.serve_approval_timeout_s, config.problems, minimum=0
         )
     reliability = raw.get("reliability", {})
     if isinstance(reliability, dict):
