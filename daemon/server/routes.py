@@ -13,6 +13,7 @@ from typing import Any
 from daemon.errors import Forbidden
 from daemon.server.core import Daemon
 from daemon.server.handlers import LifecycleHandlers, McpAuthHandlers, ModelHandlers, SessionHandlers
+from daemon.server.params import placing_errors
 from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
 
@@ -66,7 +67,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge, peer: Peer, shared: Shar
             handler = _after_parts(daemon, handler)
         if method not in OBSERVER_METHODS:
             handler = _controllers_only(peer, method, handler)
-        peer.connection.register(method, m.METHODS[method][0], handler)
+        peer.connection.register(method, m.METHODS[method][0], placing_errors(handler))
 
 
 # Answered without the session manager, the catalogue or MCP (see the module docstring).

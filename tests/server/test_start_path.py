@@ -55,6 +55,7 @@ PONDER_START_PATH = frozenset(
         "daemon.server.handlers.models",
         "daemon.server.handlers.sessions",
         "daemon.server.lifecycle",
+        "daemon.server.params",  # every method's refusals are placed under $.params by it (routes)
         "daemon.server.routes",
         "daemon.server.rpc_bridge",
         "daemon.server.ring",  # #33: every event goes into its session's ring (a deque; no imports of its own)
