@@ -20,15 +20,14 @@ if TYPE_CHECKING:
 READ_CHUNK = 256 * 1024
 
 
-def run_attach(args: argparse.Namespace) -> int:
+def run_attach(args: argparse.Namespace, backend: str) -> int:
+    """``backend``: the async library to run on (asyncio or trio)."""
     import anyio
 
-    from daemon.cli.main import BACKEND_ENV
     from daemon.config.settings import resolve_home
 
     home = resolve_home(args.home)
     path = Path(args.socket).expanduser() if args.socket else home / "serve.sock"
-    backend = os.environ.get(BACKEND_ENV, "asyncio")
     try:
         anyio.run(_bridge_unix, path, backend=backend)
     except OSError as exc:

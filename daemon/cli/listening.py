@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from daemon.server.listen import Listener
 
 
-def run_listening(args: argparse.Namespace) -> int:
+def run_listening(args: argparse.Namespace, backend: str) -> int:
+    """``backend``: the async library to run on (asyncio or trio)."""
     import anyio
 
-    from daemon.cli.main import BACKEND_ENV
     from daemon.config.settings import load_config, resolve_home
     from daemon.errors import ListenRefused
     from daemon.logs import setup_logging
@@ -49,7 +49,6 @@ def run_listening(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ponder serve: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    backend = os.environ.get(BACKEND_ENV, "asyncio")
 
     def ready() -> None:
         print(f"ponder: listening on {shown()}", file=sys.stderr, flush=True)

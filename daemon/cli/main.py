@@ -242,11 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve" and (args.listen or args.new_token):
         from daemon.cli.listening import run_listening
 
-        return run_listening(args)
+        return run_listening(args, os.environ.get(BACKEND_ENV, "asyncio"))
     if args.command == "attach":
         from daemon.cli.attach import run_attach
 
-        return run_attach(args)
+        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"))
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:
