@@ -18,6 +18,8 @@ class ErrorCode(enum.IntEnum):
     CONTENT_NOT_SUPPORTED = -32006
     # A steer naming a turn that is not running, or a turn that cannot be steered.
     TURN_NOT_ACTIVE = -32007
+    # An observer called a method not on its list (PROTOCOL.md "Transports and several clients").
+    FORBIDDEN = -32008
     SANDBOX_UNAVAILABLE = -32009
     # Only in turn_end.error of a turn that ended ``stop_reason: "budget"``: it never answers a request.
     # A number of its own (not content_not_supported's -32006, nor -32010, which NEXT.md keeps for

@@ -231,7 +231,7 @@ class AcpServer:
             "_ponder/session/budget": (t.BudgetRequest, self.session_budget),
         }
         for method, (params_type, handler) in methods.items():
-            self.daemon.connection.register(method, params_type, _acp_errors(handler))
+            self.bridge.connection.register(method, params_type, _acp_errors(handler))
 
     # --- initialize and authenticate ----------------------------------------------------
 

@@ -85,6 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
     )
+    serve.add_argument(
+        "--listen",
+        metavar="ENDPOINT",
+        help="serve many clients instead of stdio: unix[:PATH] (default <home>/serve.sock) or ws://127.0.0.1:PORT",
+    )
+    serve.add_argument(
+        "--allow-remote", action="store_true", help="let a WebSocket listen off loopback (needs wss:// and TLS)"
+    )
+    serve.add_argument("--tls-cert", metavar="FILE", help="the certificate of a wss:// listener")
+    serve.add_argument("--tls-key", metavar="FILE", help="the private key of a wss:// listener")
+    serve.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin that may connect"
+    )
+    serve.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST", help="a Host name taken with --allow-remote"
+    )
+    serve.add_argument("--new-token", action="store_true", help="replace serve.token in the home before listening")
+
+    attach = sub.add_parser("attach", help="bridge stdio to a running daemon (ponder serve --listen)")
+    _attach_options(attach)
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
@@ -164,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default <home>/serve.sock)")
+
+
 class Serve(NamedTuple):
     """What ``serve`` and ``acp`` run with."""
 
@@ -241,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
+    if args.command == "serve" and (args.listen or args.new_token):
+        from daemon.cli.listening import run_listening
+
+        return run_listening(args, os.environ.get(BACKEND_ENV, "asyncio"))
+    if args.command == "attach":
+        from daemon.cli.attach import run_attach
+
+        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"))
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:

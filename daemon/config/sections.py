@@ -31,6 +31,7 @@ __all__ = [
     "SandboxMode",
     "SandboxSection",
     "Section",
+    "ServeSection",
     "ToolsSection",
     "read_section",
 ]
@@ -43,7 +44,7 @@ Count = Annotated[int, Meta(ge=1, le=MAX_NUMBER)]
 Tokens = Annotated[int, Meta(ge=0, le=MAX_NUMBER)]
 ByteLimit = Annotated[int, Meta(ge=1024, le=MAX_NUMBER)]
 Seconds = Annotated[float, Meta(ge=0.1, le=MAX_NUMBER)]
-Millis = Annotated[float, Meta(ge=0, le=MAX_NUMBER)]
+AtLeastZero = Annotated[float, Meta(ge=0, le=MAX_NUMBER)]
 Dollars = Annotated[float, Meta(ge=0, le=MAX_NUMBER)]
 ModelId = Annotated[str, Meta(pattern=r"\S")]  # not empty, not only blanks
 
@@ -84,6 +85,12 @@ class ReliabilitySection(Section):
     no_progress_timeout_s: Seconds = 600.0
     max_event_bytes: ByteLimit = 16 * 1024 * 1024
     max_response_bytes: ByteLimit = 1024 * 1024 * 1024
+
+
+class ServeSection(Section):
+    """``[serve]``: a listening daemon's settings (PROTOCOL.md "Transports and several clients")."""
+
+    approval_timeout_s: AtLeastZero = 300.0  # how long a permission request waits for a controller to attach
 
 
 class ToolsSection(Section):
@@ -144,7 +151,7 @@ class ProviderSection(Section):
     default_thinking_level: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     models: list[Any] = msgspec.field(default_factory=list)
-    delay_ms: Millis = 15.0  # the mock provider's pause between events
+    delay_ms: AtLeastZero = 15.0  # the mock provider's pause between events
 
     expected = {
         "headers": 'a table of strings, e.g. { "x-team" = "docs" }',

@@ -34,6 +34,7 @@ from daemon.config.sections import (
     ProviderSection,
     ReliabilitySection,
     SandboxSection,
+    ServeSection,
     ToolsSection,
     read_section,
 )
@@ -130,6 +131,9 @@ class Config(msgspec.Struct):
     max_response_bytes: int = 1024 * 1024 * 1024
     scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
+    # [serve] approval_timeout_s: on a listening daemon, how long a permission request waits for a
+    # controller able to answer to attach before it is denied (PROTOCOL.md "Transports").
+    serve_approval_timeout_s: float = 300.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
@@ -191,6 +195,8 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config.default_thinking_fallback = defaults.thinking_fallback
     config.default_approval_policy = defaults.approval_policy
     config.max_tool_steps, config.max_queued_prompts = defaults.max_tool_steps, defaults.max_queued_prompts
+    serve = read_section(raw.get("serve"), "serve", ServeSection, problems)
+    config.serve_approval_timeout_s = serve.approval_timeout_s
     reliability = read_section(raw.get("reliability"), "reliability", ReliabilitySection, problems)
     config.retry_max_attempts = reliability.max_attempts
     config.stall_timeout_s, config.no_progress_timeout_s = (

@@ -27,9 +27,10 @@ async def serve(
 ) -> None:
     """Serve one connection until end of input, ``shutdown`` or a signal; then shut down."""
     connection = Connection(outgoing)
-    bridge = RpcBridge(connection)
+    bridge = RpcBridge()
+    peer = bridge.add_peer(connection, "stdio")
     async with open_daemon(config, connection, bridge) as daemon:
-        register_methods(daemon, bridge)
+        register_methods(daemon, bridge, peer)
         if on_ready is not None:
             on_ready(daemon)
         await serve_connection(daemon, incoming, handle_signals=handle_signals)

@@ -59,6 +59,7 @@ PONDER_START_PATH = frozenset(
         "daemon.server.params",  # every method's refusals are placed under $.params by it (routes)
         "daemon.server.routes",
         "daemon.server.rpc_bridge",
+        "daemon.server.ring",  # #33: every event goes into its session's ring (a deque; no imports of its own)
         # #30: initialize reports whether run_command's OS sandbox works, so it is probed at start
         # (a bwrap run, overlapping the store's opening). The next thing to load on first use.
         "daemon.config.sandbox",
