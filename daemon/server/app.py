@@ -30,9 +30,10 @@ async def serve(
     """Serve one connection until end of input, ``shutdown`` or a signal; then shut down.
     ``sandbox_probe``: the sandbox probe, if started already (``ponder serve`` starts it first)."""
     connection = Connection(outgoing)
-    bridge = RpcBridge(connection)
+    bridge = RpcBridge()
+    peer = bridge.add_peer(connection, "stdio")
     async with open_daemon(config, connection, bridge, sandbox_probe=sandbox_probe) as daemon:
-        register_methods(daemon, bridge)
+        register_methods(daemon, bridge, peer)
         if on_ready is not None:
             on_ready(daemon)
         await serve_connection(daemon, incoming, handle_signals=handle_signals)

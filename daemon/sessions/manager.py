@@ -231,7 +231,7 @@ class SessionManager:
         if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
-        session = row.to_wire(live.status if live is not None else "idle")
+        session = row.to_wire(live.status if live is not None else "idle", self.config.budget)
         if live is not None:
             session = msgspec.structs.replace(session, queue=live.queue())
         if self.sandbox is not None:
@@ -276,8 +276,9 @@ class SessionManager:
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
         follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
-        None takes config.toml's ``[budget]``, one without limits is none. Refusals name the
-        argument at fault (``InvalidParams.argument``)."""
+        None follows config.toml's ``[budget]`` (as the daemon reads it, also after a change to the
+        file and a restart), a budget is the session's own, and one without limits is none.
+        Refusals name the argument at fault (``InvalidParams.argument``)."""
         await self.discover(model_id)
         spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
         self._check_cost_budget(spec, budget_from(budget))
@@ -292,7 +293,8 @@ class SessionManager:
             system_prompt=system_prompt,
             thinking_display=display,
             thinking_fallback=fallback,
-            budget=self.config.budget if budget is None else budget_from(budget),
+            budget=None if budget is None else budget_from(budget),
+            budget_own=budget is not None,
         )
         # Fallback "error": refused before anything is stored.
         self.thinking_request(row).check(self.catalog, spec, "thinking_level" if level else "model_id")
@@ -383,7 +385,7 @@ class SessionManager:
             live = self._live.get(session_id)
             if live is not None:
                 # Only the budget: the live row's totals may be newer than this read of the store.
-                live.row.budget = stored.budget
+                live.row.budget, live.row.budget_own = stored.budget, stored.budget_own
                 stored = live.row
             await self.bridge.session_updated(self.wire_session(stored))
             return stored
@@ -417,6 +419,7 @@ class SessionManager:
             thinking_fallback=source.thinking_fallback,
             thinking_budget=source.thinking_budget,
             budget=source.budget,  # the fork's own spending starts at zero
+            budget_own=source.budget_own,
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
         )

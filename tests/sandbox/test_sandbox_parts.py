@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config.sandbox import SandboxSettings, parse_sandbox
+from daemon.config.sections import SandboxSection, read_section
 from daemon.config.settings import load_config
 from daemon.sandbox.bwrap import bwrap_argv
 from daemon.sandbox.confinement import Override, decide_confinement
@@ -22,13 +23,18 @@ LANDLOCK = Support("landlock", landlock_abi=6)
 NONE = Support(None, reason="bubblewrap is not installed.")
 
 
+def sandbox_of(table: dict[str, object], problems: list[str]) -> SandboxSettings:
+    """``[sandbox]`` as config.toml's reader reads it: its types, then its roots."""
+    return parse_sandbox(read_section(table, "sandbox", SandboxSection, problems), problems)
+
+
 def test_sandbox_config_defaults_and_bad_values(tmp_path):
-    assert parse_sandbox({}, []) == SandboxSettings()
+    assert sandbox_of({}, []) == SandboxSettings()
     assert SandboxSettings().mode == "workspace_write" and not SandboxSettings().network
     problems: list[str] = []
     extra = tmp_path / "cache"
     extra.mkdir()
-    settings = parse_sandbox(
+    settings = sandbox_of(
         {"mode": "everything", "network": "yes", "required": True, "writable_roots": [str(extra), "rel", "/nope/x"]},
         problems,
     )

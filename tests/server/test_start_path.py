@@ -36,6 +36,7 @@ PONDER_START_PATH = frozenset(
         "daemon.cli.main",  # argv (the plain serve line without argparse)
         "daemon.config",
         "daemon.config.home",
+        "daemon.config.sections",  # config.toml's tables as typed Structs
         "daemon.config.settings",  # the home, config.toml and the environment
         "daemon.config.stored_login",  # whether a device login is stored (a file read, no network)
         "daemon.conversation",  # the store's message shape
@@ -59,6 +60,7 @@ PONDER_START_PATH = frozenset(
         "daemon.server.params",  # every method's refusals are placed under $.params by it (routes)
         "daemon.server.routes",
         "daemon.server.rpc_bridge",
+        "daemon.server.ring",  # #33: every event goes into its session's ring (a deque; no imports of its own)
         # #30: initialize reports whether run_command's OS sandbox works. ``ponder serve`` starts
         # the probe's bwrap child before it loads its stack (it runs beside the imports); only
         # the probe, the settings and the confinement (``Session.sandbox`` in session/list) load
