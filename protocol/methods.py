@@ -38,8 +38,14 @@ class ClientInfo(msgspec.Struct, kw_only=True):
     version: str | None = None
 
 
+ClientRole = Literal["controller", "observer"]
+TransportKind = Literal["stdio", "unix", "websocket"]
+
+
 class ClientCapabilities(msgspec.Struct, kw_only=True):
     permission_requests: bool = False
+    # An observer may only read (PROTOCOL.md "Transports and several clients"); others get -32008.
+    role: ClientRole | None = None  # None: controller
 
 
 class InitializeParams(msgspec.Struct, kw_only=True):
@@ -83,6 +89,28 @@ class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_field
     max_image_bytes: int
 
 
+MAX_OUTPUT_SCHEMA_BYTES = 1024 * 1024
+DEFAULT_OUTPUT_RETRIES = 2
+
+
+class OutputSchemaCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``session/prompt {output_schema, output_retries, max_turns}`` (PROTOCOL.md "Structured output")."""
+
+    max_schema_bytes: int = MAX_OUTPUT_SCHEMA_BYTES  # a larger schema (as JSON) is -32602
+    default_retries: int = DEFAULT_OUTPUT_RETRIES
+
+
+class TransportCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``capabilities.transport``: how this connection reached the daemon, and what several
+    clients share (PROTOCOL.md "Transports and several clients")."""
+
+    kind: TransportKind
+    connection_id: str
+    subscribe: bool = True  # session/subscribe, session/unsubscribe, the event ring
+    ring_events: int  # how many recent events per session a subscribe can replay
+    roles: list[str] = msgspec.field(default_factory=lambda: ["controller", "observer"])
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
@@ -96,6 +124,8 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     prompt_content: PromptContentCapability | None = None
     permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
+    output_schema: OutputSchemaCapability = msgspec.field(default_factory=OutputSchemaCapability)
+    transport: TransportCapability | None = None
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -200,8 +230,32 @@ class SessionIdParams(msgspec.Struct, kw_only=True):
 class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session: Session
     thinking: Thinking
-    messages: list[Message]
+    messages: list[Message]  # the last one may be an assistant message still being written (``streaming``)
     items: list[HistoryItem]  # messages and compaction records in seq order
+    last_seq: int = 0  # the session's latest event seq: subscribe with it as ``after_seq`` to go on live
+
+
+class SessionSubscribeParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    after_seq: Int64 | None = None
+
+
+Replay = Literal["events", "snapshot_required", "none"]
+
+
+class SessionSubscribeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
+    order, then live ones (PROTOCOL.md "Transports and several clients")."""
+
+    session: Session
+    thinking: Thinking
+    last_seq: int
+    replay: Replay
+    pending_requests: list["PermissionRequestParams"]
+
+
+class SessionUnsubscribeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    subscribed: bool
 
 
 class SessionCompactParams(msgspec.Struct, kw_only=True):
@@ -293,6 +347,12 @@ class SessionPromptParams(msgspec.Struct, kw_only=True):
     delivery: Delivery = "queue"
     expected_turn_id: str | None = None  # only with delivery "steer": the turn it must join
     client_message_id: ClientMessageId | None = None  # a prompt sent twice is admitted once
+    # PROTOCOL.md "Structured output and headless runs": the turn's answer must be JSON valid
+    # against this schema; an invalid answer goes back to the model up to output_retries times.
+    output_schema: dict[str, Any] | None = None
+    output_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = DEFAULT_OUTPUT_RETRIES
+    # At most this many model calls in the turn (`ponder ask --max-turns`); past it, `tool_limit`.
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -470,6 +530,8 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "thinking/set": (ThinkingSetParams, ThinkingSetResult),
     "session/start": (SessionStartParams, SessionResult),
     "session/resume": (SessionIdParams, SessionResumeResult),
+    "session/subscribe": (SessionSubscribeParams, SessionSubscribeResult),
+    "session/unsubscribe": (SessionIdParams, SessionUnsubscribeResult),
     "session/list": (SessionListParams, SessionListResult),
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),

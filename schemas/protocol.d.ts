@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -15,6 +15,38 @@ export interface AgentEventNotification {
 
 /** Which tools run without asking: see PROTOCOL.md, Approval policies. */
 export type ApprovalPolicy = "ask" | "auto" | "read_only";
+
+/** The first line: which protocol the lines that follow speak, and the session they belong to. */
+export interface AskHeader {
+  type: "header";
+  protocol_version: number;
+  ponder_version: string;
+  session_id: string;
+}
+
+/** One line of `ponder ask --json`: the `header` first, then `agent/event` params, the `result` last (also when the run fails or is interrupted). */
+export type AskJsonLine = AskHeader | AgentEvent | AskResult;
+
+/** The first (`header`) or last (`result`) line of `ponder ask --json`. */
+export type AskLine = AskHeader | AskResult;
+
+/** The last line: how the run ended. ``result`` is the text of the prompt turn's last assistant
+    message (with ``--output-schema``, the JSON text of ``structured_output``); ``usage`` the run's
+    total; ``cost`` null when no price is known; ``stop_reason`` null when no turn ended. */
+export interface AskResult {
+  type: "result";
+  status: AskStatus;
+  stop_reason: StopReason | null;
+  result: string | null;
+  structured_output: unknown;
+  usage: Usage;
+  cost: Cost | null;
+  session_id: string;
+  exit_code: number;
+}
+
+/** How a `ponder ask` run ended; its exit status: success 0, error 1, limit 3, denied 4, schema_failed 5, cancelled 130. */
+export type AskStatus = "cancelled" | "denied" | "error" | "limit" | "schema_failed" | "success";
 
 /** `attachment/get`: its params and result. */
 export interface AttachmentGetMethod {
@@ -109,12 +141,16 @@ export interface CancelRequestParams {
 
 export interface ClientCapabilities {
   permission_requests?: boolean;
+  role?: ClientRole | null;
 }
 
 export interface ClientInfo {
   name: string;
   version?: string | null;
 }
+
+/** What a connection may do: `controller` (everything) or `observer` (read and follow). */
+export type ClientRole = "controller" | "observer";
 
 export interface CompactionEnd {
   type: "compaction_end";
@@ -197,6 +233,13 @@ export interface ErrorInfo {
   code: number;
   message: string;
   provider_status: number | null;
+  errors?: FieldError[];
+}
+
+/** One thing wrong with a value: where (a JSON path from ``$``) and what. */
+export interface FieldError {
+  path: string;
+  message: string;
 }
 
 export interface HookEnd {
@@ -276,7 +319,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32009 sandbox_unavailable, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32008 forbidden, -32009 sandbox_unavailable, -32011 budget_exceeded, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -388,7 +431,7 @@ export interface MessageItem {
 }
 
 /** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
-export type MessageOrigin = "continue" | "prompt" | "steer";
+export type MessageOrigin = "continue" | "prompt" | "schema_retry" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -415,6 +458,8 @@ export interface Methods {
   "thinking/set": ThinkingSetMethod;
   "session/start": SessionStartMethod;
   "session/resume": SessionResumeMethod;
+  "session/subscribe": SessionSubscribeMethod;
+  "session/unsubscribe": SessionUnsubscribeMethod;
   "session/list": SessionListMethod;
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
@@ -493,6 +538,12 @@ export interface Notifications {
   "$/cancelRequest": CancelRequestNotification;
 }
 
+/** ``session/prompt {output_schema, output_retries, max_turns}`` (PROTOCOL.md "Structured output"). */
+export interface OutputSchemaCapability {
+  max_schema_bytes: number;
+  default_retries: number;
+}
+
 /** A word of a run_command pattern: a word, or a list of alternative words. */
 export type PatternWord = string | string[];
 
@@ -529,6 +580,18 @@ export interface PermissionRequestParams {
 export interface PermissionRequestResult {
   decision: PermissionDecision;
   rule?: { [key: string]: unknown } | null;
+}
+
+/** A ``permission/request`` was decided: by a client's answer, or by the daemon (``resolved_by``
+    null: a timeout, a cancelled turn, nobody to ask). Every subscriber gets it. */
+export interface PermissionResolved {
+  type: "permission_resolved";
+  call_id: string;
+  decision: string;
+  resolved_by: ResolvedBy | null;
+  session_id: string;
+  turn_id: string;
+  seq: number;
 }
 
 /** Which step decided a tool call: see PROTOCOL.md, Permissions. */
@@ -599,11 +662,20 @@ export interface QueuedTurn {
   kind: "compaction" | "prompt";
 }
 
+/** What follows a `session/subscribe` answer: the missed `events`, none, or `snapshot_required`. */
+export type Replay = "events" | "none" | "snapshot_required";
+
 /** Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer). */
 export type ReplyRole = "assistant" | "tool" | "user";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+
+/** The connection whose answer decided a permission request (PROTOCOL.md "Transports"). */
+export interface ResolvedBy {
+  connection_id: string;
+  client_name: string | null;
+}
 
 /** A file's text as it was when the prompt was admitted (embedded, or read from a link);
     ``truncated`` when it was cut at 256 KiB. */
@@ -700,6 +772,8 @@ export interface ServerCapabilities {
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
+  output_schema: OutputSchemaCapability;
+  transport: TransportCapability | null;
 }
 
 export interface ServerInfo {
@@ -873,6 +947,9 @@ export interface SessionPromptParams {
   delivery?: "queue" | "steer";
   expected_turn_id?: string | null;
   client_message_id?: string | null;
+  output_schema?: { [key: string]: unknown } | null;
+  output_retries?: number;
+  max_turns?: number | null;
 }
 
 export interface SessionPromptResult {
@@ -928,6 +1005,7 @@ export interface SessionResumeResult {
   thinking: Thinking;
   messages: Message[];
   items: (MessageItem | CompactionItem)[];
+  last_seq: number;
 }
 
 /** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
@@ -968,6 +1046,39 @@ export interface SessionStartParams {
 /** `running` while a turn runs in the session, else `idle`. */
 export type SessionStatus = "idle" | "running";
 
+/** `session/subscribe`: its params and result. */
+export interface SessionSubscribeMethod {
+  method: "session/subscribe";
+  params: SessionSubscribeParams;
+  result: SessionSubscribeResult;
+}
+
+export interface SessionSubscribeParams {
+  session_id: string;
+  after_seq?: number | null;
+}
+
+/** The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
+    order, then live ones (PROTOCOL.md "Transports and several clients"). */
+export interface SessionSubscribeResult {
+  session: Session;
+  thinking: Thinking;
+  last_seq: number;
+  replay: Replay;
+  pending_requests: PermissionRequestParams[];
+}
+
+/** `session/unsubscribe`: its params and result. */
+export interface SessionUnsubscribeMethod {
+  method: "session/unsubscribe";
+  params: SessionIdParams;
+  result: SessionUnsubscribeResult;
+}
+
+export interface SessionUnsubscribeResult {
+  subscribed: boolean;
+}
+
 export interface SessionUpdated {
   session: Session;
 }
@@ -994,8 +1105,8 @@ export interface SteeringCapability {
   client_message_id: boolean;
 }
 
-/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
-export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
+/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). `schema_failed`: the answer did not match the prompt's `output_schema` after `output_retries` retries; `error.errors` lists what did not match. */
+export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "schema_failed" | "tool_limit";
 
 export interface TextBlock {
   type: "text";
@@ -1208,11 +1319,25 @@ export interface ToolSandbox {
   denied: boolean;
 }
 
+/** ``capabilities.transport``: how this connection reached the daemon, and what several
+    clients share (PROTOCOL.md "Transports and several clients"). */
+export interface TransportCapability {
+  kind: TransportKind;
+  connection_id: string;
+  subscribe: boolean;
+  ring_events: number;
+  roles: string[];
+}
+
+/** How a connection reached the daemon. */
+export type TransportKind = "stdio" | "unix" | "websocket";
+
 export interface TurnEnd {
   type: "turn_end";
   stop_reason: StopReason;
   usage: Usage | null;
   error: ErrorInfo | null;
+  structured_output: unknown;
   session_id: string;
   turn_id: string;
   seq: number;

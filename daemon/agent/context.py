@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import anyio
 
 from daemon.agent.media import TurnMedia
+from daemon.agent.structured import TurnOutput
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
@@ -245,6 +246,8 @@ class Turn:
     continued_from: str | None = None  # session/continue: the turn this one goes on with
     # The images its requests carry (PROTOCOL.md "Prompt content"); None: images are sent as notes.
     media: TurnMedia | None = None
+    # The prompt's output_schema as this turn asks for it and judges it (None: any answer will do).
+    output: TurnOutput | None = None
     cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     usage: Usage = field(default_factory=Usage)
     # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).

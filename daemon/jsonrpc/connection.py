@@ -9,6 +9,7 @@ validated params Struct and returning a result Struct, registered with their par
 import itertools
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,16 +28,20 @@ from daemon.errors import (
     PonderError,
     RequestCancelled,
     ShuttingDown,
+    StateConflict,
 )
 from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
 
 log = logging.getLogger("ponder.rpc")
 
 Handler = Callable[[Any], Awaitable[Any]]
+# Called with a client's answer (a dict with ``result`` or ``error``) to one of our requests.
+OnAnswer = Callable[[dict[str, Any]], None]
 _PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
 _UNSET = object()
 EOF_GRACE_S = 2.0
 MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
+RESOLVED_KEPT = 256  # requests answered elsewhere whose late answers still get ``already_resolved``
 
 
 class _Result(msgspec.Struct):
@@ -74,6 +79,15 @@ class ClientRequestError(PonderError):
     """The client answered one of our requests with an error, or could not be asked."""
 
 
+class AnswerThen:
+    """A handler's result plus what to do once its answer is queued, before anything else the
+    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer."""
+
+    def __init__(self, result: Any, then: Callable[[], Awaitable[None]]) -> None:
+        self.result = result
+        self.then = then
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
@@ -87,11 +101,20 @@ def encode_error(request_id: Any, exc: PonderError) -> bytes:
         return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(internal.code), internal.message, {})))
 
 
+def encode_notification(method: str, params: Any) -> bytes:
+    """A notification as it goes on the wire (without the newline): encoded once, sent to many."""
+    return _encoder.encode(_Notification("2.0", method, params))
+
+
+def encode_request(request_id: str, method: str, params: Any) -> bytes:
+    return _encoder.encode(_Request("2.0", request_id, method, params))
+
+
 def decode_line(line: bytes | _Overlong) -> Any:
     """One incoming line as a JSON value (a batch of at most ``MAX_BATCH``); raises the
     wire error to answer (id null) when the line cannot be a request or batch."""
     if isinstance(line, _Overlong):
-        raise InvalidRequest("Line too long; it was discarded.", reason="line_too_long")
+        raise InvalidRequest(line.message, reason=line.reason)
     try:
         message = _decoder.decode(line)
     except UnicodeDecodeError:  # msgspec's answer to invalid UTF-8 inside a string
@@ -163,7 +186,9 @@ class Connection:
         self.cancel_id_field = cancel_id_field
         self._methods: dict[str, tuple[type[Any], Handler]] = {}
         self._in_flight: dict[Any, anyio.CancelScope] = {}
-        self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
+        self._pending: dict[str, OnAnswer] = {}
+        # Requests another connection's answer decided: a late answer here gets ``already_resolved``.
+        self._resolved: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
         self._unanswered = 0  # requests received whose reply has not been queued yet
         self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
@@ -226,6 +251,39 @@ class Connection:
             return False
         return self._send_nowait(_encoder.encode(_Notification("2.0", method, params)))
 
+    def queue_nowait(self, data: bytes) -> bool:
+        """Queue an encoded message (shared by many connections) without waiting; False when the
+        queue is full. Unlike ``notify_nowait`` it does not wait for a big message to be written
+        first: the bytes exist already, encoding them is what that wait spares."""
+        return self._send_nowait(data)
+
+    def can_send_now(self) -> bool:
+        """Whether ``queue_nowait`` would queue now (room, and no big message still being written)."""
+        if self._writing_big():
+            return False
+        stats = self._outgoing.statistics()
+        return stats.current_buffer_used + 2 <= stats.max_buffer_size
+
+    async def send_encoded(self, data: bytes) -> None:
+        """Queue an encoded message, waiting for room (back-pressure) and for a big one to be written."""
+        if self._writing_big():
+            assert self._written is not None
+            await self._written.wait()
+        await self.send_raw(data)
+
+    def expect_answer(self, request_id: str, on_answer: OnAnswer) -> None:
+        """Route the client's answer to our request ``request_id`` to ``on_answer`` (once)."""
+        self._pending[request_id] = on_answer
+
+    def forget_request(self, request_id: str, *, resolved_elsewhere: bool) -> None:
+        """Stop waiting for an answer to ``request_id``; with ``resolved_elsewhere`` a late answer
+        is told ``already_resolved`` (another connection's answer won), else it is ignored."""
+        self._pending.pop(request_id, None)
+        if resolved_elsewhere:
+            self._resolved[request_id] = None
+            while len(self._resolved) > RESOLVED_KEPT:
+                self._resolved.popitem(last=False)
+
     async def request(self, method: str, params: Any, result_type: type) -> Any:
         """Send a daemon → client request and wait for its answer.
 
@@ -235,9 +293,15 @@ class Connection:
         request_id = f"ponder-{next(self._ids)}"
         done = anyio.Event()
         slot: list[Any] = []
-        self._pending[request_id] = (done, slot)
+
+        def answered(message: dict[str, Any]) -> None:
+            if not slot:
+                slot.append(message)
+                done.set()
+
+        self._pending[request_id] = answered
         try:
-            await self.send_raw(_encoder.encode(_Request("2.0", request_id, method, params)))
+            await self.send_raw(encode_request(request_id, method, params))
             await done.wait()
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(1, shield=True):
@@ -301,14 +365,17 @@ class Connection:
     async def _handle_and_send(self, message: Any) -> None:
         self._received()
         cut_short: list[bytes] = []
+        then: list[Callable[[], Awaitable[None]]] = []
         try:
-            reply = await self._handle(message, cut_short)
+            reply = await self._handle(message, cut_short, then)
             if reply is not None:
                 await self._send_reply(reply)
         finally:
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
             self._reply_queued()
+        for follow_up in then:  # right behind the answer (see ``AnswerThen``)
+            await follow_up()
 
     async def _send_reply(self, reply: bytes) -> None:
         """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
@@ -335,6 +402,7 @@ class Connection:
         """Handle a batch's members concurrently and answer them all in one array, also when
         shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
         replies: list[bytes | None] = [None] * len(messages)
+        then: list[Callable[[], Awaitable[None]]] = []
 
         async def one(i: int, message: Any) -> None:
             if isinstance(message, dict) and "method" not in message and "id" in message:
@@ -342,7 +410,7 @@ class Connection:
                 return
             cut_short: list[bytes] = []
             try:
-                replies[i] = await self._handle(message, cut_short)
+                replies[i] = await self._handle(message, cut_short, then)
             finally:
                 if cut_short:
                     replies[i] = cut_short[0]
@@ -355,20 +423,33 @@ class Connection:
             present = [r for r in replies if r is not None]
             if present:  # a batch of notifications only gets no answer at all
                 await self._send_reply(b"[" + b",".join(present) + b"]")
+        for follow_up in then:
+            await follow_up()
 
     def _route_answer(self, message: dict[str, Any]) -> None:
         answer_id = message.get("id")
         # Ours are strings; any other id (a list or object would not even hash) answers nothing.
-        pending = self._pending.get(answer_id) if isinstance(answer_id, str) else None
-        if pending is None:
-            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", message.get("id"))
+        if not isinstance(answer_id, str):
+            log.debug("ignoring an answer to an unknown request %.200r", answer_id)
             return
-        done, slot = pending
-        if not slot:
-            slot.append(message)
-            done.set()
+        if answer_id in self._resolved:
+            del self._resolved[answer_id]
+            # The answer lost: say so, with the request's id (PROTOCOL.md "Transports and several clients").
+            late = StateConflict(
+                "This request was already answered by another client; your answer was not used.",
+                reason="already_resolved",
+            )
+            self._send_nowait(encode_error(answer_id, late))
+            return
+        on_answer = self._pending.pop(answer_id, None)
+        if on_answer is None:
+            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", answer_id)
+            return
+        on_answer(message)
 
-    async def _handle(self, message: Any, cut_short: list[bytes]) -> bytes | None:
+    async def _handle(
+        self, message: Any, cut_short: list[bytes], then: list[Callable[[], Awaitable[None]]]
+    ) -> bytes | None:
         """Handle one request or notification; return the encoded reply (None for notifications).
 
         This is the error boundary: whatever the message or its handler does, the outcome is
@@ -423,6 +504,9 @@ class Connection:
         try:
             with scope:
                 result = await self._call(method, message.get("params", _UNSET))
+                if isinstance(result, AnswerThen):
+                    then.append(result.then)
+                    result = result.result
                 return _encoder.encode(_Result("2.0", request_id, result))
             # Only reached when our own scope was cancelled by $/cancelRequest.
             return encode_error(request_id, RequestCancelled())
