@@ -299,15 +299,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                     "retrying with the final_output tool."
                 )
                 log.info("%s", scrub(message))
-                await turn.emit(
-                    ev.Retry,
-                    {
-                        "attempt": attempt,
-                        "max_attempts": max(attempt, turn.settings.max_attempts),
-                        "delay_ms": 0,
-                        "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
-                    },
-                )
+                await _retry_at_once(turn, attempt, message, exc)
                 continue
             if not reply.started and not images_refused and turn.media is not None:
                 refused = await turn.media.rejected(exc, turn.history)
@@ -344,7 +336,8 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
 
 async def _retry_at_once(turn: Turn, attempt: int, message: str, exc: ProviderError) -> None:
     """The ``retry`` event for a request sent again at once, changed so that the provider takes it
-    (another thinking level, an image as a note): ``message`` says what was refused and what changed."""
+    (another thinking level, an image as a note, the ``final_output`` tool for native structured output):
+    ``message`` says what was refused and what changed."""
     error = ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status)
     retry = {"attempt": attempt, "max_attempts": max(attempt, turn.settings.max_attempts), "delay_ms": 0}
     await turn.emit(ev.Retry, {**retry, "error": error})
