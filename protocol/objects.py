@@ -18,7 +18,8 @@ ApprovalPolicy = Literal["ask", "auto", "read_only"]
 Role = Literal["user", "assistant", "tool"]
 # Where a user message came from: a prompt, a steer joining a running turn, or session/continue.
 MessageOrigin = Literal["prompt", "steer", "continue"]
-MessageStatus = Literal["complete", "interrupted", "error"]
+# "streaming": still being written; only session/resume returns such a message.
+MessageStatus = Literal["complete", "interrupted", "error", "streaming"]
 SessionStatus = Literal["idle", "running"]
 # PROTOCOL.md "Sandbox": how run_command is confined, and by what.
 SandboxMode = Literal["off", "read_only", "workspace_write"]

@@ -404,7 +404,7 @@ export interface MessageStart {
 }
 
 /** `complete`, or cut short: `interrupted` (cancelled) or `error` (it failed). */
-export type MessageStatus = "complete" | "error" | "interrupted";
+export type MessageStatus = "complete" | "error" | "interrupted" | "streaming";
 
 /** Why an assistant message ended (`Message.stop_reason`). `end_turn`: the reply is complete and asks for no tools. `max_tokens`: the reply was cut at the model's output-token limit (or its context window). `tool_use`: the reply asks for tool calls; a `tool` message with their results follows. `refusal`: the provider refused or filtered the reply. `interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). `error`: the stream failed mid-way; the partial reply is kept (`status: error`). */
 export type MessageStopReason = "end_turn" | "error" | "interrupted" | "max_tokens" | "refusal" | "tool_use";

@@ -163,6 +163,11 @@ class CompactionRequest:
     pending: int = 0  # messages at the end of the history not yet answered (the prompt that follows)
 
 
+class ReplyInProgress(Protocol):
+    def snapshot(self) -> ChatMessage | None:
+        """The reply as it stands (``status: "streaming"``); None before its first event."""
+
+
 @dataclass
 class Turn:
     """Everything one turn needs; built by the session actor."""
@@ -198,6 +203,8 @@ class Turn:
     record_usage: RecordUsage | None = None
     budget_spent: BudgetSpent | None = None
     settings: TurnSettings = field(default_factory=TurnSettings)
+    # The reply streaming now, if one is: what ``session/resume`` shows of it (``Reply.snapshot``).
+    in_progress: "ReplyInProgress | None" = None
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None

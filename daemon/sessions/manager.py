@@ -653,7 +653,10 @@ class SessionManager:
             raise SessionBusy(live.row.id)
         if not live.lease_held:
             if not await self.writes.acquire_lease(live):
-                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+                holder = await self.store.lease_holder(live.row.id) or "another process"
+                raise SessionBusy(
+                    live.row.id, f"another ponder daemon ({holder}, sharing this home) is running a turn in it"
+                )
             await self._refresh(live)
 
     async def _refresh(self, live: LiveSession) -> None:

@@ -154,6 +154,9 @@ class AsyncStore:
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
 
+    async def lease_holder(self, session_id: str) -> str | None:
+        return await self._call(self.store.lease_holder, session_id)
+
     async def release_lease(self, session_id: str, owner: str) -> bool:
         return await self._call(self.store.release_lease, session_id, owner)
 
