@@ -264,6 +264,11 @@ class Connection:
         stats = self._outgoing.statistics()
         return stats.current_buffer_used + 2 <= stats.max_buffer_size
 
+    def send_encoded_nowait(self, data: bytes) -> bool:
+        """``notify_nowait`` for an encoded message: False (nothing queued) when the queue is full
+        or a big message is still being written (``send_encoded`` waits for it)."""
+        return not self._writing_big() and self._send_nowait(data)
+
     async def send_encoded(self, data: bytes) -> None:
         """Queue an encoded message, waiting for room (back-pressure) and for a big one to be written."""
         if self._writing_big():

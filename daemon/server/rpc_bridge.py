@@ -194,6 +194,12 @@ class RpcBridge:
 
     def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         targets = self._targets(event.session_id)
+        if len(targets) == 1 and targets[0].drop is None:  # stdio: one client, waited for
+            data = encode_notification("agent/event", event)
+            if not targets[0].connection.send_encoded_nowait(data):
+                return False
+            self._record(event.session_id, event.seq, data)
+            return True
         for peer in targets:
             if peer.drop is None and not peer.connection.can_send_now():
                 return False  # a waited-for client has no room: the emitter awaits ``emit``
