@@ -27,7 +27,6 @@ import msgspec
 from daemon.jsonrpc.connection import ClientRequestError, Connection, encode_notification, encode_request
 from daemon.server.ring import Catchup, EventRing
 from daemon.sessions.bridge import PermissionAnswer
-from protocol.events import ResolvedBy
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
@@ -350,6 +349,8 @@ class RpcBridge:
             result = msgspec.convert(answer.get("result"), PermissionRequestResult)
         except msgspec.ValidationError as exc:
             raise ClientRequestError(f"The client's answer to permission/request is invalid: {exc}") from None
+        from protocol.events import ResolvedBy  # the event types load with the session manager, off the start path
+
         return PermissionAnswer(result, ResolvedBy(connection_id=winner.connection_id, client_name=winner.client_name))
 
     def _answered(self, ask: _Ask, peer: Peer) -> Callable[[dict[str, Any]], None]:
