@@ -35,6 +35,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -44,11 +45,13 @@ from daemon.acp import toolcalls
 from daemon.acp import types as t
 from daemon.acp.compaction import compaction_ended, compaction_started
 from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_options
+from daemon.acp.files import EditorFiles
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
 from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
+from daemon.tools.base import ToolError
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock, Thinking
@@ -132,9 +135,15 @@ class AcpBridge:
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
+        # New sessions whose id the client does not know yet (their session/new answer is not
+        # out): their updates wait until it is (PROTOCOL.md "ACP mode in an editor").
+        self._unannounced: dict[str, anyio.Event] = {}
         # The client advertised ``clientCapabilities.session.compaction`` (unstable): compaction_update
         # notifications; otherwise a compaction is told as a short agent message.
         self.compaction_updates = False
+        # ``clientCapabilities.fs``: the file tools read and write through the editor (``files_for``).
+        self.fs_reads = False
+        self.fs_writes = False
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -145,7 +154,40 @@ class AcpBridge:
         return self.sessions
 
     async def update(self, session_id: str, update: t.SessionUpdate) -> None:
+        held = self._unannounced.get(session_id)
+        if held is not None:
+            await held.wait()
         await self.connection.notify("session/update", t.SessionNotification(session_id=session_id, update=update))
+
+    def files_for(self, session_id: str) -> EditorFiles | None:
+        if not (self.fs_reads or self.fs_writes):
+            return None
+        return EditorFiles(self.connection, session_id, reads=self.fs_reads, writes=self.fs_writes)
+
+    def _reader(self, session_id: str) -> toolcalls.Reader:
+        """How a diff reads a file: through the editor when the file tools do."""
+        files = self.files_for(session_id)
+        if files is None or not files.reads:
+            return toolcalls.disk_text
+
+        async def editor_text(path: Path) -> Any:
+            try:
+                return await files.read_text(path)
+            except ToolError:  # most editors refuse a file that does not exist: a new file
+                exists = await anyio.to_thread.run_sync(path.exists)
+                return toolcalls.UNREADABLE if exists else None
+
+        return editor_text
+
+    def hold_updates(self, session_id: str) -> None:
+        """Updates for ``session_id`` wait until ``release_updates``: the client cannot know the
+        session before the answer that names it."""
+        self._unannounced.setdefault(session_id, anyio.Event())
+
+    def release_updates(self, session_id: str) -> None:
+        held = self._unannounced.pop(session_id, None)
+        if held is not None:
+            held.set()
 
     # --- sessions the client has open ------------------------------------------------------
 
@@ -354,7 +396,7 @@ class AcpBridge:
 
     async def _execution_start(self, turn: _Turn, sid: str, event: ev.ToolExecutionStart) -> None:
         call = turn.calls.setdefault(event.call_id, _Call(event.name, event.arguments))
-        call.before = await toolcalls.snapshot(event.name, event.arguments, turn.cwd)
+        call.before = await toolcalls.snapshot(event.name, event.arguments, turn.cwd, self._reader(sid))
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status="in_progress"))
 
     async def _execution_end(self, turn: _Turn, sid: str, event: ev.ToolExecutionEnd) -> None:
@@ -362,11 +404,18 @@ class AcpBridge:
         call.finished = True
         content: list[t.ToolContent] = toolcalls.text_content(event.result)
         if not event.is_error and call.before is not None:
-            diff = await toolcalls.diff_after(call.before)
+            diff = await self._diff(sid, call, call.before)
             if diff is not None:
                 content = [diff]
         status = "failed" if event.is_error else "completed"
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
+
+    async def _diff(self, sid: str, call: _Call, before: toolcalls.Snapshot) -> t.DiffToolContent | None:
+        content = call.arguments.get("content")
+        if call.name == "write_file" and self.fs_writes and not self.fs_reads and isinstance(content, str):
+            # Written into the editor, which cannot be read back: the text handed to it.
+            return t.DiffToolContent(path=str(before.path), old_text=before.text, new_text=content)
+        return await toolcalls.diff_after(before, self._reader(sid))
 
     async def _compaction_end(self, turn: _Turn, sid: str, event: ev.CompactionEnd) -> None:
         update = compaction_ended(
@@ -424,7 +473,7 @@ class AcpBridge:
                 status="pending",
                 raw_input=params.arguments,
                 locations=toolcalls.locations(params.tool, params.arguments, cwd),
-                content=await toolcalls.preview(params.tool, params.arguments, cwd),
+                content=await toolcalls.preview(params.tool, params.arguments, cwd, self._reader(params.session_id)),
             ),
             # optionId is ponder's decision; "always" ones keep the request's suggested rule.
             options=[

@@ -20,6 +20,7 @@ goes on with a turn that was cut off.
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.jsonrpc.connection import Connection, as_wire_error
+from daemon.jsonrpc.connection import Connection, ReplyThen, as_wire_error
 from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
@@ -209,6 +210,9 @@ class AcpServer:
             client.version if client else "",
             params.protocol_version,
         )
+        fs = (params.client_capabilities or {}).get("fs")
+        self.bridge.fs_reads = isinstance(fs, dict) and fs.get("readTextFile") is True
+        self.bridge.fs_writes = isinstance(fs, dict) and fs.get("writeTextFile") is True
         session_capabilities = (params.client_capabilities or {}).get("session")
         self.bridge.compaction_updates = (
             isinstance(session_capabilities, dict) and session_capabilities.get("compaction") is not None
@@ -302,22 +306,26 @@ class AcpServer:
         if not same:
             log.info("session %s keeps its directory %s (the client asked for %r)", row.id, row.cwd, requested)
 
-    async def session_new(self, params: t.NewSessionRequest) -> t.NewSessionResponse:
+    async def session_new(self, params: t.NewSessionRequest) -> ReplyThen:
         live = await self.sessions.start(
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
-        await self._attach_mcp(live.row, params.mcp_servers)
-        self._announce_commands(live.row.id)
-        return t.NewSessionResponse(session_id=live.row.id, config_options=await self._open_fresh(live.row))
+        session_id = live.row.id
+        # Nothing about the session goes out before the answer that names it; its commands follow it.
+        self.bridge.hold_updates(session_id)
+        try:
+            await self._attach_mcp(live.row, params.mcp_servers)
+            options = await self._open_fresh(live.row)
+        except BaseException:
+            self.bridge.release_updates(session_id)
+            raise
+        answer = t.NewSessionResponse(session_id=session_id, config_options=options)
+        return ReplyThen(answer, partial(self._announced, session_id))
 
-    def _announce_commands(self, session_id: str) -> None:
-        """``available_commands_update`` for a new session once its answer is out (the client knows the id
-        by then): queued from a task that runs after this handler returned. A loaded or resumed session,
-        which the client already knows, gets it before the answer."""
-        background = self.sessions.background_task_group()
-        if background is not None:
-            update = t.AvailableCommandsUpdate(available_commands=COMMANDS)
-            background.start_soon(self.bridge.update, session_id, update)
+    async def _announced(self, session_id: str) -> None:
+        """The ``session/new`` answer is out: the session's held updates may follow, then its commands."""
+        self.bridge.release_updates(session_id)
+        await self.bridge.update(session_id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
 
     async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
         live = await self.sessions.get(params.session_id)

@@ -447,6 +447,28 @@ class RequestPermissionResponse(_In):
     outcome: PermissionOutcome
 
 
+# --- the client's file system (agent -> client) -------------------------------------------
+
+
+class ReadTextFileRequest(_Out):
+    session_id: str
+    path: str  # absolute
+
+
+class ReadTextFileResponse(_In):
+    content: str
+
+
+class WriteTextFileRequest(_Out):
+    session_id: str
+    path: str  # absolute
+    content: str
+
+
+class WriteTextFileResponse(_In):
+    pass
+
+
 # --- ponder's extension methods (``_ponder/...``) ----------------------------------------
 
 

@@ -3,13 +3,17 @@ request, ``$/cancelRequest``, batches, daemon → client requests, and the singl
 exceptions become wire errors.
 
 It knows nothing about sessions or providers: handlers are plain async functions taking a
-validated params Struct and returning a result Struct, registered with their params type.
+validated params Struct and returning a result Struct, registered with their params type. A
+handler whose answer must reach the client before something else it starts (ACP: a new
+session's first ``session/update`` after the answer that names the session) returns
+``ReplyThen``: its ``after`` runs once the reply is queued, so whatever it writes follows it.
 """
 
 import itertools
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -37,6 +41,18 @@ _PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
 _UNSET = object()
 EOF_GRACE_S = 2.0
 MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
+
+
+@dataclass(frozen=True)
+class ReplyThen:
+    """A handler's ``result``, with ``after`` to run once the reply is queued to the client
+    (the outgoing queue is first in, first out: anything ``after`` sends follows the reply)."""
+
+    result: Any
+    after: Callable[[], Awaitable[None]]
+
+
+After = list[Callable[[], Awaitable[None]]]
 
 
 class _Result(msgspec.Struct):
@@ -140,6 +156,15 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> 
     path = prefix + (match.group("path")[1:] if match else "")
     message = _PATH_RE.sub("", text)
     return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
+
+
+async def _run_after(after: After) -> None:
+    """The ``ReplyThen`` work of replies just queued; a failure is logged, never the client's problem."""
+    for job in after:
+        try:
+            await job()
+        except Exception:
+            log.exception("work after a reply failed")
 
 
 class Connection:
@@ -301,14 +326,16 @@ class Connection:
     async def _handle_and_send(self, message: Any) -> None:
         self._received()
         cut_short: list[bytes] = []
+        after: After = []
         try:
-            reply = await self._handle(message, cut_short)
+            reply = await self._handle(message, cut_short, after)
             if reply is not None:
                 await self._send_reply(reply)
         finally:
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
             self._reply_queued()
+        await _run_after(after)
 
     async def _send_reply(self, reply: bytes) -> None:
         """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
@@ -335,6 +362,7 @@ class Connection:
         """Handle a batch's members concurrently and answer them all in one array, also when
         shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
         replies: list[bytes | None] = [None] * len(messages)
+        after: After = []
 
         async def one(i: int, message: Any) -> None:
             if isinstance(message, dict) and "method" not in message and "id" in message:
@@ -342,7 +370,7 @@ class Connection:
                 return
             cut_short: list[bytes] = []
             try:
-                replies[i] = await self._handle(message, cut_short)
+                replies[i] = await self._handle(message, cut_short, after)
             finally:
                 if cut_short:
                     replies[i] = cut_short[0]
@@ -355,6 +383,7 @@ class Connection:
             present = [r for r in replies if r is not None]
             if present:  # a batch of notifications only gets no answer at all
                 await self._send_reply(b"[" + b",".join(present) + b"]")
+        await _run_after(after)
 
     def _route_answer(self, message: dict[str, Any]) -> None:
         answer_id = message.get("id")
@@ -368,8 +397,10 @@ class Connection:
             slot.append(message)
             done.set()
 
-    async def _handle(self, message: Any, cut_short: list[bytes]) -> bytes | None:
+    async def _handle(self, message: Any, cut_short: list[bytes], after: After) -> bytes | None:
         """Handle one request or notification; return the encoded reply (None for notifications).
+        A ``ReplyThen``'s ``after`` is appended to ``after``, for the caller to run once the
+        reply is queued.
 
         This is the error boundary: whatever the message or its handler does, the outcome is
         a reply (or, for a notification, nothing), never an exception. The one exception is
@@ -423,6 +454,10 @@ class Connection:
         try:
             with scope:
                 result = await self._call(method, message.get("params", _UNSET))
+                if isinstance(result, ReplyThen):
+                    encoded = _encoder.encode(_Result("2.0", request_id, result.result))
+                    after.append(result.after)
+                    return encoded
                 return _encoder.encode(_Result("2.0", request_id, result))
             # Only reached when our own scope was cancelled by $/cancelRequest.
             return encode_error(request_id, RequestCancelled())

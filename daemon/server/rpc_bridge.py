@@ -8,6 +8,7 @@ from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:  # the event types load with the first session, not at start-up
+    from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
 
@@ -27,3 +28,6 @@ class RpcBridge:
 
     async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
         return await self.connection.request("permission/request", params, PermissionRequestResult)
+
+    def files_for(self, session_id: str) -> "ClientFiles | None":
+        return None  # the ponder dialect's file tools use the disk

@@ -182,6 +182,7 @@ class ToolRunner:
             hidden=self._hidden(),
             read_only=self._read_only(),
             sandbox=sandbox,
+            files=self.bridge.files_for(self.live.row.id),
         )
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:

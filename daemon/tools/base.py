@@ -21,6 +21,7 @@ from protocol.events import ToolSandbox
 
 if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
+    from daemon.tools.client_files import ClientFiles
 
 __all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
 
@@ -57,6 +58,9 @@ class ToolContext(msgspec.Struct, frozen=True):
     read_only: tuple[Path, ...] = ()
     # How run_command confines its command (daemon.sandbox); None: no sandbox is involved at all.
     sandbox: CommandSandbox | None = None
+    # The editor's view of the files (ACP fs), which the file tools use instead of the disk
+    # where it offers reads or writes; None: the disk.
+    files: ClientFiles | None = None
 
     def hidden_strs(self) -> tuple[str, ...]:
         """``hidden`` for a scan child's JSON request."""

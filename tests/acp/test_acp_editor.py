@@ -1,0 +1,246 @@
+"""``ponder acp`` as an editor meets it, against a real subprocess, on asyncio and trio: the
+order of answers and updates, files through the client's ``fs``, session modes, and plans.
+
+Every message the daemon writes is recorded in order and checked against the vendored ACP
+schema (``tests.support.acp_subprocess``)."""
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.acp_subprocess import Wire, acp_subprocess
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+async def until(condition: Any, timeout_s: float = 15) -> None:
+    with anyio.fail_after(timeout_s):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+def answer_position(wire: Wire, key: str, value: str) -> int:
+    """Where the first result carrying ``key: value`` sits on the wire."""
+    for index, message in enumerate(wire.messages):
+        result = message.get("result") if isinstance(message, dict) else None
+        if isinstance(result, dict) and result.get(key) == value:
+            return index
+    raise AssertionError(f"no answer with {key}={value!r}")
+
+
+def update_positions(wire: Wire, session_id: str) -> list[int]:
+    return [
+        index
+        for index, message in enumerate(wire.messages)
+        if isinstance(message, dict)
+        and message.get("method") == "session/update"
+        and message["params"]["sessionId"] == session_id
+    ]
+
+
+# --- ordering ----------------------------------------------------------------------------------
+
+SESSIONS = 24
+
+
+async def test_no_session_update_precedes_the_answer_that_names_its_session(
+    home: Path, work: Path, anyio_backend: str
+) -> None:
+    """Many ``session/new`` at once (and a fork): each session's first update comes after the
+    answer that gave the client its id; every new session still gets its commands."""
+    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+        ids: list[str] = []
+
+        async def new() -> None:
+            ids.append((await client.request("session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"])
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(SESSIONS):
+                tg.start_soon(new)
+        await until(lambda: len(wire.updates(kind="available_commands_update")) >= SESSIONS)
+        forked = (await client.request("_ponder/session/fork", {"sessionId": ids[0]}))["sessionId"]
+        loaded = await client.request("session/load", {"sessionId": forked, "cwd": str(work), "mcpServers": []})
+        assert loaded["configOptions"]
+    assert len(set(ids)) == SESSIONS
+    for session_id in [*ids, forked]:
+        answered = answer_position(wire, "sessionId", session_id)
+        positions = update_positions(wire, session_id)
+        assert positions, f"session {session_id} got no update at all"
+        assert min(positions) > answered, (session_id, answered, positions)
+    for session_id in ids:
+        assert [u["sessionUpdate"] for u in wire.updates(session_id)][:1] == ["available_commands_update"]
+
+
+# --- files through the editor ---------------------------------------------------------------------
+
+
+class Editor:
+    """An editor as ponder sees it over ACP: open buffers (unsaved text differs from the disk),
+    ``fs`` requests answered from them, permission requests answered ``answer``."""
+
+    def __init__(self, answer: str = "allow_once") -> None:
+        self.buffers: dict[str, str] = {}
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.answer = answer
+
+    async def __call__(self, method: str, params: Any) -> Any:
+        self.requests.append((method, params))
+        if method == "fs/read_text_file":
+            path = params["path"]
+            if path.endswith("locked.txt"):
+                raise RuntimeError("the buffer is locked by another extension")
+            if path in self.buffers:
+                return {"content": self.buffers[path]}
+            if Path(path).is_file():
+                return {"content": Path(path).read_text()}
+            raise RuntimeError(f"no such file: {path}")
+        if method == "fs/write_text_file":
+            if params["path"].endswith("locked.txt"):
+                raise RuntimeError("the buffer is read-only")
+            self.buffers[params["path"]] = params["content"]
+            return {}
+        if method == "session/request_permission":
+            return {"outcome": {"outcome": "selected", "optionId": self.answer}}
+        raise RuntimeError(f"unexpected request {method}")
+
+    def fs_paths(self, method: str) -> list[str]:
+        return [params["path"] for m, params in self.requests if m == method]
+
+
+def script(*steps: tuple[str, dict[str, Any]]) -> str:
+    import json
+
+    return "\n".join(f"tool: {name} {json.dumps(arguments)}" for name, arguments in steps)
+
+
+async def run_script(client: Any, work: Path, text: str, session_id: str | None = None) -> str:
+    if session_id is None:
+        session_id = (await client.request("session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"]
+        await client.request(
+            "session/set_config_option", {"sessionId": session_id, "configId": "model", "value": "mock/tools"}
+        )
+    answer = await client.request(
+        "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+    )
+    assert answer["stopReason"] == "end_turn"
+    return session_id
+
+
+def finished_calls(wire: Wire, session_id: str) -> list[dict[str, Any]]:
+    """Each tool call's final update (completed or failed), in order."""
+    return [u for u in wire.updates(session_id, "tool_call_update") if u.get("status") in ("completed", "failed")]
+
+
+def result_text(update: dict[str, Any]) -> str:
+    [content] = update["content"]
+    return content["content"]["text"] if content["type"] == "content" else f"diff {content['newText']!r}"
+
+
+async def test_file_tools_go_through_the_editor_when_it_offers_fs(home: Path, work: Path, anyio_backend: str) -> None:
+    (work / "notes.txt").write_text("on disk\n")
+    (work / "locked.txt").write_text("x\n")
+    (work.parent / "outside.txt").write_text("outside\n")
+    notes = str((work / "notes.txt").resolve())
+    editor = Editor()
+    editor.buffers[notes] = "unsaved buffer\n"
+    fs = {"readTextFile": True, "writeTextFile": True}
+    async with acp_subprocess(home, anyio_backend, fs=fs, on_request=editor) as (client, wire, _):
+        steps = script(
+            ("read_file", {"path": "notes.txt"}),
+            ("edit_file", {"path": "notes.txt", "old_string": "unsaved", "new_string": "edited"}),
+            ("write_file", {"path": "sub/new.txt", "content": "brand new\n"}),
+            ("read_file", {"path": "../outside.txt"}),
+            ("read_file", {"path": "locked.txt"}),
+            ("write_file", {"path": "locked.txt", "content": "y\n"}),
+            ("search", {"pattern": "on disk|unsaved|edited"}),
+        )
+        session_id = await run_script(client, work, steps)
+    read, edit, write, outside, locked_read, locked_write, search = finished_calls(wire, session_id)
+    # The read saw the unsaved buffer, numbered as a file on disk is.
+    assert read["status"] == "completed" and result_text(read) == "     1\tunsaved buffer"
+    # The edit was made on the buffer and landed in the editor; the disk is untouched.
+    assert edit["status"] == "completed"
+    assert edit["content"] == [
+        {"type": "diff", "path": notes, "oldText": "unsaved buffer\n", "newText": "edited buffer\n"}
+    ]
+    assert editor.buffers[notes] == "edited buffer\n"
+    assert (work / "notes.txt").read_text() == "on disk\n"
+    new = str((work / "sub" / "new.txt").resolve())
+    assert write["status"] == "completed" and editor.buffers[new] == "brand new\n"
+    assert not (work / "sub").exists()
+    # The permission request for the edit showed the change to the buffer, not to the disk.
+    asked = [params for m, params in editor.requests if m == "session/request_permission"]
+    assert asked[0]["toolCall"]["content"][0]["oldText"] == "unsaved buffer\n"
+    assert asked[0]["toolCall"]["content"][0]["newText"] == "edited buffer\n"
+    # Confinement is checked before the editor is asked: nothing outside the cwd was requested.
+    assert outside["status"] == "failed" and "outside the session's working directory" in result_text(outside)
+    assert all(Path(p).is_relative_to(work.resolve()) for p in editor.fs_paths("fs/read_text_file"))
+    # The editor's errors are tool errors the model reads.
+    assert locked_read["status"] == "failed" and "the buffer is locked by another extension" in result_text(locked_read)
+    assert locked_write["status"] == "failed" and "the buffer is read-only" in result_text(locked_write)
+    # search stays on the disk.
+    assert search["status"] == "completed"
+    assert "on disk" in result_text(search) and "edited" not in result_text(search)
+
+
+async def test_rules_and_the_policy_apply_before_the_editor_is_asked(
+    home: Path, work: Path, anyio_backend: str
+) -> None:
+    (home / "config.toml").write_text(
+        '[[permissions.rules]]\ntool = "write_file"\npath = "secrets/**"\ndecision = "deny"\n'
+    )
+    editor = Editor(answer="deny")
+    fs = {"readTextFile": True, "writeTextFile": True}
+    async with acp_subprocess(home, anyio_backend, fs=fs, on_request=editor) as (client, wire, _):
+        steps = script(
+            ("write_file", {"path": "secrets/key.txt", "content": "k\n"}),
+            ("write_file", {"path": "refused.txt", "content": "r\n"}),
+        )
+        session_id = await run_script(client, work, steps)
+    by_rule, by_person = finished_calls(wire, session_id)
+    assert by_rule["status"] == "failed" and by_person["status"] == "failed"
+    assert "user denied" in result_text(by_person)
+    # Only the second was asked about, and neither reached the editor.
+    assert [p["toolCall"]["rawInput"]["path"] for m, p in editor.requests if m == "session/request_permission"] == [
+        "refused.txt"
+    ]
+    assert editor.fs_paths("fs/write_text_file") == []
+
+
+@pytest.mark.parametrize(
+    "fs",
+    [
+        {"readTextFile": False, "writeTextFile": False},
+        {"readTextFile": True, "writeTextFile": False},  # edit_file needs both: it stays on disk
+    ],
+)
+async def test_without_the_editors_writes_the_tools_use_the_disk(
+    home: Path, work: Path, anyio_backend: str, fs: dict[str, bool]
+) -> None:
+    (work / "a.txt").write_text("alpha\n")
+    editor = Editor()
+    async with acp_subprocess(home, anyio_backend, fs=fs, on_request=editor) as (client, wire, _):
+        steps = script(
+            ("edit_file", {"path": "a.txt", "old_string": "alpha", "new_string": "beta"}),
+            ("write_file", {"path": "b.txt", "content": "bravo\n"}),
+            ("read_file", {"path": "a.txt"}),
+        )
+        session_id = await run_script(client, work, steps)
+    edit, write, read = finished_calls(wire, session_id)
+    assert (work / "a.txt").read_text() == "beta\n" and (work / "b.txt").read_text() == "bravo\n"
+    assert edit["content"][0]["newText"] == "beta\n" and write["status"] == "completed"
+    assert editor.fs_paths("fs/write_text_file") == []
+    reads = editor.fs_paths("fs/read_text_file")
+    if fs["readTextFile"]:
+        assert result_text(read) == "     1\tbeta" and str((work / "a.txt").resolve()) in reads
+    else:
+        assert reads == []
