@@ -133,6 +133,7 @@ class AcpBridge:
         self._by_turn: dict[str, list[PromptWaiter]] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
+        self._modes: dict[str, str] = {}  # session -> the mode (approval policy) the client was last shown
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
         # New sessions whose id the client does not know yet (their session/new answer is not
@@ -193,12 +194,14 @@ class AcpBridge:
 
     def open_session(self, row: SessionRow, options: list[t.ConfigOption]) -> None:
         self._open[row.id] = (row.title, msgspec.json.encode(options))
+        self._modes[row.id] = row.approval_policy
 
     def is_open(self, session_id: str) -> bool:
         return session_id in self._open
 
     def close_session(self, session_id: str) -> None:
         self._open.pop(session_id, None)
+        self._modes.pop(session_id, None)
 
     @contextmanager
     def quiet(self, session_id: str) -> Iterator[None]:
@@ -229,6 +232,14 @@ class AcpBridge:
         self._open[session.session_id] = (session.title, encoded)
         if encoded != sent_options and session.session_id not in self._quiet:
             await self.update(session.session_id, t.ConfigOptionUpdate(config_options=options))
+        if self._modes.get(session.session_id) != row.approval_policy and session.session_id not in self._quiet:
+            await self.show_mode(session.session_id, row.approval_policy)
+
+    async def show_mode(self, session_id: str, mode: str) -> None:
+        """``current_mode_update``: the session's approval policy is now ``mode``."""
+        if session_id in self._open:
+            self._modes[session_id] = mode
+        await self.update(session_id, t.CurrentModeUpdate(current_mode_id=mode))
 
     async def _refresh(self, session_id: str) -> None:
         try:

@@ -36,6 +36,7 @@ from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
 from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_content, title_for
+from daemon.acp.modes import MODE_IDS, mode_state
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
@@ -190,6 +191,7 @@ class AcpServer:
             "session/close": (t.SessionIdRequest, self.session_close),
             "session/delete": (t.SessionIdRequest, self.session_delete),
             "session/set_config_option": (t.SetConfigOptionRequest, self.session_set_config_option),
+            "session/set_mode": (t.SetSessionModeRequest, self.session_set_mode),
             "session/prompt": (t.PromptRequest, self.session_prompt),
             "session/cancel": (t.SessionIdRequest, self.session_cancel),
             "_ponder/models/list": (t.ModelsListRequest, self.models_list),
@@ -319,7 +321,7 @@ class AcpServer:
         except BaseException:
             self.bridge.release_updates(session_id)
             raise
-        answer = t.NewSessionResponse(session_id=session_id, config_options=options)
+        answer = t.NewSessionResponse(session_id=session_id, config_options=options, modes=mode_state(live.row))
         return ReplyThen(answer, partial(self._announced, session_id))
 
     async def _announced(self, session_id: str) -> None:
@@ -337,7 +339,7 @@ class AcpServer:
             await self.bridge.update(live.row.id, update)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
-        return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
+        return t.LoadSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
 
     def _replay(
         self, history: list[ChatMessage], compactions: list[Compaction], cwd: str, images: dict[str, bytes]
@@ -360,7 +362,7 @@ class AcpServer:
         await self._attach_mcp(live.row, params.mcp_servers)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
-        return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
+        return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
 
     async def _send_usage(self, row: SessionRow) -> None:
         """Where the reopened session stands: its last context fill and its cost so far."""
@@ -402,6 +404,19 @@ class AcpServer:
         with self.bridge.quiet(params.session_id):  # the answer carries the new options
             row = await set_config_option(self.sessions, params)
         return t.SetConfigOptionResponse(config_options=self._open(row))
+
+    async def session_set_mode(self, params: t.SetSessionModeRequest) -> ReplyThen:
+        """The session's approval policy becomes the mode (stored); ``current_mode_update`` follows the answer."""
+        if params.mode_id not in MODE_IDS:
+            raise InvalidParams(
+                f"Unknown mode {params.mode_id!r}; the modes are {', '.join(MODE_IDS)}.",
+                path="$.params.modeId",
+                allowed=MODE_IDS,
+            )
+        await self.sessions.row(params.session_id)  # an unknown session is an error, not a new row
+        with self.bridge.quiet(params.session_id):
+            row = await self.sessions.update(params.session_id, approval_policy=params.mode_id)
+        return ReplyThen(t.Empty(), partial(self.bridge.show_mode, row.id, row.approval_policy))
 
     # --- prompt turns ---------------------------------------------------------------------
 

@@ -244,13 +244,31 @@ class ConfigOption(_Out, tag_field="type", tag="select"):
     description: str | None = None
 
 
+class SessionMode(_Out):
+    id: str
+    name: str
+    description: str | None = None
+
+
+class SessionModeState(_Out):
+    current_mode_id: str
+    available_modes: list[SessionMode]
+
+
+class SetSessionModeRequest(_In):
+    session_id: str
+    mode_id: str
+
+
 class NewSessionResponse(_Out):
     session_id: str
     config_options: list[ConfigOption]
+    modes: SessionModeState | None = None
 
 
 class LoadSessionResponse(_Out):
     config_options: list[ConfigOption]
+    modes: SessionModeState | None = None
 
 
 ResumeSessionResponse = LoadSessionResponse
@@ -356,6 +374,10 @@ class ToolCallProgress(ToolCallFields, tag_field="sessionUpdate", tag="tool_call
     pass
 
 
+class CurrentModeUpdate(_Out, tag_field="sessionUpdate", tag="current_mode_update"):
+    current_mode_id: str
+
+
 class ConfigOptionUpdate(_Out, tag_field="sessionUpdate", tag="config_option_update"):
     config_options: list[ConfigOption]
 
@@ -409,6 +431,7 @@ SessionUpdate = (
     | ToolCallStart
     | ToolCallProgress
     | ConfigOptionUpdate
+    | CurrentModeUpdate
     | SessionInfoUpdate
     | UsageUpdate
     | AvailableCommandsUpdate

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from daemon.jsonrpc.client import RpcError
 from tests.support.acp_subprocess import Wire, acp_subprocess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -244,3 +245,87 @@ async def test_without_the_editors_writes_the_tools_use_the_disk(
         assert result_text(read) == "     1\tbeta" and str((work / "a.txt").resolve()) in reads
     else:
         assert reads == []
+
+
+# --- session modes --------------------------------------------------------------------------------
+
+
+async def test_modes_are_the_approval_policies_the_rules_refine_and_are_stored(
+    home: Path, work: Path, anyio_backend: str
+) -> None:
+    (home / "config.toml").write_text(
+        '[[permissions.rules]]\ntool = "write_file"\npath = "secrets/**"\ndecision = "deny"\n'
+        '[[permissions.rules]]\ntool = "write_file"\npath = "allowed.txt"\ndecision = "allow"\n'
+    )
+    editor = Editor()
+    async with acp_subprocess(home, anyio_backend, on_request=editor) as (client, wire, _):
+        new = await client.request("session/new", {"cwd": str(work), "mcpServers": []})
+        session_id = new["sessionId"]
+        assert new["modes"]["currentModeId"] == "ask"
+        assert [m["id"] for m in new["modes"]["availableModes"]] == ["ask", "auto", "read_only"]
+        assert all(m["name"] and m["description"] for m in new["modes"]["availableModes"])
+        await client.request(
+            "session/set_config_option", {"sessionId": session_id, "configId": "model", "value": "mock/tools"}
+        )
+
+        async def in_mode(mode: str, *steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+            request_id = f"mode-{len(wire.messages)}"
+            params = {"sessionId": session_id, "modeId": mode}
+            assert await client.request("session/set_mode", params, request_id=request_id) == {}
+            shown = {"sessionUpdate": "current_mode_update", "currentModeId": mode}
+            await until(lambda: wire.updates(session_id, "current_mode_update")[-1:] == [shown])
+            # The update follows the answer.
+            answered = next(i for i, m in enumerate(wire.messages) if m.get("id") == request_id)
+            assert [
+                i
+                for i, m in enumerate(wire.messages)
+                if m.get("method") == "session/update" and m["params"]["update"] == shown
+            ][-1] > answered
+            done = len(finished_calls(wire, session_id))
+            await run_script(client, work, script(*steps), session_id)
+            return finished_calls(wire, session_id)[done:]
+
+        asked_before = len(editor.requests)
+        # read_only: no change runs, whatever a rule allows; nobody is asked.
+        refused, allowed_by_rule = await in_mode(
+            "read_only",
+            ("write_file", {"path": "a.txt", "content": "a\n"}),
+            ("write_file", {"path": "allowed.txt", "content": "x\n"}),
+        )
+        assert refused["status"] == allowed_by_rule["status"] == "failed"
+        assert "approval policy is 'read_only'" in result_text(refused)
+        assert len(editor.requests) == asked_before and not (work / "allowed.txt").exists()
+        # auto: runs without asking, but a deny rule still denies.
+        ran, denied = await in_mode(
+            "auto",
+            ("write_file", {"path": "a.txt", "content": "a\n"}),
+            ("write_file", {"path": "secrets/k.txt", "content": "k\n"}),
+        )
+        assert ran["status"] == "completed" and (work / "a.txt").read_text() == "a\n"
+        assert denied["status"] == "failed" and not (work / "secrets").exists()
+        assert len(editor.requests) == asked_before
+        # ask: the person is asked.
+        [asked] = await in_mode("ask", ("write_file", {"path": "b.txt", "content": "b\n"}))
+        assert asked["status"] == "completed"
+        assert [m for m, _ in editor.requests[asked_before:]] == ["session/request_permission"]
+        await client.request("session/set_mode", {"sessionId": session_id, "modeId": "auto"})
+
+        with pytest.raises(RpcError) as unknown:
+            await client.request("session/set_mode", {"sessionId": session_id, "modeId": "yolo"})
+        assert unknown.value.code == -32602 and unknown.value.data["allowed"] == ["ask", "auto", "read_only"]
+        with pytest.raises(RpcError) as missing:
+            await client.request("session/set_mode", {"sessionId": "ses_nope", "modeId": "auto"})
+        assert missing.value.code == -32002
+
+    # The mode is the session's stored policy: a restart keeps it, on load and on resume.
+    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+        for method in ("session/load", "session/resume"):
+            reopened = await client.request(method, {"sessionId": session_id, "cwd": str(work), "mcpServers": []})
+            assert reopened["modes"]["currentModeId"] == "auto", method
+
+
+async def test_the_configured_default_policy_is_a_new_sessions_mode(home: Path, work: Path, anyio_backend: str) -> None:
+    (home / "config.toml").write_text('[defaults]\napproval_policy = "read_only"\n')
+    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+        new = await client.request("session/new", {"cwd": str(work), "mcpServers": []})
+    assert new["modes"]["currentModeId"] == "read_only"
