@@ -14,6 +14,7 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    PlanEntry,
     QueuedTurn,
     Rule,
     SandboxMechanism,
@@ -230,6 +231,13 @@ class TurnEnd(BaseEvent, tag="turn_end"):
     error: ErrorInfo | None = None
 
 
+class PlanUpdate(BaseEvent, tag="plan"):
+    """The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared)."""
+
+    explanation: str | None
+    entries: list[PlanEntry]
+
+
 AgentEvent = (
     TurnStart
     | MessageStart
@@ -252,6 +260,7 @@ AgentEvent = (
     | CompactionStart
     | CompactionEnd
     | QueueUpdate
+    | PlanUpdate
     | HookStart
     | HookEnd
     | TurnEnd

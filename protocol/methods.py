@@ -96,6 +96,7 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     prompt_content: PromptContentCapability | None = None
     permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
+    plans: bool = True  # the update_plan tool, plan events, Session.plan (PROTOCOL.md "Plans")
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | PlanUpdate | HookStart | HookEnd | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -557,6 +557,22 @@ export interface PingMethod {
   result: Empty;
 }
 
+/** One step of a plan (PROTOCOL.md "Plans"). */
+export interface PlanEntry {
+  step: string;
+  status: "completed" | "in_progress" | "pending";
+}
+
+/** The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared). */
+export interface PlanUpdate {
+  type: "plan";
+  explanation: string | null;
+  entries: PlanEntry[];
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
 /** What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content"). */
 export interface PromptContentCapability {
   image: boolean;
@@ -700,6 +716,7 @@ export interface ServerCapabilities {
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
+  plans: boolean;
 }
 
 export interface ServerInfo {
@@ -725,6 +742,7 @@ export interface Session {
   budget: Budget | null;
   sandbox: SessionSandbox | null;
   queue: Queue;
+  plan: SessionPlan | null;
 }
 
 /** `session/budget`: its params and result. */
@@ -856,6 +874,13 @@ export interface SessionMessagesResult {
 /** Result of ``session/fork`` and ``session/rename``. */
 export interface SessionOnlyResult {
   session: Session;
+}
+
+/** The latest plan the model kept with ``update_plan`` (``Session.plan``). */
+export interface SessionPlan {
+  explanation: string | null;
+  entries: PlanEntry[];
+  updated_at: string;
 }
 
 /** `session/prompt`: its params and result. */

@@ -24,6 +24,8 @@ Translation, event by event:
 - a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
   extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
   else one short agent message when it ends.
+- a ``plan`` event (``update_plan``) becomes a ``plan`` update; the ``update_plan`` call itself
+  gets no tool-call card.
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
   other event of the turn, so the prompt's answer follows all of its updates.
 - ``session_updated`` sends ``session_info_update`` when the title changed and
@@ -46,6 +48,7 @@ from daemon.acp import types as t
 from daemon.acp.compaction import compaction_ended, compaction_started
 from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_options
 from daemon.acp.files import EditorFiles
+from daemon.acp.plans import PLAN_TOOL, plan_update
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
@@ -342,15 +345,21 @@ class AcpBridge:
             await self._block_end(turn, sid, event)
         elif isinstance(event, ev.ToolCallEnd):
             turn.calls[event.call_id] = _Call(event.name, event.arguments)
+            if event.name == PLAN_TOOL:
+                return  # shown as the plan it sets (``ev.PlanUpdate``), not as a card
             tools = self._manager.tools
             start = toolcalls.tool_call(tools, event.call_id, event.name, event.arguments, turn.cwd, "pending")
             await self.update(sid, start)
+        elif isinstance(event, (ev.ToolExecutionStart, ev.ToolExecutionEnd)) and event.name == PLAN_TOOL:
+            pass  # no card for it: its plan event is what the client sees
         elif isinstance(event, ev.ToolExecutionStart):
             await self._execution_start(turn, sid, event)
         elif isinstance(event, (ev.HookStart, ev.HookEnd)):
             pass  # ACP has no update for hooks: a hook's denial reaches the client as the tool call's failure
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
+        elif isinstance(event, ev.PlanUpdate):
+            await self.update(sid, plan_update(event.explanation, event.entries))
         elif isinstance(event, ev.UsageEvent):
             update = usage_update_of(event.context, event.totals_cost)
             if update is not None:
@@ -457,7 +466,7 @@ class AcpBridge:
         if turn.thinking_changed:  # before the prompt's answer: the session's own thought level again
             await self._refresh(sid)
         for call_id, call in turn.calls.items():
-            if not call.finished:  # announced, then the turn ended (cancelled) before it ran
+            if not call.finished and call.name != PLAN_TOOL:  # announced, then the turn ended before it ran
                 await self.update(
                     sid,
                     t.ToolCallProgress(

@@ -37,6 +37,7 @@ from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_content, title_for
 from daemon.acp.modes import MODE_IDS, mode_state
+from daemon.acp.plans import plan_update
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.conversation import ChatMessage
@@ -337,6 +338,7 @@ class AcpServer:
         images = await self.sessions.store.get_attachments(ids) if ids else {}
         for update in self._replay(live.history, live.compactions, live.row.cwd, images):
             await self.bridge.update(live.row.id, update)
+        await self._send_plan(live.row)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.LoadSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
@@ -360,9 +362,15 @@ class AcpServer:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
+        await self._send_plan(live.row)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
         return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
+
+    async def _send_plan(self, row: SessionRow) -> None:
+        """The session's latest plan, if it has one, after the replayed history."""
+        if row.plan is not None:
+            await self.bridge.update(row.id, plan_update(row.plan.explanation, row.plan.entries))
 
     async def _send_usage(self, row: SessionRow) -> None:
         """Where the reopened session stands: its last context fill and its cost so far."""

@@ -374,6 +374,18 @@ class ToolCallProgress(ToolCallFields, tag_field="sessionUpdate", tag="tool_call
     pass
 
 
+class PlanEntry(_Out):
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdate(_Out, tag_field="sessionUpdate", tag="plan"):
+    """The whole plan each time: the client replaces what it showed."""
+
+    entries: list[PlanEntry]
+
+
 class CurrentModeUpdate(_Out, tag_field="sessionUpdate", tag="current_mode_update"):
     current_mode_id: str
 
@@ -432,6 +444,7 @@ SessionUpdate = (
     | ToolCallProgress
     | ConfigOptionUpdate
     | CurrentModeUpdate
+    | PlanUpdate
     | SessionInfoUpdate
     | UsageUpdate
     | AvailableCommandsUpdate

@@ -411,6 +411,7 @@ class SessionManager:
             budget=source.budget,  # the fork's own spending starts at zero
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
+            plan=source.plan,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)

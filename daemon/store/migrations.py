@@ -263,6 +263,12 @@ def m008_session_sandbox(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN sandbox_network INTEGER")
 
 
+@migration
+def m009_session_plan(db: sqlite3.Connection) -> None:
+    # The latest plan update_plan kept (PROTOCOL "Plans"): JSON {explanation, entries, updated_at}; null before any.
+    db.execute("ALTER TABLE sessions ADD COLUMN plan_json TEXT")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -15,13 +15,13 @@ from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, Sess
 from daemon.store.db import Database, json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
-from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, Usage
+from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, SessionPlan, Usage
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
     "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget, "
     "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens, "
-    "sandbox_mode, sandbox_network"
+    "sandbox_mode, sandbox_network, plan_json"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {
@@ -38,6 +38,7 @@ _UPDATABLE_SESSION_FIELDS = frozenset(
 )
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
 _decode_usage = msgspec.json.Decoder(Usage).decode
+_decode_plan = msgspec.json.Decoder(SessionPlan).decode
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -66,6 +67,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
     # The session's own sandbox settings (session/start {sandbox}); None follows config.toml.
     sandbox_mode: str | None = None
     sandbox_network: bool | None = None
+    plan: SessionPlan | None = None  # the latest update_plan (set by ``set_session_plan``; a fork copies it)
 
     def to_wire(self, status: str = "idle") -> Session:
         return Session(
@@ -84,6 +86,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
             cost=self.cost,
             context=self.context,
             budget=self.budget,
+            plan=self.plan,
         )
 
 
@@ -127,6 +130,7 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         budget=None if row[19] is None and row[20] is None else Budget(max_cost=row[19], max_tokens=row[20]),
         sandbox_mode=row[21],
         sandbox_network=None if row[22] is None else bool(row[22]),
+        plan=None if row[23] is None else _decode_plan(row[23]),
     )
 
 
@@ -145,8 +149,9 @@ class SessionQueries(Database):
                 INSERT INTO sessions (id, title, cwd, model_id, thinking_level, approval_policy,
                                       system_prompt, parent_id, created_at, updated_at,
                                       thinking_display, thinking_fallback, thinking_budget,
-                                      budget_max_cost, budget_max_tokens, sandbox_mode, sandbox_network)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      budget_max_cost, budget_max_tokens, sandbox_mode, sandbox_network,
+                                      plan_json)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -167,6 +172,7 @@ class SessionQueries(Database):
                     row.budget.max_tokens if row.budget else None,
                     row.sandbox_mode,
                     None if row.sandbox_network is None else int(row.sandbox_network),
+                    None if row.plan is None else json_encode(row.plan).decode(),
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:
@@ -230,6 +236,20 @@ class SessionQueries(Database):
             row = db.execute(
                 f"UPDATE sessions SET {assignments} WHERE id = ? RETURNING {_SESSION_COLUMNS}",
                 (*fields.values(), session_id),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            return _session_from_row(row)
+
+        return self._write(body)
+
+    def set_session_plan(self, session_id: str, plan: SessionPlan) -> SessionRow:
+        """Keep ``plan`` as the session's latest (``updated_at`` becomes the plan's)."""
+
+        def body(db: sqlite3.Connection) -> SessionRow:
+            row = db.execute(
+                f"UPDATE sessions SET plan_json = ?, updated_at = ? WHERE id = ? RETURNING {_SESSION_COLUMNS}",
+                (json_encode(plan).decode(), plan.updated_at, session_id),
             ).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)

@@ -326,6 +326,67 @@ async def test_modes_are_the_approval_policies_the_rules_refine_and_are_stored(
 
 async def test_the_configured_default_policy_is_a_new_sessions_mode(home: Path, work: Path, anyio_backend: str) -> None:
     (home / "config.toml").write_text('[defaults]\napproval_policy = "read_only"\n')
-    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+    async with acp_subprocess(home, anyio_backend) as (client, _wire, _):
         new = await client.request("session/new", {"cwd": str(work), "mcpServers": []})
     assert new["modes"]["currentModeId"] == "read_only"
+
+
+# --- plans ----------------------------------------------------------------------------------------
+
+PLAN = [
+    {"step": "Read the notes", "status": "in_progress"},
+    {"step": "Fix the typo", "status": "pending"},
+]
+DONE = [
+    {"step": "Read the notes", "status": "completed"},
+    {"step": "Fix the typo", "status": "completed"},
+]
+
+
+def acp_entries(plan: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"content": e["step"], "priority": "medium", "status": e["status"]} for e in plan]
+
+
+async def test_the_plan_is_shown_live_and_replayed_after_the_history(
+    home: Path, work: Path, anyio_backend: str
+) -> None:
+    (work / "notes.txt").write_text("teh notes\n")
+    (home / "config.toml").write_text('[[permissions.rules]]\ntool = "*"\ndecision = "deny"\n')
+    steps = script(
+        ("update_plan", {"explanation": "Two small steps.", "plan": PLAN}),
+        ("update_plan", {"plan": [{**PLAN[0], "status": "in_progress"}, {**PLAN[1], "status": "in_progress"}]}),
+        ("update_plan", {"plan": DONE}),
+    )
+    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+        session_id = await run_script(client, work, steps)
+        # Even a deny-everything rule leaves update_plan alone; its calls get no card.
+        plans = wire.updates(session_id, "plan")
+        assert plans == [
+            {
+                "sessionUpdate": "plan",
+                "entries": acp_entries(PLAN),
+                "_meta": {"ponder": {"explanation": "Two small steps."}},
+            },
+            {"sessionUpdate": "plan", "entries": acp_entries(DONE)},
+        ]
+        assert wire.updates(session_id, "tool_call") == []
+        assert wire.updates(session_id, "tool_call_update") == []
+        answer = "".join(u["content"]["text"] for u in wire.updates(session_id, "agent_message_chunk"))
+        assert (
+            "I ran 3 tool call(s). The last one returned:\nPlan updated: 2 completed, 0 in progress, 0 pending."
+            in answer
+        )
+
+    async with acp_subprocess(home, anyio_backend) as (client, wire, _):
+        await client.request("session/load", {"sessionId": session_id, "cwd": str(work), "mcpServers": []})
+        kinds = [u["sessionUpdate"] for u in wire.updates(session_id)]
+        # The history (the prompt, the answer), then the latest plan, once.
+        assert kinds.index("plan") > kinds.index("agent_message_chunk")
+        assert wire.updates(session_id, "plan") == [{"sessionUpdate": "plan", "entries": acp_entries(DONE)}]
+        assert wire.updates(session_id, "tool_call") == []
+        before = len(wire.messages)
+        await client.request("session/resume", {"sessionId": session_id, "cwd": str(work), "mcpServers": []})
+        resumed = [m["params"]["update"] for m in wire.messages[before:] if m.get("method") == "session/update"]
+        assert [u for u in resumed if u["sessionUpdate"] == "plan"] == [
+            {"sessionUpdate": "plan", "entries": acp_entries(DONE)}
+        ]
