@@ -560,8 +560,11 @@ export interface PingMethod {
 /** One step of a plan (PROTOCOL.md "Plans"). */
 export interface PlanEntry {
   step: string;
-  status: "completed" | "in_progress" | "pending";
+  status: PlanStatus;
 }
+
+/** A plan step's status (at most one `in_progress`): see PROTOCOL.md, Plans. */
+export type PlanStatus = "completed" | "in_progress" | "pending";
 
 /** The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared). */
 export interface PlanUpdate {
