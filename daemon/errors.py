@@ -34,24 +34,41 @@ class MethodNotFound(PonderError):
 
 
 class InvalidParams(PonderError):
-    """``data`` is ``{errors: [{path, message}]}``, plus ``allowed`` for enumerations."""
+    """``data`` is ``{errors: [{path, message}]}``, plus ``allowed`` for enumerations.
+
+    The handlers (``server/``, ``acp/``) raise it with ``path``, a JSONPath into the request.
+    Below them nothing knows the wire's parameter names: code there names the ``argument`` of
+    its own call that is at fault (``cwd``, ``content[2]``, ``budget.max_cost``), and the
+    handler layer that made the call places it on the wire where it maps errors (``place``).
+    """
 
     code = ErrorCode.INVALID_PARAMS
 
-    def __init__(self, message: str, *, path: str = "$", allowed: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str = "$", argument: str | None = None, allowed: list[str] | None = None
+    ) -> None:
         data: dict[str, Any] = {"errors": [{"path": path, "message": message}]}
         if allowed is not None:
             data["allowed"] = allowed
         super().__init__(message, **data)
+        self.argument = argument  # not placed yet: the path is still "$"
+
+    def place(self, params_path: str) -> None:
+        """Point the error at its argument under ``params_path`` (the JSONPath of the request's
+        parameters); an error raised with a path of its own stays where it is."""
+        if self.argument is not None:
+            self.data["errors"][0]["path"] = f"{params_path}.{self.argument}"
+            self.argument = None
 
 
 class UnsupportedThinkingLevel(InvalidParams):
-    """A level the model does not take, refused under the ``error`` fallback policy; ``allowed`` = its levels."""
+    """A level the model does not take, refused under the ``error`` fallback policy; ``allowed`` = its levels.
+    ``argument``: what asked for that level (``level`` unless the caller knows better)."""
 
-    def __init__(self, model_id: str, level: str, allowed: list[str], *, path: str = "$.params.level") -> None:
+    def __init__(self, model_id: str, level: str, allowed: list[str], *, argument: str = "level") -> None:
         super().__init__(
             f"{model_id} does not take thinking level {level!r}; use one of {', '.join(allowed) or 'off'}.",
-            path=path,
+            argument=argument,
             allowed=allowed,
         )
         self.model_id = model_id

@@ -165,7 +165,7 @@ async def set_config_option(sessions: SessionManager, request: t.SetConfigOption
             # say) must not turn the effective level into the requested one; the level the
             # person asked for stays sticky.
             return row
-        return await sessions.set_thinking(request.session_id, request.value)
+        return await sessions.set_thinking(request.session_id, level)
 
 
 async def _set_display(sessions: SessionManager, row: SessionRow, value: str) -> SessionRow:

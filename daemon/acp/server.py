@@ -123,6 +123,10 @@ def _camel(name: str) -> str:
 def acp_error(exc: PonderError) -> AcpError:
     if isinstance(exc, AcpError):
         return exc
+    if isinstance(exc, InvalidParams):
+        # An argument of a call below, placed as the ponder protocol places it (``content[2]`` of
+        # a prompt stays ``content``, as it always was here, not ACP's ``prompt``).
+        exc.place("$.params")
     exc = as_wire_error(exc)  # the one mapping (a store's own error becomes InvalidParams)
     code = int(exc.code)
     return AcpError(ACP_CODES.get(code, code), exc.message, {_camel(key): value for key, value in exc.data.items()})

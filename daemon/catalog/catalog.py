@@ -332,7 +332,7 @@ class Catalog:
         if len(model_id) > MODEL_ID_MAX_CHARS:
             raise InvalidParams(
                 f"model_id is {len(model_id):,} characters long; a model id has at most {MODEL_ID_MAX_CHARS}.",
-                path="$.params.model_id",
+                argument="model_id",
             )
         specs = self.list_models()
         by_id = {spec.id: spec for spec in specs}

@@ -1,7 +1,7 @@
 """The daemon's messages said for a person at the ``ponder`` command.
 
 The daemon speaks to editors and scripts, so its errors name protocol methods and fields
-(``session/list``, ``approval_policy 'auto'``, ``$.params.budget_tokens``). The command line
+(``session/list``, ``approval_policy 'auto'``, ``budget_tokens`` at its JSONPath). The command line
 says what to type instead: ``ponder sessions``, ``--approval auto``, ``--thinking-budget``.
 Every message the client commands print from the daemon goes through ``for_person``.
 """

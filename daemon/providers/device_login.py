@@ -217,7 +217,7 @@ class DeviceLogins:
                 how = f"configure it instead: {settings.key_hint}"
             raise InvalidParams(
                 f"Provider {provider!r} has no device login; {how}.",
-                path="$.params.provider",
+                argument="provider",
                 allowed=list(DEVICE_LOGIN_PROVIDERS),
             )
         if self._task_group() is None:

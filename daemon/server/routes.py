@@ -12,6 +12,7 @@ from typing import Any
 
 from daemon.server.core import Daemon
 from daemon.server.handlers import LifecycleHandlers, McpAuthHandlers, ModelHandlers, SessionHandlers
+from daemon.server.params import placing_errors
 from daemon.server.rpc_bridge import RpcBridge
 from protocol import methods as m
 
@@ -52,7 +53,7 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
     for method, handler in handlers.items():
         if method not in WITHOUT_PARTS:
             handler = _after_parts(daemon, handler)
-        daemon.connection.register(method, m.METHODS[method][0], handler)
+        daemon.connection.register(method, m.METHODS[method][0], placing_errors(handler))
 
 
 # Answered without the session manager, the catalogue or MCP (see the module docstring).

@@ -37,7 +37,6 @@ from daemon.errors import (
     TurnNotActive,
     UnknownAttachment,
 )
-from daemon.models.levels import parse_display, parse_fallback, parse_level
 from daemon.permissions.book import PermissionBook
 from daemon.providers.registry import ProviderRegistry
 from daemon.sandbox.confinement import Override
@@ -62,7 +61,15 @@ from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.keyed_lock import KeyedLock
 from protocol.methods import Admission, BudgetParams, Delivery, InputBlock, SandboxParams, SessionPromptResult
-from protocol.objects import ApprovalPolicy, Budget, RequestedThinkingLevel, Session, Thinking
+from protocol.objects import (
+    ApprovalPolicy,
+    Budget,
+    RequestedThinkingLevel,
+    Session,
+    Thinking,
+    ThinkingDisplay,
+    ThinkingFallback,
+)
 
 log = logging.getLogger("ponder.sessions")
 
@@ -257,19 +264,20 @@ class SessionManager:
         self,
         *,
         model_id: str | None,
-        thinking_level: str | None,
+        thinking_level: RequestedThinkingLevel | None,
         cwd: str | None,
         title: str | None,
         system_prompt: str | None,
         approval_policy: ApprovalPolicy | None,
-        display: str | None = None,
-        fallback: str | None = None,
+        display: ThinkingDisplay | None = None,
+        fallback: ThinkingFallback | None = None,
         budget: BudgetParams | None = None,
         sandbox: SandboxParams | None = None,
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
         follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
-        None takes config.toml's ``[budget]``, one without limits is none."""
+        None takes config.toml's ``[budget]``, one without limits is none. Refusals name the
+        argument at fault (``InvalidParams.argument``)."""
         await self.discover(model_id)
         spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
         self._check_cost_budget(spec, budget_from(budget))
@@ -278,18 +286,16 @@ class SessionManager:
             id=new_id("ses"),
             cwd=str(_check_cwd(cwd)),
             model_id=spec.id,
-            thinking_level=parse_level(level, path="$.params.thinking_level") if level else "default",
+            thinking_level=level or "default",
             approval_policy=approval_policy or self.config.default_approval_policy,
             title=title,
             system_prompt=system_prompt,
-            thinking_display=parse_display(display, path="$.params.display") if display else None,
-            thinking_fallback=parse_fallback(fallback, path="$.params.fallback") if fallback else None,
+            thinking_display=display,
+            thinking_fallback=fallback,
             budget=self.config.budget if budget is None else budget_from(budget),
         )
         # Fallback "error": refused before anything is stored.
-        self.thinking_request(row).check(
-            self.catalog, spec, "$.params.thinking_level" if level else "$.params.model_id"
-        )
+        self.thinking_request(row).check(self.catalog, spec, "thinking_level" if level else "model_id")
         override = Override() if sandbox is None else Override(mode=sandbox.mode, network=sandbox.network)
         if self.sandbox is not None:
             # [sandbox] required with no sandbox here: -32009, and nothing is created.
@@ -318,7 +324,11 @@ class SessionManager:
             await self.bridge.session_updated(self.wire_session(row))
             return row
 
-    async def set_model(self, session_id: str, model_id: str, level: str | None) -> tuple[SessionRow, ModelSpec]:
+    async def set_model(
+        self, session_id: str, model_id: str, level: RequestedThinkingLevel | None
+    ) -> tuple[SessionRow, ModelSpec]:
+        """Switch the session's model (``model_id`` may end in ``/LEVEL``); refusals name the argument
+        at fault, ``thinking_level`` for the level (``level`` or the suffix) or ``model_id``."""
         async with self.changes(session_id):
             row = await self.row(session_id)
             await self.discover(model_id)
@@ -327,42 +337,40 @@ class SessionManager:
             fields: dict[str, Any] = {"model_id": spec.id}
             if level is not None:
                 # "default" is kept as asked: it follows the defaults on this model and the next.
-                fields["thinking_level"] = parse_level(level, path="$.params.thinking_level")
+                fields["thinking_level"] = level
             # Fallback "error": a level the new model does not take refuses the switch.
-            path = "$.params.thinking_level" if level is not None else "$.params.model_id"
-            self.thinking_request(msgspec.structs.replace(row, **fields)).check(self.catalog, spec, path)
+            argument = "thinking_level" if level is not None else "model_id"
+            self.thinking_request(msgspec.structs.replace(row, **fields)).check(self.catalog, spec, argument)
             row = await self.update(row.id, **fields)
             return row, spec
 
     async def set_thinking(
         self,
         session_id: str,
-        level: str | None = None,
+        level: RequestedThinkingLevel | None = None,
         *,
-        display: str | None = None,
-        fallback: str | None = None,
+        display: ThinkingDisplay | None = None,
+        fallback: ThinkingFallback | None = None,
         budget_tokens: int | msgspec.UnsetType | None = msgspec.UNSET,
     ) -> SessionRow:
-        """Change some of the session's thinking controls (``budget_tokens=None`` clears a custom budget)."""
+        """Change some of the session's thinking controls (``budget_tokens=None`` clears a custom budget);
+        the caller gives at least one. A level the model does not take under fallback ``error`` is
+        refused naming ``level`` (or ``fallback``, when that is what made it an error)."""
         fields: dict[str, Any] = {}
         if level is not None:
-            fields["thinking_level"] = parse_level(level, path="$.params.level")
+            fields["thinking_level"] = level
         if display is not None:
-            fields["thinking_display"] = parse_display(display, path="$.params.display")
+            fields["thinking_display"] = display
         if fallback is not None:
-            fields["thinking_fallback"] = parse_fallback(fallback, path="$.params.fallback")
+            fields["thinking_fallback"] = fallback
         if budget_tokens is not msgspec.UNSET:
             fields["thinking_budget"] = budget_tokens
-        if not fields:
-            raise InvalidParams(
-                "thinking/set needs at least one of level, display, budget_tokens or fallback.", path="$.params"
-            )
         async with self.changes(session_id):
             row = await self.row(session_id)
             # Fallback "error": a level the model does not take is refused and nothing changes.
-            path = "$.params.level" if level is not None else "$.params.fallback"
+            argument = "level" if level is not None else "fallback"
             self.thinking_request(msgspec.structs.replace(row, **fields)).check(
-                self.catalog, self.catalog.get(row.model_id), path
+                self.catalog, self.catalog.get(row.model_id), argument
             )
             return await self.update(row.id, **fields)
 
@@ -389,7 +397,7 @@ class SessionManager:
             f"ponder knows no price for {spec.id}, so a cost budget could not be kept: set price = {{input = ..., "
             f"output = ...}} (USD per million tokens) on its [[providers.{spec.provider}.models]] entry "
             f'(model = "{spec.model}") in config.toml, or give max_tokens instead.',
-            path="$.params.budget.max_cost",
+            argument="budget.max_cost",
         )
 
     async def fork(self, session_id: str, message_id: str | None) -> SessionRow:
@@ -416,9 +424,7 @@ class SessionManager:
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
             if not any(m.message_id == message_id for m in messages):
-                raise InvalidParams(
-                    f"Message {message_id!r} is not in session {session_id!r}.", path="$.params.message_id"
-                )
+                raise InvalidParams(f"Message {message_id!r} is not in session {session_id!r}.", argument="message_id")
         return await self.store.fork_session(source.id, new_row, message_id)
 
     async def delete(self, session_id: str) -> None:
@@ -442,7 +448,7 @@ class SessionManager:
         self,
         session_id: str,
         text: str | None,
-        thinking_level: str | None = None,
+        thinking_level: RequestedThinkingLevel | None = None,
         content: list[InputBlock] | None = None,
         *,
         links_outside_cwd: bool = False,
@@ -457,21 +463,14 @@ class SessionManager:
 
         ``delivery: "steer"`` joins the running prompt turn before its next model call (not
         stored until then), or starts a turn like a prompt when none runs; ``client_message_id``
-        makes a prompt sent twice admitted once (PROTOCOL.md "Steering, the queue and continuing")."""
-        if (text is None) == (content is None):
-            raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
-        if expected_turn_id is not None and delivery != "steer":
-            raise InvalidParams('expected_turn_id goes only with delivery "steer".', path="$.params.expected_turn_id")
-        if delivery == "steer" and thinking_level is not None:
-            raise InvalidParams(
-                "A steer runs with the running turn's thinking; send it without thinking_level.",
-                path="$.params.thinking_level",
-            )
-        turn_level = None if thinking_level is None else parse_level(thinking_level, "$.params.thinking_level")
+        makes a prompt sent twice admitted once (PROTOCOL.md "Steering, the queue and continuing").
+        The caller gives exactly one of ``text`` and ``content``, ``expected_turn_id`` only with a
+        steer, and no ``thinking_level`` with a steer (it runs with the running turn's thinking)."""
+        turn_level = thinking_level  # this turn's own level; None: the session's
         live, spec = await self._live_for_turn(session_id)
         # Fallback "error": a level the model does not take is refused before anything is stored.
-        path = "$.params.thinking_level" if turn_level is not None else "$.params.session_id"
-        self.thinking_request(live.row, turn_level).check(self.catalog, spec, path)
+        argument = "thinking_level" if turn_level is not None else "session_id"
+        self.thinking_request(live.row, turn_level).check(self.catalog, spec, argument)
         if content is None:
             parts = [Part(type="text", text=text or "")]
         else:
@@ -759,9 +758,9 @@ def _check_cwd(cwd: str | None) -> Path:
     try:
         path = Path(cwd).expanduser() if cwd else Path(os.getcwd())
     except RuntimeError:  # ``~name`` for a user without a home directory
-        raise InvalidParams(f"cwd {cwd!r} names a user with no home directory.", path="$.params.cwd") from None
+        raise InvalidParams(f"cwd {cwd!r} names a user with no home directory.", argument="cwd") from None
     if not path.is_absolute():
-        raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", path="$.params.cwd")
+        raise InvalidParams(f"cwd must be an absolute path, got {cwd!r}.", argument="cwd")
     shown = repr(str(path)) if len(str(path)) <= 200 else repr(str(path)[:200]) + "..."  # a 5,000-character path
     try:
         # is_dir() turns only some errors into False: a name too long, for one, still raises.
@@ -769,5 +768,5 @@ def _check_cwd(cwd: str | None) -> Path:
             return path.resolve()
     except (OSError, ValueError, RuntimeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", path="$.params.cwd") from None
-    raise InvalidParams(f"cwd {shown} is not an existing directory.", path="$.params.cwd")
+        raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", argument="cwd") from None
+    raise InvalidParams(f"cwd {shown} is not an existing directory.", argument="cwd")

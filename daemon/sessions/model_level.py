@@ -34,21 +34,21 @@ def split_model_level(model_id: str, is_model: Callable[[str], bool]) -> tuple[s
 
 
 def merge_levels(
-    model_id: str, suffix: RequestedThinkingLevel | None, given: str | None, path: str = "$.params.thinking_level"
-) -> str | None:
+    model_id: str, suffix: RequestedThinkingLevel | None, given: RequestedThinkingLevel | None
+) -> RequestedThinkingLevel | None:
     """The level asked for by a ``/LEVEL`` suffix and a ``thinking_level`` together.
 
-    Either alone stands; both must name the same level (aliases folded), else
-    ``InvalidParams``: the client said two different things.
+    Either alone stands; both must name the same level, else ``InvalidParams`` at argument
+    ``thinking_level``: the client said two different things.
     """
     if suffix is None:
         return given
     if given is None:
         return suffix
-    if parse_level(given, path=path) != suffix:
+    if given != suffix:
         raise InvalidParams(
             f"model_id {model_id!r} asks for thinking level {suffix!r} but thinking_level is {given!r}; "
             "give the level once, or the same level in both.",
-            path=path,
+            argument="thinking_level",
         )
     return suffix

@@ -69,20 +69,20 @@ async def admit_content(blocks: Sequence[InputBlock], rules: ContentRules) -> li
 def _check_shape(blocks: Sequence[InputBlock], rules: ContentRules) -> None:
     """The refusals that need no reading: malformed blocks, too many images, a model without vision."""
     if not blocks:
-        raise InvalidParams("content is empty; send at least one block.", path="$.params.content")
+        raise InvalidParams("content is empty; send at least one block.", argument="content")
     images = 0
     for index, block in enumerate(blocks):
-        path = f"$.params.content[{index}]"
+        argument = f"content[{index}]"
         if isinstance(block, ImageInput):
             if (block.data is None) == (block.path is None):
-                raise InvalidParams(f"Block {index} (image) needs exactly one of data and path.", path=path)
+                raise InvalidParams(f"Block {index} (image) needs exactly one of data and path.", argument=argument)
             images += 1
             if not rules.takes_images:
                 raise _no_vision(index, rules)
             if images > MAX_IMAGES_PER_PROMPT:
                 raise _too_many(index)
         elif isinstance(block, ResourceInput) and (block.text is None) == (block.blob is None):
-            raise InvalidParams(f"Block {index} (resource) needs exactly one of text and blob.", path=path)
+            raise InvalidParams(f"Block {index} (resource) needs exactly one of text and blob.", argument=argument)
 
 
 def _admit_all(blocks: list[InputBlock], rules: ContentRules) -> list[Part]:

@@ -44,13 +44,13 @@ class ThinkingRequest(msgspec.Struct, frozen=True):
             learned=learned,
         )
 
-    def check(self, catalog: Catalog, spec: ModelSpec, path: str) -> None:
+    def check(self, catalog: Catalog, spec: ModelSpec, argument: str) -> None:
         """Refuse, before anything changes, what fallback ``error`` would refuse for ``spec``;
-        the error points at ``path`` (the param that asked for it)."""
+        the error names ``argument`` (the caller's argument that asked for it)."""
         try:
             self.decide(catalog, spec)
         except UnsupportedThinkingLevel as exc:
-            raise UnsupportedThinkingLevel(exc.model_id, exc.level, exc.allowed, path=path) from None
+            raise UnsupportedThinkingLevel(exc.model_id, exc.level, exc.allowed, argument=argument) from None
 
 
 def session_request(

@@ -55,6 +55,7 @@ PONDER_START_PATH = frozenset(
         "daemon.server.handlers.models",
         "daemon.server.handlers.sessions",
         "daemon.server.lifecycle",
+        "daemon.server.params",  # every method's refusals are placed under $.params by it (routes)
         "daemon.server.routes",
         "daemon.server.rpc_bridge",
         # #30: initialize reports whether run_command's OS sandbox works, so it is probed at start

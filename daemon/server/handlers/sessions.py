@@ -8,6 +8,7 @@ import msgspec
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
 from daemon.server.core import Daemon
+from daemon.server.params import optional
 from protocol import methods as m
 
 if TYPE_CHECKING:
@@ -45,15 +46,18 @@ class SessionHandlers:
         return self.daemon.sessions  # built by the time a handler runs (routes: ``load_parts``)
 
     async def session_start(self, params: m.SessionStartParams) -> m.SessionResult:
+        from daemon.models.levels import parse_display, parse_fallback, parse_level  # with the sessions: later
+
         live = await self.sessions.start(
             model_id=params.model_id,
-            thinking_level=params.thinking_level,
+            # An empty level, display or fallback counts as left out here (as it always has).
+            thinking_level=optional(parse_level, params.thinking_level or None, "$.params.thinking_level"),
             cwd=params.cwd,
             title=params.title,
             system_prompt=params.system_prompt,
             approval_policy=params.approval_policy,
-            display=params.display,
-            fallback=params.fallback,
+            display=optional(parse_display, params.display or None, "$.params.display"),
+            fallback=optional(parse_fallback, params.fallback or None, "$.params.fallback"),
             budget=params.budget,
             sandbox=params.sandbox,
         )
@@ -107,10 +111,21 @@ class SessionHandlers:
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
     async def session_prompt(self, params: m.SessionPromptParams) -> m.SessionPromptResult:
+        from daemon.models.levels import parse_level  # with the session manager: off the start path
+
+        if (params.text is None) == (params.content is None):
+            raise InvalidParams("session/prompt needs exactly one of text and content.", path="$.params")
+        if params.expected_turn_id is not None and params.delivery != "steer":
+            raise InvalidParams('expected_turn_id goes only with delivery "steer".', path="$.params.expected_turn_id")
+        if params.delivery == "steer" and params.thinking_level is not None:
+            raise InvalidParams(
+                "A steer runs with the running turn's thinking; send it without thinking_level.",
+                path="$.params.thinking_level",
+            )
         return await self.sessions.prompt(
             params.session_id,
             params.text,
-            params.thinking_level,
+            optional(parse_level, params.thinking_level, "$.params.thinking_level"),
             params.content,
             delivery=params.delivery,
             expected_turn_id=params.expected_turn_id,
