@@ -185,6 +185,26 @@ class ShuttingDown(PonderError):
         super().__init__("The daemon is shutting down.")
 
 
+class Forbidden(PonderError):
+    """An observer connection called a method that changes something (``-32008``)."""
+
+    code = ErrorCode.FORBIDDEN
+
+    def __init__(self, method: str) -> None:
+        super().__init__(
+            f"{method} is not allowed on an observer connection; initialize with role controller to call it.",
+            reason="observer",
+        )
+
+
+class ListenRefused(PonderError):
+    """``ponder serve --listen`` cannot listen as asked (a socket path a daemon answers on, a
+    WebSocket address off loopback without ``--allow-remote``...): a usage error, exit 2, nothing
+    listens. Never on the wire."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+
 class SandboxUnavailable(PonderError):
     """``[sandbox] required = true`` and no sandbox works here: no session is created (-32009)."""
 

@@ -16,9 +16,13 @@ class ErrorCode(enum.IntEnum):
     SHUTTING_DOWN = -32005
     # A prompt block the daemon or the session's model cannot take (PROTOCOL.md "Prompt content").
     CONTENT_NOT_SUPPORTED = -32006
-    # The same number, only in turn_end.error (stop_reason "budget"): it never answers a request.
-    BUDGET_EXCEEDED = -32006
     # A steer naming a turn that is not running, or a turn that cannot be steered.
     TURN_NOT_ACTIVE = -32007
+    # An observer called a method not on its list (PROTOCOL.md "Transports and several clients").
+    FORBIDDEN = -32008
     SANDBOX_UNAVAILABLE = -32009
+    # Only in turn_end.error of a turn that ended ``stop_reason: "budget"``: it never answers a request.
+    # A number of its own (not content_not_supported's -32006, nor -32010, which NEXT.md keeps for
+    # checkpoint_conflict), so a client that reads the code alone cannot mistake a spent budget.
+    BUDGET_EXCEEDED = -32011
     REQUEST_CANCELLED = -32800

@@ -225,6 +225,22 @@ class HookEnd(BaseEvent, tag="hook_end"):
     output: str  # what the hook printed (its reason), cut short and with credentials masked
 
 
+class ResolvedBy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The connection whose answer decided a permission request (PROTOCOL.md "Transports")."""
+
+    connection_id: str
+    client_name: str | None
+
+
+class PermissionResolved(BaseEvent, tag="permission_resolved"):
+    """A ``permission/request`` was decided: by a client's answer, or by the daemon (``resolved_by``
+    null: a timeout, a cancelled turn, nobody to ask). Every subscriber gets it."""
+
+    call_id: str
+    decision: str
+    resolved_by: ResolvedBy | None
+
+
 class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
@@ -263,6 +279,7 @@ AgentEvent = (
     | PlanUpdate
     | HookStart
     | HookEnd
+    | PermissionResolved
     | TurnEnd
 )
 

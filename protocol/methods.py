@@ -38,8 +38,14 @@ class ClientInfo(msgspec.Struct, kw_only=True):
     version: str | None = None
 
 
+ClientRole = Literal["controller", "observer"]
+TransportKind = Literal["stdio", "unix", "websocket"]
+
+
 class ClientCapabilities(msgspec.Struct, kw_only=True):
     permission_requests: bool = False
+    # An observer may only read (PROTOCOL.md "Transports and several clients"); others get -32008.
+    role: ClientRole | None = None  # None: controller
 
 
 class InitializeParams(msgspec.Struct, kw_only=True):
@@ -83,6 +89,17 @@ class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_field
     max_image_bytes: int
 
 
+class TransportCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``capabilities.transport``: how this connection reached the daemon, and what several
+    clients share (PROTOCOL.md "Transports and several clients")."""
+
+    kind: TransportKind
+    connection_id: str
+    subscribe: bool = True  # session/subscribe, session/unsubscribe, the event ring
+    ring_events: int  # how many recent events per session a subscribe can replay
+    roles: list[str] = msgspec.field(default_factory=lambda: ["controller", "observer"])
+
+
 class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     thinking_levels: list[str]
     approval_policies: list[str]
@@ -96,6 +113,7 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     prompt_content: PromptContentCapability | None = None
     permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
+    transport: TransportCapability | None = None
     plans: bool = True  # the update_plan tool, plan events, Session.plan (PROTOCOL.md "Plans")
 
 
@@ -201,8 +219,32 @@ class SessionIdParams(msgspec.Struct, kw_only=True):
 class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session: Session
     thinking: Thinking
-    messages: list[Message]
+    messages: list[Message]  # the last one may be an assistant message still being written (``streaming``)
     items: list[HistoryItem]  # messages and compaction records in seq order
+    last_seq: int = 0  # the session's latest event seq: subscribe with it as ``after_seq`` to go on live
+
+
+class SessionSubscribeParams(msgspec.Struct, kw_only=True):
+    session_id: str
+    after_seq: Int64 | None = None
+
+
+Replay = Literal["events", "snapshot_required", "none"]
+
+
+class SessionSubscribeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
+    order, then live ones (PROTOCOL.md "Transports and several clients")."""
+
+    session: Session
+    thinking: Thinking
+    last_seq: int
+    replay: Replay
+    pending_requests: list["PermissionRequestParams"]
+
+
+class SessionUnsubscribeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    subscribed: bool
 
 
 class SessionCompactParams(msgspec.Struct, kw_only=True):
@@ -471,6 +513,8 @@ METHODS: dict[str, tuple[type, type | None]] = {
     "thinking/set": (ThinkingSetParams, ThinkingSetResult),
     "session/start": (SessionStartParams, SessionResult),
     "session/resume": (SessionIdParams, SessionResumeResult),
+    "session/subscribe": (SessionSubscribeParams, SessionSubscribeResult),
+    "session/unsubscribe": (SessionIdParams, SessionUnsubscribeResult),
     "session/list": (SessionListParams, SessionListResult),
     "session/get": (SessionIdParams, SessionResult),
     "session/messages": (SessionMessagesParams, SessionMessagesResult),

@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | PlanUpdate | HookStart | HookEnd | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | PlanUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -109,12 +109,16 @@ export interface CancelRequestParams {
 
 export interface ClientCapabilities {
   permission_requests?: boolean;
+  role?: ClientRole | null;
 }
 
 export interface ClientInfo {
   name: string;
   version?: string | null;
 }
+
+/** What a connection may do: `controller` (everything) or `observer` (read and follow). */
+export type ClientRole = "controller" | "observer";
 
 export interface CompactionEnd {
   type: "compaction_end";
@@ -276,7 +280,7 @@ export interface InitializeResult {
 
 /** `code` says what went wrong (PROTOCOL.md, Errors, also says what `data` holds); `message` is one sentence a person can act on. */
 export interface JsonRpcError {
-  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32009 sandbox_unavailable, -32800 request_cancelled */
+  /** -32700 parse_error, -32600 invalid_request, -32601 method_not_found, -32602 invalid_params, -32603 internal_error, -32001 session_not_found, -32002 model_not_found, -32003 provider_not_configured, -32004 session_busy, -32005 shutting_down, -32006 content_not_supported, -32007 turn_not_active, -32008 forbidden, -32009 sandbox_unavailable, -32011 budget_exceeded, -32800 request_cancelled */
   code: number;
   message: string;
   data: { [key: string]: unknown };
@@ -415,6 +419,8 @@ export interface Methods {
   "thinking/set": ThinkingSetMethod;
   "session/start": SessionStartMethod;
   "session/resume": SessionResumeMethod;
+  "session/subscribe": SessionSubscribeMethod;
+  "session/unsubscribe": SessionUnsubscribeMethod;
   "session/list": SessionListMethod;
   "session/get": SessionGetMethod;
   "session/messages": SessionMessagesMethod;
@@ -531,6 +537,18 @@ export interface PermissionRequestResult {
   rule?: { [key: string]: unknown } | null;
 }
 
+/** A ``permission/request`` was decided: by a client's answer, or by the daemon (``resolved_by``
+    null: a timeout, a cancelled turn, nobody to ask). Every subscriber gets it. */
+export interface PermissionResolved {
+  type: "permission_resolved";
+  call_id: string;
+  decision: string;
+  resolved_by: ResolvedBy | null;
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
 /** Which step decided a tool call: see PROTOCOL.md, Permissions. */
 export type PermissionSource = "hook" | "policy" | "rule" | "sandbox" | "user";
 
@@ -618,11 +636,20 @@ export interface QueuedTurn {
   kind: "compaction" | "prompt";
 }
 
+/** What follows a `session/subscribe` answer: the missed `events`, none, or `snapshot_required`. */
+export type Replay = "events" | "none" | "snapshot_required";
+
 /** Who a message streamed during a turn is from: the model, the tools (their results), or the user (a steer). */
 export type ReplyRole = "assistant" | "tool" | "user";
 
 /** A level as asked for: one of ThinkingLevel, or `default` (follows the configured defaults). */
 export type RequestedThinkingLevel = "default" | "high" | "low" | "max" | "medium" | "minimal" | "off" | "xhigh";
+
+/** The connection whose answer decided a permission request (PROTOCOL.md "Transports"). */
+export interface ResolvedBy {
+  connection_id: string;
+  client_name: string | null;
+}
 
 /** A file's text as it was when the prompt was admitted (embedded, or read from a link);
     ``truncated`` when it was cut at 256 KiB. */
@@ -719,6 +746,7 @@ export interface ServerCapabilities {
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
+  transport: TransportCapability | null;
   plans: boolean;
 }
 
@@ -956,6 +984,7 @@ export interface SessionResumeResult {
   thinking: Thinking;
   messages: Message[];
   items: (MessageItem | CompactionItem)[];
+  last_seq: number;
 }
 
 /** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
@@ -995,6 +1024,39 @@ export interface SessionStartParams {
 
 /** `running` while a turn runs in the session, else `idle`. */
 export type SessionStatus = "idle" | "running";
+
+/** `session/subscribe`: its params and result. */
+export interface SessionSubscribeMethod {
+  method: "session/subscribe";
+  params: SessionSubscribeParams;
+  result: SessionSubscribeResult;
+}
+
+export interface SessionSubscribeParams {
+  session_id: string;
+  after_seq?: number | null;
+}
+
+/** The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
+    order, then live ones (PROTOCOL.md "Transports and several clients"). */
+export interface SessionSubscribeResult {
+  session: Session;
+  thinking: Thinking;
+  last_seq: number;
+  replay: Replay;
+  pending_requests: PermissionRequestParams[];
+}
+
+/** `session/unsubscribe`: its params and result. */
+export interface SessionUnsubscribeMethod {
+  method: "session/unsubscribe";
+  params: SessionIdParams;
+  result: SessionUnsubscribeResult;
+}
+
+export interface SessionUnsubscribeResult {
+  subscribed: boolean;
+}
 
 export interface SessionUpdated {
   session: Session;
@@ -1235,6 +1297,19 @@ export interface ToolSandbox {
   mechanism: "bubblewrap" | "landlock" | "sandbox-exec" | null;
   denied: boolean;
 }
+
+/** ``capabilities.transport``: how this connection reached the daemon, and what several
+    clients share (PROTOCOL.md "Transports and several clients"). */
+export interface TransportCapability {
+  kind: TransportKind;
+  connection_id: string;
+  subscribe: boolean;
+  ring_events: number;
+  roles: string[];
+}
+
+/** How a connection reached the daemon. */
+export type TransportKind = "stdio" | "unix" | "websocket";
 
 export interface TurnEnd {
   type: "turn_end";

@@ -44,11 +44,14 @@ from protocol.methods import (
     METHODS,
     Admission,
     CancelRequestParams,
+    ClientRole,
     ContinueAction,
     CredentialSource,
     Delivery,
     McpServerStatus,
     PermissionDecision,
+    Replay,
+    TransportKind,
 )
 from protocol.objects import (
     ApprovalPolicy,
@@ -106,6 +109,9 @@ NAMED: dict[str, tuple[Any, str]] = {
     "PatternWord": (PatternWord, "A word of a run_command pattern: a word, or a list of alternative words."),
     "PermissionSource": (PermissionSource, "Which step decided a tool call: see PROTOCOL.md, Permissions."),
     "HookEventName": (HookEventName, "When a hook runs."),
+    "ClientRole": (ClientRole, "What a connection may do: `controller` (everything) or `observer` (read and follow)."),
+    "TransportKind": (TransportKind, "How a connection reached the daemon."),
+    "Replay": (Replay, "What follows a `session/subscribe` answer: the missed `events`, none, or `snapshot_required`."),
     "HookStatus": (HookStatus, "How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke."),
 }
 

@@ -52,6 +52,7 @@ from daemon.acp.plans import PLAN_TOOL, plan_update
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
+from daemon.sessions.bridge import PermissionAnswer
 from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
 from daemon.tools.base import ToolError
@@ -481,7 +482,7 @@ class AcpBridge:
 
     # --- approval -------------------------------------------------------------------------
 
-    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer:
         turn = self._turns.get(params.turn_id)
         cwd = turn.cwd if turn is not None else (await self._manager.row(params.session_id)).cwd
         request = t.RequestPermissionRequest(
@@ -503,8 +504,9 @@ class AcpBridge:
         answer = await self.connection.request("session/request_permission", request, t.RequestPermissionResponse)
         choice = answer.outcome.option_id
         if answer.outcome.outcome != "selected" or choice not in params.options:
-            return PermissionRequestResult(decision="deny")  # cancelled: the client withdrew the question
-        return PermissionRequestResult(decision=choice)
+            # cancelled: the client withdrew the question
+            return PermissionAnswer(PermissionRequestResult(decision="deny"), None)
+        return PermissionAnswer(PermissionRequestResult(decision=choice), None)
 
 
 def usage_update_of(context: ContextFill | None, cost: Cost | None) -> t.UsageUpdate | None:

@@ -15,6 +15,10 @@ that a ``session/prompt`` with ``_meta: {"ponder": {"delivery": "steer", "expect
 joins the running turn before its next model call and is answered when that turn ends; a plain
 prompt while a turn runs keeps ACP's queue semantics (it waits for its own turn). ``/continue``
 goes on with a turn that was cut off.
+
+Budgets (``daemon.acp.budget``): ``_ponder/session/budget`` and the ``/budget`` command see and change
+a session's budget; a turn a spent budget stopped answers ``max_turn_requests`` (PROTOCOL.md "ACP
+mode") with the sentence that says which budget and how to raise it, as a message and in ``_meta``.
 """
 
 import logging
@@ -27,12 +31,13 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
-from msgspec import to_builtins
+from msgspec import UnsetType, to_builtins
 
 from daemon import __version__
 from daemon.acp import types as t
 from daemon.acp.auth import CREDENTIALS_METHOD, auth_methods, reload_credentials
 from daemon.acp.bridge import AcpBridge, PromptWaiter, usage_update_of
+from daemon.acp.budget import BudgetCommand, budget_command, budget_sentence, merged
 from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_content, title_for
@@ -40,16 +45,18 @@ from daemon.acp.modes import MODE_IDS, mode_state
 from daemon.acp.plans import plan_update
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
+from daemon.context.budget import tokens_spent
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.jsonrpc.connection import Connection, ReplyThen, as_wire_error
+from daemon.jsonrpc.connection import AnswerThen, Connection, as_wire_error
 from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
+from daemon.sessions.accounts import budget_from
 from daemon.store import SessionRow
 from protocol import methods as m
 from protocol.errors import ErrorCode
-from protocol.methods import InputBlock, TextInput
+from protocol.methods import BudgetParams, InputBlock, TextInput
 from protocol.objects import Compaction, ErrorInfo
 
 log = logging.getLogger("ponder.acp")
@@ -68,7 +75,13 @@ STOP_REASONS = {
     "refusal": "refusal",
     "cancelled": "cancelled",
 }
-EXTENSION_METHODS = ["_ponder/models/list", "_ponder/auth/status", "_ponder/session/rename", "_ponder/session/fork"]
+EXTENSION_METHODS = [
+    "_ponder/models/list",
+    "_ponder/auth/status",
+    "_ponder/session/rename",
+    "_ponder/session/fork",
+    "_ponder/session/budget",
+]
 LIST_PAGE = 50
 # ACP slash commands (sent as prompt text, e.g. "/compact keep the test names").
 COMMANDS = [
@@ -80,6 +93,11 @@ COMMANDS = [
     t.AvailableCommand(
         name="continue",
         description="Go on with the last turn where it was cut off (a cancel, an error, the output limit, a crash).",
+    ),
+    t.AvailableCommand(
+        name="budget",
+        description="See or change the session's budget (raise a spent one to go on): $5, 200k tokens, or off.",
+        input=t.UnstructuredCommandInput(hint="optional: $5, 200k tokens, both, or off"),
     ),
 ]
 _COMPACT = re.compile(r"^\s*/compact(?:\s+(.*))?\s*$", re.DOTALL)
@@ -170,10 +188,21 @@ def prompt_answer(waiter: PromptWaiter) -> t.PromptResponse:
     assert outcome is not None
     if waiter.cancel_requested or outcome.stop_reason == "cancelled":
         return t.PromptResponse(stop_reason="cancelled")
-    # ACP has no stop reason for a spent budget: an error, so the client shows which budget and how much.
-    if outcome.stop_reason in ("error", "budget"):
+    if outcome.stop_reason == "error":
         raise turn_failure(outcome.error, outcome.model_id)
+    if outcome.stop_reason == "budget":
+        # PROTOCOL "ACP mode": max_turn_requests; which budget and how much was spent go in _meta (and
+        # as a message, sent by the prompt's handler), with the code a budget stop has on ponder's wire.
+        info = outcome.error
+        spent = {"stopReason": "budget", "message": acp_wording(info.message) if info else None}
+        meta = {"ponder": {**spent, "code": info.code if info else int(ErrorCode.BUDGET_EXCEEDED)}}
+        return t.PromptResponse(stop_reason="max_turn_requests", meta=meta)
     return t.PromptResponse(stop_reason=STOP_REASONS.get(outcome.stop_reason, "end_turn"))  # type: ignore[arg-type]
+
+
+def acp_wording(sentence: str) -> str:
+    """A daemon sentence as an editor's user acts on it: the ``/budget`` command, not ponder's method."""
+    return sentence.replace("with session/budget", "with /budget")
 
 
 class AcpServer:
@@ -203,9 +232,10 @@ class AcpServer:
             "_ponder/auth/status": (m.Empty, self.auth_status),
             "_ponder/session/rename": (t.RenameRequest, self.session_rename),
             "_ponder/session/fork": (t.ForkRequest, self.session_fork),
+            "_ponder/session/budget": (t.BudgetRequest, self.session_budget),
         }
         for method, (params_type, handler) in methods.items():
-            self.daemon.connection.register(method, params_type, _acp_errors(handler))
+            self.bridge.connection.register(method, params_type, _acp_errors(handler))
 
     # --- initialize and authenticate ----------------------------------------------------
 
@@ -313,7 +343,7 @@ class AcpServer:
         if not same:
             log.info("session %s keeps its directory %s (the client asked for %r)", row.id, row.cwd, requested)
 
-    async def session_new(self, params: t.NewSessionRequest) -> ReplyThen:
+    async def session_new(self, params: t.NewSessionRequest) -> AnswerThen:
         live = await self.sessions.start(
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
@@ -327,7 +357,7 @@ class AcpServer:
             self.bridge.release_updates(session_id)
             raise
         answer = t.NewSessionResponse(session_id=session_id, config_options=options, modes=mode_state(live.row))
-        return ReplyThen(answer, partial(self._announced, session_id))
+        return AnswerThen(answer, partial(self._announced, session_id))
 
     async def _announced(self, session_id: str) -> None:
         """The ``session/new`` answer is out: the session's held updates may follow, then its commands."""
@@ -417,7 +447,7 @@ class AcpServer:
             row = await set_config_option(self.sessions, params)
         return t.SetConfigOptionResponse(config_options=self._open(row))
 
-    async def session_set_mode(self, params: t.SetSessionModeRequest) -> ReplyThen:
+    async def session_set_mode(self, params: t.SetSessionModeRequest) -> AnswerThen:
         """The session's approval policy becomes the mode (stored); ``current_mode_update`` follows the answer."""
         if params.mode_id not in MODE_IDS:
             raise InvalidParams(
@@ -428,7 +458,7 @@ class AcpServer:
         await self.sessions.row(params.session_id)  # an unknown session is an error, not a new row
         with self.bridge.quiet(params.session_id):
             row = await self.sessions.update(params.session_id, approval_policy=params.mode_id)
-        return ReplyThen(t.Empty(), partial(self.bridge.show_mode, row.id, row.approval_policy))
+        return AnswerThen(t.Empty(), partial(self.bridge.show_mode, row.id, row.approval_policy))
 
     # --- prompt turns ---------------------------------------------------------------------
 
@@ -441,7 +471,10 @@ class AcpServer:
         text_only = all(isinstance(b, TextInput) for b in content)
         instructions = compact_command(text) if text_only else None
         steer = _steer_meta(params.meta)
+        budget = budget_command(text) if text_only else None
         try:
+            if budget is not None:
+                return await self._budget_command(session_id, budget)
             if text_only and _CONTINUE.match(text):
                 turn_id = await self.sessions.continue_turn(session_id)
                 if turn_id is None:
@@ -458,6 +491,11 @@ class AcpServer:
             if instructions is None and steer is None:
                 await self._title_if_untitled(session_id, params.prompt)
             await waiter.done.wait()
+            outcome = waiter.outcome
+            if outcome is not None and outcome.stop_reason == "budget" and outcome.error is not None:
+                # The editor shows max_turn_requests: the message says which budget, and how to raise it.
+                message = t.AgentMessageChunk(content=t.TextContent(text=acp_wording(outcome.error.message)))
+                await self.bridge.update(session_id, message)
         except anyio.get_cancelled_exc_class():
             # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn.
             if waiter.turn_id is not None:
@@ -530,6 +568,32 @@ class AcpServer:
     async def session_fork(self, params: t.ForkRequest) -> t.ForkResponse:
         row = await self.sessions.fork(params.session_id, params.message_id)
         return t.ForkResponse(session_id=row.id)
+
+    async def session_budget(self, params: t.BudgetRequest) -> t.BudgetResponse:
+        """``_ponder/session/budget``: ponder's ``session/budget`` (left without ``budget``: only read)."""
+        if isinstance(params.budget, UnsetType):
+            row = await self.sessions.row(params.session_id)
+        else:
+            limits = params.budget
+            given = None if limits is None else BudgetParams(max_cost=limits.max_cost, max_tokens=limits.max_tokens)
+            row = await self.sessions.set_budget(params.session_id, budget_from(given))
+        budget = row.budget_in_force(self.config.budget)
+        return t.BudgetResponse(
+            budget=None if budget is None else t.BudgetShown(max_cost=budget.max_cost, max_tokens=budget.max_tokens),
+            own=row.budget_own,
+            tokens_used=tokens_spent(row.totals),
+            cost_used=row.cost.amount if row.cost else None,
+        )
+
+    async def _budget_command(self, session_id: str, command: BudgetCommand) -> t.PromptResponse:
+        """``/budget [...]``: shows, sets or clears the budget at once (no turn, nothing stored in the
+        history), answering with one message; ``end_turn``."""
+        row = await self.sessions.row(session_id)
+        if not command.show:
+            row = await self.sessions.set_budget(session_id, merged(command, row.budget_in_force(self.config.budget)))
+        sentence = budget_sentence(row, row.budget_in_force(self.config.budget))
+        await self.bridge.update(session_id, t.AgentMessageChunk(content=t.TextContent(text=sentence)))
+        return t.PromptResponse(stop_reason="end_turn", meta={"ponder": {"action": "budget"}})
 
 
 class _NoticeEnd:

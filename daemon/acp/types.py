@@ -7,7 +7,7 @@ rather than sending ``null`` where the schema does not allow it. Only the parts 
 that ponder speaks are modelled; the vendored schema is the reference.
 """
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -520,6 +520,35 @@ class ForkRequest(_In):
 
 class ForkResponse(_Out):
     session_id: str
+
+
+class BudgetLimits(_In):
+    """``_ponder/session/budget``'s budget (ponder's ``BudgetParams`` in camelCase); an omitted limit is none."""
+
+    max_cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # USD
+    max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
+class BudgetRequest(_In):
+    """``_ponder/session/budget``: ``budget`` replaces the session's (null: none); left out, it is only read."""
+
+    session_id: str
+    budget: BudgetLimits | UnsetType | None = UNSET
+
+
+class BudgetShown(_Out):
+    max_cost: float | None = None
+    max_tokens: int | None = None
+
+
+class BudgetResponse(_Out):
+    """The budget in force (null: none), whether it is the session's own (else config.toml's
+    ``[budget]``), and what the session has spent: tokens, and USD where its model has a price."""
+
+    budget: BudgetShown | None
+    own: bool
+    tokens_used: int
+    cost_used: float | None
 
 
 class ModelsListRequest(_In):

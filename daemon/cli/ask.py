@@ -161,6 +161,7 @@ async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str
         if args.thinking:
             await client.request("thinking/set", {"session_id": session_id, "level": args.thinking})
         await _set_budget(client, session_id, args)
+        await _set_spending(client, session_id, args)
         await client.request("session/get", {"session_id": session_id})
         return session_id
     params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd()), "title": title_of(prompt)}
@@ -170,6 +171,8 @@ async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str
         params["thinking_level"] = args.thinking
     if args.approval:
         params["approval_policy"] = args.approval
+    if args.max_cost is not None or args.max_tokens is not None:
+        params["budget"] = {"max_cost": args.max_cost, "max_tokens": args.max_tokens}
     started = await client.request("session/start", params)
     model_id = started["session"]["model_id"]
     if not args.model and model_id.split("/", 1)[0] in OFFLINE_PROVIDERS:
@@ -184,6 +187,19 @@ async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str
 async def _set_budget(client: RpcClient, session_id: str, args: argparse.Namespace) -> None:
     if args.thinking_budget is not None:
         await client.request("thinking/set", {"session_id": session_id, "budget_tokens": args.thinking_budget})
+
+
+async def _set_spending(client: RpcClient, session_id: str, args: argparse.Namespace) -> None:
+    """``--max-cost``/``--max-tokens`` on a continued session: its budget changes (a spent one is raised
+    so the prompt can go on); a limit not given stays as it is in force (its own, or config.toml's)."""
+    if args.max_cost is None and args.max_tokens is None:
+        return
+    current = (await client.request("session/get", {"session_id": session_id}))["session"]["budget"] or {}
+    budget = {
+        "max_cost": args.max_cost if args.max_cost is not None else current.get("max_cost"),
+        "max_tokens": args.max_tokens if args.max_tokens is not None else current.get("max_tokens"),
+    }
+    await client.request("session/budget", {"session_id": session_id, "budget": budget})
 
 
 def thinking_lines(thinking: dict[str, Any]) -> list[str]:

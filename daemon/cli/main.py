@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it; argpa
     import argparse
 
     from daemon.config.settings import Config
+    from daemon.sandbox.probe import ProbeRun
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -35,6 +36,20 @@ def _tokens(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
     if not 0 <= value <= MAX_TOKENS:
         raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_TOKENS:,} tokens")
+    return value
+
+
+def _usd(text: str) -> float:
+    """An amount in USD given on the command line (``--max-cost``): a finite number of at least 0."""
+    import argparse
+    import math
+
+    try:
+        value = float(text.replace(",", "").removeprefix("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an amount in USD of at least 0")
     return value
 
 
@@ -71,6 +86,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
     )
+    serve.add_argument(
+        "--listen",
+        metavar="ENDPOINT",
+        help="serve many clients instead of stdio: unix[:PATH] (default <home>/serve.sock) or ws://127.0.0.1:PORT",
+    )
+    serve.add_argument(
+        "--allow-remote", action="store_true", help="let a WebSocket listen off loopback (needs wss:// and TLS)"
+    )
+    serve.add_argument("--tls-cert", metavar="FILE", help="the certificate of a wss:// listener")
+    serve.add_argument("--tls-key", metavar="FILE", help="the private key of a wss:// listener")
+    serve.add_argument(
+        "--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin that may connect"
+    )
+    serve.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST", help="a Host name taken with --allow-remote"
+    )
+    serve.add_argument("--new-token", action="store_true", help="replace serve.token in the home before listening")
+
+    attach = sub.add_parser("attach", help="bridge stdio to a running daemon (ponder serve --listen)")
+    _attach_options(attach)
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
@@ -90,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_tokens,
         metavar="N",
         help="thinking budget in tokens for models that take one (clamped to the model's range)",
+    )
+    ask.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help="the session's cost budget in USD (also raises or lowers it with --continue or --session)",
+    )
+    ask.add_argument(
+        "--max-tokens",
+        type=_tokens,
+        metavar="N",
+        help="the session's token budget: input plus output tokens of all its model calls (also with --continue)",
     )
     group = ask.add_mutually_exclusive_group()
     group.add_argument("--session", help="continue this session")
@@ -136,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
     mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
     return parser
+
+
+def _attach_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default <home>/serve.sock)")
 
 
 class Serve(NamedTuple):
@@ -215,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
         raise
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
+    if args.command == "serve" and (args.listen or args.new_token):
+        from daemon.cli.listening import run_listening
+
+        return run_listening(args, os.environ.get(BACKEND_ENV, "asyncio"))
+    if args.command == "attach":
+        from daemon.cli.attach import run_attach
+
+        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"))
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:
@@ -227,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_serve(args: Serve) -> int:
+    from daemon.sandbox.probe import ProbeRun
+
+    # The sandbox probe's bwrap child runs while this process loads its stack and opens the
+    # store: initialize reports its result (PROTOCOL.md "Sandbox"). (ACP starts its own.)
+    sandbox_probe = ProbeRun() if args.command == "serve" else None
+
     import anyio
 
     from daemon.config.settings import load_config, resolve_home
@@ -245,21 +310,38 @@ def run_serve(args: Serve) -> int:
     config = load_config(home)
     setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
-    anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
+    anyio.run(
+        _serve_stdio,
+        config,
+        args.max_line_bytes,
+        protocol_in,
+        protocol_out,
+        args.command,
+        sandbox_probe,
+        backend=backend,
+    )
     return 0
 
 
-async def _serve_stdio(config: Config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:
+async def _serve_stdio(
+    config: Config,
+    max_line_bytes: int,
+    in_fd: int,
+    out_fd: int,
+    dialect: str = "serve",
+    sandbox_probe: ProbeRun | None = None,
+) -> None:
     from daemon.jsonrpc.stdio import open_stdio
-    from daemon.server import serve
 
-    run = serve
-    if dialect == "acp":
-        from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
-
-        run = serve_acp
     async with open_stdio(max_line_bytes, stdin_fd=in_fd, stdout_fd=out_fd) as (incoming, outgoing):
-        await run(config, incoming, outgoing, handle_signals=True)
+        if dialect == "acp":
+            from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
+
+            await serve_acp(config, incoming, outgoing, handle_signals=True)
+        else:
+            from daemon.server import serve
+
+            await serve(config, incoming, outgoing, handle_signals=True, sandbox_probe=sandbox_probe)
 
 
 if __name__ == "__main__":

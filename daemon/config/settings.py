@@ -1,10 +1,13 @@
 """The home directory, ``config.toml`` and the provider settings drawn from it and the environment.
 
-Environment variables override ``config.toml``. A config file that does not parse, or a
-provider with an unknown ``api``, is recorded in ``Config.problems`` (with its line where
-known) and the daemon still starts with the rest. Secrets are wrapped in ``Secret`` so
-that no repr, log line or error message can show them, and every ``Secret`` is added to
-``daemon.util.redact``'s known credentials, masked in tool output, events, the store and logs.
+Environment variables override ``config.toml``. Each section is read as a typed Struct
+(``daemon.config.sections``): a key of the wrong type or value is one sentence in
+``Config.problems`` and keeps its default, the rest applies. A config file that does not parse,
+cannot be read as one (a FIFO, a device, a dangling symlink) or a provider with an unknown
+``api`` is recorded there too (with its line where known) and the daemon still starts with the
+rest. Secrets are wrapped in ``Secret`` so that no repr, log line or error message can show
+them, and every ``Secret`` is added to ``daemon.util.redact``'s known credentials, masked in
+tool output, events, the store and logs.
 
 What each built-in provider is (base URL, key variables, endpoints) is read from
 ``daemon.vendors.table``, as is which environment variables hold credentials
@@ -13,18 +16,28 @@ and any variable holding a known credential, for ``run_command``'s children; ``[
 pass_env`` names variables to pass anyway.
 """
 
-import math
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import field
 
 from daemon.config.sandbox import SandboxSettings, parse_sandbox
+from daemon.config.sections import (
+    BudgetSection,
+    CompactionSection,
+    DefaultsSection,
+    ProviderSection,
+    ReliabilitySection,
+    SandboxSection,
+    ServeSection,
+    ToolsSection,
+    read_section,
+)
 from daemon.config.stored_login import load_github_token
 from daemon.errors import InvalidParams
 from daemon.util import redact
@@ -118,6 +131,9 @@ class Config(msgspec.Struct):
     max_response_bytes: int = 1024 * 1024 * 1024
     scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
     idle_unload_s: float = 600.0
+    # [serve] approval_timeout_s: on a listening daemon, how long a permission request waits for a
+    # controller able to answer to attach before it is denied (PROTOCOL.md "Transports").
+    serve_approval_timeout_s: float = 300.0
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
@@ -172,70 +188,33 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         except RecursionError:
             config.problems.append(f"{path}: tables or arrays nested too deeply to read; ignoring the whole file.")
             raw = {}
-    for name in ("defaults", "reliability", "tools", "providers", "mcp_servers"):
-        if name in raw and not isinstance(raw[name], dict):
-            config.problems.append(f"config.toml: [{name}] must be a table, not {raw[name]!r}; using the defaults.")
-    defaults = raw.get("defaults", {})
-    if isinstance(defaults, dict):
-        config.default_model = _text(defaults, "defaults", "model", config.problems)
-        config.default_thinking_level = _text(defaults, "defaults", "thinking_level", config.problems)
-        config.default_thinking_display = _choice(
-            defaults, "thinking_display", get_args(ThinkingDisplay), config.default_thinking_display, config.problems
-        )
-        config.default_thinking_fallback = _choice(
-            defaults, "thinking_fallback", get_args(ThinkingFallback), config.default_thinking_fallback, config.problems
-        )
-        config.default_approval_policy = _choice(
-            defaults, "approval_policy", get_args(ApprovalPolicy), "ask", config.problems
-        )
-        config.max_tool_steps = _number(defaults, "defaults", "max_tool_steps", config.max_tool_steps, config.problems)
-        config.max_queued_prompts = _number(
-            defaults, "defaults", "max_queued_prompts", config.max_queued_prompts, config.problems
-        )
-    reliability = raw.get("reliability", {})
-    if isinstance(reliability, dict):
-        config.retry_max_attempts = _number(
-            reliability, "reliability", "max_attempts", config.retry_max_attempts, config.problems
-        )
-        config.stall_timeout_s = _number(
-            reliability, "reliability", "stall_timeout_s", config.stall_timeout_s, config.problems, minimum=0.1
-        )
-        config.no_progress_timeout_s = _number(
-            reliability,
-            "reliability",
-            "no_progress_timeout_s",
-            config.no_progress_timeout_s,
-            config.problems,
-            minimum=0.1,
-        )
-        config.max_event_bytes = _number(
-            reliability, "reliability", "max_event_bytes", config.max_event_bytes, config.problems, minimum=1024
-        )
-        config.max_response_bytes = _number(
-            reliability, "reliability", "max_response_bytes", config.max_response_bytes, config.problems, minimum=1024
-        )
-    tools = raw.get("tools", {})
-    if isinstance(tools, dict):
-        config.scan_time_limit_s = _number(
-            tools, "tools", "scan_time_limit_s", config.scan_time_limit_s, config.problems, minimum=0.1
-        )
-        if "pass_env" in tools:
-            pass_env = tools["pass_env"]
-            if isinstance(pass_env, list) and all(isinstance(v, str) for v in pass_env):
-                config.pass_env = tuple(pass_env)
-            else:
-                config.problems.append(
-                    "config.toml: [tools] pass_env must be a list of variable names, e.g. "
-                    f'["GITHUB_TOKEN"], not {pass_env!r}; passing none.'
-                )
-    config.compaction = _compaction(raw.get("compaction", {}), config.problems)
-    config.budget = _budget(raw.get("budget", {}), config.problems)
-    config.sandbox = parse_sandbox(raw.get("sandbox", {}), config.problems)
-    mock = raw.get("providers", {}).get("mock", {}) if isinstance(raw.get("providers"), dict) else {}
-    if isinstance(mock, dict):
-        config.mock_delay_ms = _number(
-            mock, "providers.mock", "delay_ms", config.mock_delay_ms, config.problems, minimum=0
-        )
+    problems = config.problems
+    defaults = read_section(raw.get("defaults"), "defaults", DefaultsSection, problems)
+    config.default_model, config.default_thinking_level = defaults.model or None, defaults.thinking_level or None
+    config.default_thinking_display = defaults.thinking_display
+    config.default_thinking_fallback = defaults.thinking_fallback
+    config.default_approval_policy = defaults.approval_policy
+    config.max_tool_steps, config.max_queued_prompts = defaults.max_tool_steps, defaults.max_queued_prompts
+    serve = read_section(raw.get("serve"), "serve", ServeSection, problems)
+    config.serve_approval_timeout_s = serve.approval_timeout_s
+    reliability = read_section(raw.get("reliability"), "reliability", ReliabilitySection, problems)
+    config.retry_max_attempts = reliability.max_attempts
+    config.stall_timeout_s, config.no_progress_timeout_s = (
+        reliability.stall_timeout_s,
+        reliability.no_progress_timeout_s,
+    )
+    config.max_event_bytes, config.max_response_bytes = reliability.max_event_bytes, reliability.max_response_bytes
+    tools = read_section(raw.get("tools"), "tools", ToolsSection, problems)
+    config.scan_time_limit_s, config.pass_env = tools.scan_time_limit_s, tuple(tools.pass_env)
+    config.compaction = _compaction(
+        read_section(raw.get("compaction"), "compaction", CompactionSection, problems), problems
+    )
+    config.budget = _budget(read_section(raw.get("budget"), "budget", BudgetSection, problems))
+    config.sandbox = parse_sandbox(read_section(raw.get("sandbox"), "sandbox", SandboxSection, problems), problems)
+    providers = raw.get("providers")
+    if providers is not None and not isinstance(providers, dict):
+        problems.append(f"config.toml: [providers] must be a table, not {providers!r}; using the defaults.")
+    config.providers, config.mock_delay_ms = _load_providers(providers, env, problems)
     if env.get("PONDER_MOCK_DELAY_MS"):
         try:
             config.mock_delay_ms = float(env["PONDER_MOCK_DELAY_MS"])
@@ -256,11 +235,12 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     else:
         config.problems.append("config.toml: [hooks] must be a table of [[hooks.EVENT]] arrays; no hooks run.")
     mcp = raw.get("mcp_servers", {})
-    if isinstance(mcp, dict):
+    if isinstance(mcp, dict):  # each server's table is checked by daemon.mcp.spec
         config.mcp_servers = {k: v for k, v in mcp.items() if isinstance(v, dict)}
         for name in [k for k, v in mcp.items() if not isinstance(v, dict)]:
             config.problems.append(f"config.toml: [mcp_servers.{name}] must be a table; skipping it.")
-    config.providers = _load_providers(raw.get("providers", {}), env, config.problems)
+    else:
+        config.problems.append(f"config.toml: [mcp_servers] must be a table, not {mcp!r}; no MCP servers.")
     apply_stored_login(config)  # a stored device sign-in: configured, source "login"
     config.text = text or ""
     config.problems[:] = [with_line(problem, config.text) for problem in config.problems]
@@ -304,8 +284,6 @@ def _line_of(text: str, section: str, key: str | None) -> int | None:
     return found or header or as_key
 
 
-# No setting of config.toml is a number this large (and a larger one would not fit where it goes).
-MAX_NUMBER = 2**53
 # A config file is a page of settings: anything larger is not one (and is never read whole).
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -359,65 +337,55 @@ def _file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> dict[str, ProviderConfig]:
-    """The built-in providers (``daemon.vendors.table``), then those only config.toml names."""
+def _load_providers(raw: Any, env: dict[str, str], problems: list[str]) -> tuple[dict[str, ProviderConfig], float]:
+    """The built-in providers (``daemon.vendors.table``), then those only config.toml names; and the
+    mock provider's ``delay_ms``."""
     raw = raw if isinstance(raw, dict) else {}
     providers: dict[str, ProviderConfig] = {}
+    mock_delay_ms = ProviderSection().delay_ms
     for name in list(PROVIDERS) + [n for n in raw if n not in PROVIDERS]:
-        section = raw.get(name, {})
-        if not isinstance(section, dict):
-            problems.append(f"config.toml: [providers.{name}] must be a table, not {section!r}; using the defaults.")
-            section = {}
-        providers[name] = _load_provider(name, section, env, problems)
-    return providers
+        table = raw.get(name)
+        section = read_section(table, f"providers.{name}", ProviderSection, problems)
+        providers[name] = _load_provider(name, section, table if isinstance(table, dict) else {}, env, problems)
+        if name == "mock":
+            mock_delay_ms = section.delay_ms
+    return providers, mock_delay_ms
 
 
-def _load_provider(name: str, section: dict[str, Any], env: dict[str, str], problems: list[str]) -> ProviderConfig:
+def _load_provider(
+    name: str, section: ProviderSection, table: dict[str, Any], env: dict[str, str], problems: list[str]
+) -> ProviderConfig:
+    """One provider from its ``[providers.NAME]`` section (``table``: the same as TOML read it, for
+    the provider-specific endpoint keys) and the environment."""
     # A provider only config.toml names starts from nothing: no API, URL or key variable.
     info = PROVIDERS.get(name) or ProviderInfo(name, name, api="", base_url="", needs_key=False)
-    api = section.get("api") or info.api or None
+    api = section.api or info.api or None
     provider = ProviderConfig(
         name=name,
         api=str(api or ""),
         base_url=_base_url(info, section, env),
         needs_key=info.needs_key,
-        models=_models(name, section.get("models", []), problems),
-        default_thinking_level=_text(section, f"providers.{name}", "default_thinking_level", problems),
-        headers=_headers(name, section.get("headers"), problems),
-        endpoints=_endpoints(info, section, env),
+        models=_models(name, section.models, problems),
+        default_thinking_level=section.default_thinking_level or None,
+        headers=dict(section.headers),
+        endpoints=_endpoints(info, table, env),
     )
     provider.prices = _prices(name, provider.models, problems)
     if api not in KNOWN_APIS:
         provider.problem = f"[providers.{name}] names unknown api {api!r}; use one of: {', '.join(KNOWN_APIS[:-1])}."
         problems.append(f"config.toml: {provider.problem}")
-    key_env = _text(section, f"providers.{name}", "api_key_env", problems)
-    key_envs = ([key_env] if key_env else []) + list(info.key_envs)
+    key_envs = ([section.api_key_env] if section.api_key_env else []) + list(info.key_envs)
     provider.api_key, provider.key_source = _find_key(key_envs, section, env)
     provider.key_hint = vendor_key_hint(name, key_envs)
     return provider
 
 
-def _models(provider: str, models: Any, problems: list[str]) -> list[dict[str, Any]]:
-    """``[[providers.NAME.models]]``: the tables of the list; anything else is a problem."""
-    if not isinstance(models, list):
-        problems.append(f"config.toml: [providers.{provider}] models must be a list of tables ([[providers."
-                        f"{provider}.models]]), not {models!r}; no models declared.")  # fmt: skip
-        return []
+def _models(provider: str, models: list[Any], problems: list[str]) -> list[dict[str, Any]]:
+    """``[[providers.NAME.models]]``: the tables of the list (checked by the catalogue); anything else is a problem."""
     for entry in models:
         if not isinstance(entry, dict):
             problems.append(f"config.toml: [[providers.{provider}.models]] {entry!r} is not a table; skipping it.")
     return [m for m in models if isinstance(m, dict)]
-
-
-def _headers(provider: str, headers: Any, problems: list[str]) -> dict[str, str]:
-    """``[providers.NAME] headers``: a table of strings; anything else is a problem."""
-    if headers is None:
-        return {}
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        problems.append(f"config.toml: [providers.{provider}] headers must be a table of strings, e.g. "
-                        f'{{ "x-team" = "docs" }}, not {headers!r}; sending none.')  # fmt: skip
-        return {}
-    return {str(k): v for k, v in headers.items()}
 
 
 def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) -> "dict[str, Price]":
@@ -438,17 +406,9 @@ def _prices(provider: str, models: list[dict[str, Any]], problems: list[str]) ->
     return prices
 
 
-def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
-    """``[compaction]``; each bad value is reported and replaced by its default."""
-    defaults = CompactionSettings()
-    if not isinstance(section, dict):
-        problems.append("config.toml: [compaction] must be a table; using the defaults.")
-        return defaults
-    auto = section.get("auto", defaults.auto)
-    if not isinstance(auto, bool):
-        problems.append(f"config.toml: [compaction] auto must be true or false, not {auto!r}; using true.")
-        auto = defaults.auto
-    level = _opt_str(section.get("thinking_level"))
+def _compaction(section: CompactionSection, problems: list[str]) -> CompactionSettings:
+    """``[compaction]`` as settings; a thinking level that is no level is reported and left to the session."""
+    level = section.thinking_level or None
     if level is not None:
         from daemon.models.levels import parse_level  # only for a config that sets one: off the start path
 
@@ -457,126 +417,59 @@ def _compaction(section: Any, problems: list[str]) -> CompactionSettings:
         except InvalidParams as exc:
             problems.append(f"config.toml: [compaction] thinking_level: {exc.message} Using the session's level.")
             level = None
-    model = section.get("model")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        problems.append(f"config.toml: [compaction] model must be a model id, not {model!r}; using the session's.")
-        model = None
     return CompactionSettings(
-        auto=auto,
-        reserve_tokens=_number(section, "compaction", "reserve_tokens", defaults.reserve_tokens, problems, minimum=0),
-        keep_recent_tokens=_number(
-            section, "compaction", "keep_recent_tokens", defaults.keep_recent_tokens, problems, minimum=0
-        ),
-        model=model,
+        auto=section.auto,
+        reserve_tokens=section.reserve_tokens,
+        keep_recent_tokens=section.keep_recent_tokens,
+        model=section.model,
         thinking_level=level,
     )
 
 
-def _budget(section: Any, problems: list[str]) -> Budget | None:
-    """``[budget]`` max_cost (USD) and max_tokens; a bad value is reported and that limit left unset."""
-    if not isinstance(section, dict):
-        problems.append("config.toml: [budget] must be a table; no default budget.")
+def _budget(section: BudgetSection) -> Budget | None:
+    """``[budget]`` as the default budget; None when it sets no limit."""
+    if section.max_cost is None and section.max_tokens is None:
         return None
-    max_cost = section.get("max_cost")
-    if max_cost is not None and (
-        isinstance(max_cost, bool)
-        or not isinstance(max_cost, (int, float))
-        or not math.isfinite(max_cost)
-        or max_cost < 0
-    ):
-        problems.append(
-            f"config.toml: [budget] max_cost must be an amount in USD of at least 0, not {max_cost!r}; no cost budget."
-        )
-        max_cost = None
-    max_tokens = section.get("max_tokens")
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_NUMBER
-    ):
-        problems.append(
-            f"config.toml: [budget] max_tokens must be a whole number of tokens of at least 1, not {max_tokens!r}; "
-            "no token budget."
-        )
-        max_tokens = None
-    if max_cost is None and max_tokens is None:
-        return None
-    return Budget(max_cost=float(max_cost) if max_cost is not None else None, max_tokens=max_tokens)
+    return Budget(max_cost=section.max_cost, max_tokens=section.max_tokens)
 
 
-def _base_url(info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> str:
+def _base_url(info: ProviderInfo, section: ProviderSection, env: dict[str, str]) -> str:
     """The table's variable (given a scheme where it may lack one), else config.toml, else the table's URL."""
     url = env.get(info.base_url_env) if info.base_url_env else None
     if not url:
-        return str(section.get("base_url") or info.base_url)
+        return section.base_url or info.base_url
     if info.default_scheme and not url.startswith(("http://", "https://")):
         return info.default_scheme + url
     return url
 
 
-def _endpoints(info: ProviderInfo, section: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-    """The provider's URLs besides base_url: the environment, else config.toml, else the table's default."""
-    return {e.name: env.get(e.env) or str(section.get(e.config_key) or e.default) for e in info.endpoints}
+def _endpoints(info: ProviderInfo, table: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """The provider's URLs besides base_url: the environment, else config.toml (a string), else the table's default."""
+    return {e.name: env.get(e.env) or _string(table.get(e.config_key)) or e.default for e in info.endpoints}
 
 
-def _find_key(key_envs: list[str], section: dict[str, Any], env: dict[str, str]) -> tuple[Secret | None, str | None]:
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _find_key(key_envs: list[str], section: ProviderSection, env: dict[str, str]) -> tuple[Secret | None, str | None]:
     """The provider's key and where it came from: the first variable set, else config.toml's api_key."""
     # Every alias and the config's key are masked, also those another one overrides.
-    for value in [env.get(var) for var in key_envs] + [section.get("api_key")]:
+    for value in [env.get(var) for var in key_envs] + [section.api_key]:
         if value:
-            redact.remember(str(value))
+            redact.remember(value)
     for var in key_envs:
         if env.get(var):
             return Secret(env[var]), "env"
-    if section.get("api_key"):
-        return Secret(str(section["api_key"])), "config"
+    if section.api_key:
+        return Secret(section.api_key), "config"
     return None, None
-
-
-def _number(section: dict[str, Any], name: str, key: str, default: Any, problems: list[str], minimum: float = 1) -> Any:
-    """``section[key]`` as a number of ``default``'s type, checked by msgspec (a whole number where the
-    default is one, finite, at least ``minimum``); a bad value is a problem, not a crash."""
-    value = section.get(key, default)
-    kind = int if isinstance(default, int) else float
-    try:
-        number = msgspec.convert(value, Annotated[kind, msgspec.Meta(ge=minimum, le=MAX_NUMBER)])
-        if not math.isfinite(number):
-            raise msgspec.ValidationError("not finite")
-    except msgspec.ValidationError:
-        whole = "a whole number" if kind is int else "a number"
-        problems.append(
-            f"config.toml: [{name}] {key} must be {whole} of at least {minimum:g}, not {value!r}; using {default}."
-        )
-        return default
-    return number
-
-
-def _choice(section: dict[str, Any], key: str, allowed: tuple[str, ...], default: Any, problems: list[str]) -> Any:
-    """``[defaults] key`` if it is one of ``allowed`` (case ignored); otherwise a problem, and ``default``."""
-    value = section.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str) and value.strip().lower() in allowed:
-        return value.strip().lower()
-    problems.append(f"config.toml: [defaults] {key} = {value!r} is not one of {', '.join(allowed)}; using {default!r}.")
-    return default
-
-
-def _text(section: dict[str, Any], name: str, key: str, problems: list[str]) -> str | None:
-    """``section[key]`` when it is a string (None when absent or empty); anything else is a problem."""
-    value = section.get(key)
-    if value is None or isinstance(value, str):
-        return value or None
-    problems.append(f"config.toml: [{name}] {key} must be a string, not {value!r}; ignoring it.")
-    return None
 
 
 def table_lines(text: str, name: str) -> list[int]:
     """The 1-based line of each ``[[name]]`` header in ``text``, in order (a rule's ``line``)."""
     header = re.compile(r"^\s*\[\[\s*" + re.escape(name).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
     return [number for number, line in enumerate(text.splitlines(), 1) if header.match(line)]
-
-
-def _opt_str(value: Any) -> str | None:
-    return str(value) if value not in (None, "") else None
 
 
 def _toml_error(exc: Exception) -> str:

@@ -3,17 +3,14 @@ request, ``$/cancelRequest``, batches, daemon → client requests, and the singl
 exceptions become wire errors.
 
 It knows nothing about sessions or providers: handlers are plain async functions taking a
-validated params Struct and returning a result Struct, registered with their params type. A
-handler whose answer must reach the client before something else it starts (ACP: a new
-session's first ``session/update`` after the answer that names the session) returns
-``ReplyThen``: its ``after`` runs once the reply is queued, so whatever it writes follows it.
+validated params Struct and returning a result Struct, registered with their params type.
 """
 
 import itertools
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -31,28 +28,20 @@ from daemon.errors import (
     PonderError,
     RequestCancelled,
     ShuttingDown,
+    StateConflict,
 )
 from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
 
 log = logging.getLogger("ponder.rpc")
 
 Handler = Callable[[Any], Awaitable[Any]]
+# Called with a client's answer (a dict with ``result`` or ``error``) to one of our requests.
+OnAnswer = Callable[[dict[str, Any]], None]
 _PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
 _UNSET = object()
 EOF_GRACE_S = 2.0
 MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
-
-
-@dataclass(frozen=True)
-class ReplyThen:
-    """A handler's ``result``, with ``after`` to run once the reply is queued to the client
-    (the outgoing queue is first in, first out: anything ``after`` sends follows the reply)."""
-
-    result: Any
-    after: Callable[[], Awaitable[None]]
-
-
-After = list[Callable[[], Awaitable[None]]]
+RESOLVED_KEPT = 256  # requests answered elsewhere whose late answers still get ``already_resolved``
 
 
 class _Result(msgspec.Struct):
@@ -90,6 +79,16 @@ class ClientRequestError(PonderError):
     """The client answered one of our requests with an error, or could not be asked."""
 
 
+class AnswerThen:
+    """A handler's result plus what to do once its answer is queued, before anything else the
+    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer;
+    ACP's ``session/new`` lets the new session's updates go only once the answer naming it is out."""
+
+    def __init__(self, result: Any, then: Callable[[], Awaitable[None]]) -> None:
+        self.result = result
+        self.then = then
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
@@ -103,11 +102,20 @@ def encode_error(request_id: Any, exc: PonderError) -> bytes:
         return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(internal.code), internal.message, {})))
 
 
+def encode_notification(method: str, params: Any) -> bytes:
+    """A notification as it goes on the wire (without the newline): encoded once, sent to many."""
+    return _encoder.encode(_Notification("2.0", method, params))
+
+
+def encode_request(request_id: str, method: str, params: Any) -> bytes:
+    return _encoder.encode(_Request("2.0", request_id, method, params))
+
+
 def decode_line(line: bytes | _Overlong) -> Any:
     """One incoming line as a JSON value (a batch of at most ``MAX_BATCH``); raises the
     wire error to answer (id null) when the line cannot be a request or batch."""
     if isinstance(line, _Overlong):
-        raise InvalidRequest("Line too long; it was discarded.", reason="line_too_long")
+        raise InvalidRequest(line.message, reason=line.reason)
     try:
         message = _decoder.decode(line)
     except UnicodeDecodeError:  # msgspec's answer to invalid UTF-8 inside a string
@@ -158,15 +166,6 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> 
     return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
 
 
-async def _run_after(after: After) -> None:
-    """The ``ReplyThen`` work of replies just queued; a failure is logged, never the client's problem."""
-    for job in after:
-        try:
-            await job()
-        except Exception:
-            log.exception("work after a reply failed")
-
-
 class Connection:
     """One client connection over a pair of streams (stdio in production, memory in tests)."""
 
@@ -188,7 +187,9 @@ class Connection:
         self.cancel_id_field = cancel_id_field
         self._methods: dict[str, tuple[type[Any], Handler]] = {}
         self._in_flight: dict[Any, anyio.CancelScope] = {}
-        self._pending: dict[str, tuple[anyio.Event, list[Any]]] = {}
+        self._pending: dict[str, OnAnswer] = {}
+        # Requests another connection's answer decided: a late answer here gets ``already_resolved``.
+        self._resolved: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
         self._unanswered = 0  # requests received whose reply has not been queued yet
         self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
@@ -251,6 +252,39 @@ class Connection:
             return False
         return self._send_nowait(_encoder.encode(_Notification("2.0", method, params)))
 
+    def queue_nowait(self, data: bytes) -> bool:
+        """Queue an encoded message (shared by many connections) without waiting; False when the
+        queue is full. Unlike ``notify_nowait`` it does not wait for a big message to be written
+        first: the bytes exist already, encoding them is what that wait spares."""
+        return self._send_nowait(data)
+
+    def can_send_now(self) -> bool:
+        """Whether ``queue_nowait`` would queue now (room, and no big message still being written)."""
+        if self._writing_big():
+            return False
+        stats = self._outgoing.statistics()
+        return stats.current_buffer_used + 2 <= stats.max_buffer_size
+
+    async def send_encoded(self, data: bytes) -> None:
+        """Queue an encoded message, waiting for room (back-pressure) and for a big one to be written."""
+        if self._writing_big():
+            assert self._written is not None
+            await self._written.wait()
+        await self.send_raw(data)
+
+    def expect_answer(self, request_id: str, on_answer: OnAnswer) -> None:
+        """Route the client's answer to our request ``request_id`` to ``on_answer`` (once)."""
+        self._pending[request_id] = on_answer
+
+    def forget_request(self, request_id: str, *, resolved_elsewhere: bool) -> None:
+        """Stop waiting for an answer to ``request_id``; with ``resolved_elsewhere`` a late answer
+        is told ``already_resolved`` (another connection's answer won), else it is ignored."""
+        self._pending.pop(request_id, None)
+        if resolved_elsewhere:
+            self._resolved[request_id] = None
+            while len(self._resolved) > RESOLVED_KEPT:
+                self._resolved.popitem(last=False)
+
     async def request(self, method: str, params: Any, result_type: type) -> Any:
         """Send a daemon → client request and wait for its answer.
 
@@ -260,9 +294,15 @@ class Connection:
         request_id = f"ponder-{next(self._ids)}"
         done = anyio.Event()
         slot: list[Any] = []
-        self._pending[request_id] = (done, slot)
+
+        def answered(message: dict[str, Any]) -> None:
+            if not slot:
+                slot.append(message)
+                done.set()
+
+        self._pending[request_id] = answered
         try:
-            await self.send_raw(_encoder.encode(_Request("2.0", request_id, method, params)))
+            await self.send_raw(encode_request(request_id, method, params))
             await done.wait()
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(1, shield=True):
@@ -326,16 +366,17 @@ class Connection:
     async def _handle_and_send(self, message: Any) -> None:
         self._received()
         cut_short: list[bytes] = []
-        after: After = []
+        then: list[Callable[[], Awaitable[None]]] = []
         try:
-            reply = await self._handle(message, cut_short, after)
+            reply = await self._handle(message, cut_short, then)
             if reply is not None:
                 await self._send_reply(reply)
         finally:
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
             self._reply_queued()
-        await _run_after(after)
+        for follow_up in then:  # right behind the answer (see ``AnswerThen``)
+            await follow_up()
 
     async def _send_reply(self, reply: bytes) -> None:
         """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
@@ -362,7 +403,7 @@ class Connection:
         """Handle a batch's members concurrently and answer them all in one array, also when
         shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
         replies: list[bytes | None] = [None] * len(messages)
-        after: After = []
+        then: list[Callable[[], Awaitable[None]]] = []
 
         async def one(i: int, message: Any) -> None:
             if isinstance(message, dict) and "method" not in message and "id" in message:
@@ -370,7 +411,7 @@ class Connection:
                 return
             cut_short: list[bytes] = []
             try:
-                replies[i] = await self._handle(message, cut_short, after)
+                replies[i] = await self._handle(message, cut_short, then)
             finally:
                 if cut_short:
                     replies[i] = cut_short[0]
@@ -383,24 +424,34 @@ class Connection:
             present = [r for r in replies if r is not None]
             if present:  # a batch of notifications only gets no answer at all
                 await self._send_reply(b"[" + b",".join(present) + b"]")
-        await _run_after(after)
+        for follow_up in then:
+            await follow_up()
 
     def _route_answer(self, message: dict[str, Any]) -> None:
         answer_id = message.get("id")
         # Ours are strings; any other id (a list or object would not even hash) answers nothing.
-        pending = self._pending.get(answer_id) if isinstance(answer_id, str) else None
-        if pending is None:
-            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", message.get("id"))
+        if not isinstance(answer_id, str):
+            log.debug("ignoring an answer to an unknown request %.200r", answer_id)
             return
-        done, slot = pending
-        if not slot:
-            slot.append(message)
-            done.set()
+        if answer_id in self._resolved:
+            del self._resolved[answer_id]
+            # The answer lost: say so, with the request's id (PROTOCOL.md "Transports and several clients").
+            late = StateConflict(
+                "This request was already answered by another client; your answer was not used.",
+                reason="already_resolved",
+            )
+            self._send_nowait(encode_error(answer_id, late))
+            return
+        on_answer = self._pending.pop(answer_id, None)
+        if on_answer is None:
+            log.debug("ignoring an answer to an unknown or withdrawn request %.200r", answer_id)
+            return
+        on_answer(message)
 
-    async def _handle(self, message: Any, cut_short: list[bytes], after: After) -> bytes | None:
+    async def _handle(
+        self, message: Any, cut_short: list[bytes], then: list[Callable[[], Awaitable[None]]]
+    ) -> bytes | None:
         """Handle one request or notification; return the encoded reply (None for notifications).
-        A ``ReplyThen``'s ``after`` is appended to ``after``, for the caller to run once the
-        reply is queued.
 
         This is the error boundary: whatever the message or its handler does, the outcome is
         a reply (or, for a notification, nothing), never an exception. The one exception is
@@ -454,10 +505,9 @@ class Connection:
         try:
             with scope:
                 result = await self._call(method, message.get("params", _UNSET))
-                if isinstance(result, ReplyThen):
-                    encoded = _encoder.encode(_Result("2.0", request_id, result.result))
-                    after.append(result.after)
-                    return encoded
+                if isinstance(result, AnswerThen):
+                    then.append(result.then)
+                    result = result.result
                 return _encoder.encode(_Result("2.0", request_id, result))
             # Only reached when our own scope was cancelled by $/cancelRequest.
             return encode_error(request_id, RequestCancelled())

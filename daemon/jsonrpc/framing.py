@@ -16,13 +16,23 @@ import anyio
 
 
 class _Overlong:
-    """Marks a line that exceeded the limit and was discarded."""
+    """Marks an incoming message that was not read: a line that exceeded the limit and was
+    discarded (``OVERLONG``), or a WebSocket frame of a kind no message comes in
+    (``BINARY_FRAME``). It is answered ``-32600`` with ``reason`` and the connection goes on."""
+
+    def __init__(self, name: str, reason: str, message: str) -> None:
+        self.name = name
+        self.reason = reason
+        self.message = message
 
     def __repr__(self) -> str:
-        return "OVERLONG"
+        return self.name
 
 
-OVERLONG: Final = _Overlong()
+OVERLONG: Final = _Overlong("OVERLONG", "line_too_long", "Line too long; it was discarded.")
+BINARY_FRAME: Final = _Overlong(
+    "BINARY_FRAME", "binary_frame", "Binary frames are not read: send each JSON-RPC message as one text frame."
+)
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 BIG_MESSAGE = 1024 * 1024  # written without joining it to its newline (a copy of it), then waited for
 # What the outgoing stream carries: messages, and after a big one the mark its sender waits on.

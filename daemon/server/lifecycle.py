@@ -19,6 +19,7 @@ log = logging.getLogger("ponder.server")
 async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *, handle_signals: bool = False) -> None:
     """Serve ``daemon.connection`` over ``incoming`` (its handlers registered) until done; then shut down."""
     connection = daemon.connection
+    assert connection is not None, "a stdio daemon has its connection"
     # Everything loaded so far lives as long as the daemon: keep the collector from
     # walking it again on every full collection (resume of a long session allocates a lot).
     gc.freeze()
@@ -28,7 +29,7 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
 
             async def stop_serving_on_request() -> None:
                 await daemon.shutdown_requested.wait()
-                connection.shutting_down = True
+                connection.shutting_down = daemon.closing = True
                 await connection.wait_answered(0.5)  # the shutdown reply goes out first
                 serving.cancel()
 
@@ -36,7 +37,7 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
             if handle_signals:
                 tg.start_soon(_watch_signals, daemon.shutdown_requested)
             await connection.serve(incoming)
-        connection.shutting_down = True
+        connection.shutting_down = daemon.closing = True
         log.info("shutting down")
         await daemon.close_parts()
         tg.cancel_scope.cancel()

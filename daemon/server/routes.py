@@ -10,19 +10,29 @@ never load the rest.
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from daemon.errors import Forbidden
 from daemon.server.core import Daemon
 from daemon.server.handlers import LifecycleHandlers, McpAuthHandlers, ModelHandlers, SessionHandlers
 from daemon.server.params import placing_errors
-from daemon.server.rpc_bridge import RpcBridge
+from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
 
 
-def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
-    """Register every method of the ponder protocol on ``daemon.connection``."""
-    lifecycle = LifecycleHandlers(daemon, bridge)
-    models = ModelHandlers(daemon)
-    sessions = SessionHandlers(daemon)
-    mcp_auth = McpAuthHandlers(daemon)
+class SharedHandlers:
+    """The handlers every connection of one daemon shares (the device logins under way, for one)."""
+
+    def __init__(self, daemon: Daemon, bridge: RpcBridge) -> None:
+        self.models = ModelHandlers(daemon)
+        self.mcp_auth = McpAuthHandlers(daemon, bridge)
+
+
+def register_methods(daemon: Daemon, bridge: RpcBridge, peer: Peer, shared: SharedHandlers | None = None) -> None:
+    """Register every method of the ponder protocol on ``peer``'s connection."""
+    shared = SharedHandlers(daemon, bridge) if shared is None else shared
+    lifecycle = LifecycleHandlers(daemon, bridge, peer)
+    models = shared.models
+    sessions = SessionHandlers(daemon, bridge, peer)
+    mcp_auth = shared.mcp_auth
     handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
         "initialize": lifecycle.initialize,
         "shutdown": lifecycle.shutdown,
@@ -32,6 +42,8 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
         "thinking/set": models.thinking_set,
         "session/start": sessions.session_start,
         "session/resume": sessions.session_resume,
+        "session/subscribe": sessions.session_subscribe,
+        "session/unsubscribe": sessions.session_unsubscribe,
         "session/list": sessions.session_list,
         "session/get": sessions.session_get,
         "session/messages": sessions.session_messages,
@@ -53,11 +65,46 @@ def register_methods(daemon: Daemon, bridge: RpcBridge) -> None:
     for method, handler in handlers.items():
         if method not in WITHOUT_PARTS:
             handler = _after_parts(daemon, handler)
-        daemon.connection.register(method, m.METHODS[method][0], placing_errors(handler))
+        if method not in OBSERVER_METHODS:
+            handler = _controllers_only(peer, method, handler)
+        peer.connection.register(method, m.METHODS[method][0], placing_errors(handler))
 
 
 # Answered without the session manager, the catalogue or MCP (see the module docstring).
 WITHOUT_PARTS = frozenset({"initialize", "shutdown", "ping", "session/list", "auth/status", "auth/login"})
+
+
+# What an observer connection may call (PROTOCOL.md "Transports and several clients"); anything
+# else is -32008.
+OBSERVER_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "shutdown",
+        "models/list",
+        "session/list",
+        "session/get",
+        "session/resume",
+        "session/messages",
+        "session/subscribe",
+        "session/unsubscribe",
+        "attachment/get",
+        "permissions/list",
+        "mcp/list",
+        "auth/status",
+    }
+)
+
+
+def _controllers_only(
+    peer: Peer, method: str, handler: Callable[[Any], Awaitable[Any]]
+) -> Callable[[Any], Awaitable[Any]]:
+    async def handle(params: Any) -> Any:
+        if peer.role == "observer":
+            raise Forbidden(method)
+        return await handler(params)
+
+    return handle
 
 
 def _after_parts(daemon: Daemon, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:

@@ -1,33 +1,368 @@
-"""The ``ClientBridge`` of the ponder protocol: events as ``agent/event`` notifications, setting
-changes as ``session/updated``, approvals as ``permission/request`` over the JSON-RPC connection."""
+"""The ``ClientBridge`` of the ponder protocol, for one client (stdio) or many (``--listen``):
+events as ``agent/event`` notifications, setting changes as ``session/updated``, approvals as
+``permission/request``, each sent to the connections that follow the session.
 
-from typing import TYPE_CHECKING
+Each connection is a ``Peer``. A stdio peer follows every session and is waited for when it
+reads slowly (back-pressure: nothing is lost). A listening daemon's peers follow the sessions
+they subscribed to (``session/subscribe``, or a method that subscribes the caller); an event is
+encoded once and queued to each without waiting: a peer whose bounded queue is full is dropped
+with a reason, so one client that stops reading never stalls the others or the turn.
 
-from daemon.jsonrpc.connection import Connection
+Every event also goes into its session's ring (``daemon.server.ring``), from which a subscriber
+catches up after a reconnect. A permission request goes to every following controller that
+takes them; the first answer wins, the others' later answers get ``already_resolved``
+(``Connection.forget_request``), and a controller that subscribes while it waits is asked too.
+"""
+
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import msgspec
+
+from daemon.jsonrpc.connection import ClientRequestError, Connection, encode_notification, encode_request
+from daemon.server.ring import Catchup, EventRing
+from daemon.sessions.bridge import PermissionAnswer
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
-if TYPE_CHECKING:  # the event types load with the first session, not at start-up
+if TYPE_CHECKING:
     from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
+log = logging.getLogger("ponder.clients")
+
+MAX_RINGS = 256  # sessions whose recent events are kept (the least recently active are let go)
+Role = Literal["controller", "observer"]
+TransportKind = Literal["stdio", "unix", "websocket"]
+
+
+@dataclass(eq=False)
+class Peer:
+    """One connected client: how to reach it, what it declared at ``initialize``, what it follows."""
+
+    connection: Connection
+    connection_id: str
+    kind: TransportKind
+    # None: the client is waited for when it reads slowly (stdio); else how to drop it, with a reason.
+    drop: Callable[[str], None] | None
+    everything: bool = False  # follows every session (stdio)
+    role: Role = "controller"
+    can_ask: bool = False  # answers permission requests
+    client_name: str | None = None
+    sessions: set[str] = field(default_factory=set)
+    gone: bool = False
+    # ``shutdown`` on a listening daemon: this connection closes, the daemon stays.
+    close_requested: anyio.Event = field(default_factory=anyio.Event)
+
+    def follows(self, session_id: str) -> bool:
+        return self.everything or session_id in self.sessions
+
+    def asks(self, session_id: str) -> bool:
+        """Whether this peer is sent the session's permission requests."""
+        return not self.gone and self.role == "controller" and self.can_ask and self.follows(session_id)
+
+
+@dataclass(eq=False)
+class _Ask:
+    """A permission request waiting for its first answer."""
+
+    request_id: str
+    params: PermissionRequestParams
+    encoded: bytes
+    asked: set[Peer] = field(default_factory=set)
+    answer: dict[str, Any] | None = None
+    answered_by: Peer | None = None
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def wake(self) -> None:
+        self.changed.set()
+
 
 class RpcBridge:
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.can_ask = False  # set by initialize
+    def __init__(self, *, listening: bool = False, approval_timeout_s: float = 300.0) -> None:
+        self.listening = listening
+        self.approval_timeout_s = approval_timeout_s
+        self.peers: list[Peer] = []
+        self._followers: dict[str, list[Peer]] = {}  # session -> peers that subscribed to it
+        self._everyone: list[Peer] = []  # peers that follow every session (stdio)
+        self._rings: OrderedDict[str, EventRing] = OrderedDict()
+        self._asks: dict[str, dict[str, _Ask]] = {}  # session -> request id -> waiting request
+        self._ids = itertools.count(1)
+        self._ask_ids = itertools.count(1)
 
-    async def emit(self, event: "ev.BaseEvent") -> None:
-        await self.connection.notify("agent/event", event)
+    # --- peers ------------------------------------------------------------------------------
+
+    def add_peer(self, connection: Connection, kind: TransportKind, drop: Callable[[str], None] | None = None) -> Peer:
+        peer = Peer(connection, f"c{next(self._ids)}", kind, drop, everything=kind == "stdio")
+        self.peers.append(peer)
+        if peer.everything:
+            self._everyone.append(peer)
+        return peer
+
+    def remove_peer(self, peer: Peer) -> None:
+        """The client went away: it follows nothing more; what it was asked, others may still answer."""
+        if peer.gone:
+            return
+        peer.gone = True
+        if peer in self.peers:
+            self.peers.remove(peer)
+        if peer in self._everyone:
+            self._everyone.remove(peer)
+        for session_id in list(peer.sessions):
+            self._unfollow(peer, session_id)
+        for asks in self._asks.values():
+            for ask in asks.values():
+                if peer in ask.asked:
+                    ask.asked.discard(peer)
+                    peer.connection.forget_request(ask.request_id, resolved_elsewhere=False)
+                    ask.wake()
+
+    def _drop(self, peer: Peer, reason: str) -> None:
+        log.warning("dropping connection %s: %s", peer.connection_id, reason)
+        drop = peer.drop
+        self.remove_peer(peer)
+        if drop is not None:
+            drop(reason)
+
+    def follow(self, peer: Peer, session_id: str) -> bool:
+        """Subscribe ``peer`` to a session's live events; False when it followed it already."""
+        if peer.gone or peer.follows(session_id):
+            return False
+        peer.sessions.add(session_id)
+        self._followers.setdefault(session_id, []).append(peer)
+        return True
+
+    def unfollow(self, peer: Peer, session_id: str) -> None:
+        self._unfollow(peer, session_id)
+        for ask in self._asks.get(session_id, {}).values():
+            if peer in ask.asked:
+                ask.asked.discard(peer)
+                peer.connection.forget_request(ask.request_id, resolved_elsewhere=False)
+                ask.wake()
+
+    def _unfollow(self, peer: Peer, session_id: str) -> None:
+        peer.sessions.discard(session_id)
+        followers = self._followers.get(session_id)
+        if followers is not None and peer in followers:
+            followers.remove(peer)
+            if not followers:
+                del self._followers[session_id]
+
+    def subscribers(self, session_id: str) -> int:
+        """How many connections follow the session (``session/list`` rows say so)."""
+        return len(self._everyone) + len(self._followers.get(session_id, ()))
+
+    def _targets(self, session_id: str) -> list[Peer]:
+        followers = self._followers.get(session_id)
+        if not followers:
+            return self._everyone
+        return [*self._everyone, *followers]
+
+    # --- the ring -----------------------------------------------------------------------------
+
+    def ring(self, session_id: str) -> EventRing:
+        ring = self._rings.get(session_id)
+        if ring is None:
+            ring = self._rings[session_id] = EventRing()
+            while len(self._rings) > MAX_RINGS:
+                self._rings.popitem(last=False)
+        return ring
+
+    def last_seq(self, session_id: str) -> int:
+        ring = self._rings.get(session_id)
+        return 0 if ring is None else ring.last_seq
+
+    def _record(self, session_id: str, seq: int, data: bytes) -> None:
+        ring = self._rings.get(session_id)
+        if ring is None:
+            ring = self.ring(session_id)
+        else:
+            self._rings.move_to_end(session_id)
+        ring.append(seq, data)
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def _queue(self, peer: Peer, data: bytes) -> None:
+        """Queue to a peer that is not waited for; one whose queue is full is dropped."""
+        if not peer.connection.queue_nowait(data):
+            self._drop(peer, "the client does not read its messages (its outgoing queue is full)")
 
     def emit_nowait(self, event: "ev.BaseEvent") -> bool:
-        return self.connection.notify_nowait("agent/event", event)
+        targets = self._targets(event.session_id)
+        for peer in targets:
+            if peer.drop is None and not peer.connection.can_send_now():
+                return False  # a waited-for client has no room: the emitter awaits ``emit``
+        data = encode_notification("agent/event", event)
+        self._record(event.session_id, event.seq, data)
+        for peer in targets:
+            self._queue(peer, data) if peer.drop is not None else peer.connection.queue_nowait(data)
+        return True
+
+    async def emit(self, event: "ev.BaseEvent") -> None:
+        data = encode_notification("agent/event", event)
+        targets = self._targets(event.session_id)
+        # The waited-for ones first: if this is cancelled there, nobody got the event and the
+        # emitter gives its seq back.
+        for peer in targets:
+            if peer.drop is None:
+                await peer.connection.send_encoded(data)
+        self._record(event.session_id, event.seq, data)
+        for peer in targets:
+            if peer.drop is not None and not peer.gone:
+                self._queue(peer, data)
+
+    async def _send_to(self, targets: list[Peer], data: bytes) -> None:
+        for peer in list(targets):
+            if peer.gone:
+                continue
+            if peer.drop is None:
+                await peer.connection.send_encoded(data)
+            else:
+                self._queue(peer, data)
 
     async def session_updated(self, session: Session) -> None:
-        await self.connection.notify("session/updated", {"session": session})
+        data = encode_notification("session/updated", {"session": session})
+        await self._send_to(self._targets(session.session_id), data)
 
-    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
-        return await self.connection.request("permission/request", params, PermissionRequestResult)
+    async def broadcast(self, method: str, params: Any) -> None:
+        """A notification for every connection (``auth/completed``)."""
+        await self._send_to(self.peers, encode_notification(method, params))
+
+    async def replay(self, peer: Peer, events: list[bytes]) -> None:
+        """Queue missed events to one peer, in order (``session/subscribe``)."""
+        for data in events:
+            if peer.gone:
+                return
+            if peer.drop is None:
+                await peer.connection.send_encoded(data)
+            else:
+                self._queue(peer, data)
+
+    # --- subscribing ------------------------------------------------------------------------------
+
+    def catchup(self, session_id: str, after_seq: int | None) -> tuple[int, Catchup]:
+        """(last_seq, what a subscriber that saw everything up to ``after_seq`` gets)."""
+        ring = self._rings.get(session_id)
+        if ring is None:
+            return 0, "none"
+        return ring.last_seq, ring.catchup(after_seq)
+
+    def subscribe_then(
+        self, peer: Peer, session_id: str, after_seq: int | None, last_seq: int, catchup: Catchup
+    ) -> Callable[[], Awaitable[None]]:
+        """What runs right behind the ``session/subscribe`` answer: the peer follows the session
+        from then on, and gets the held events it missed (``after_seq < seq``; also those that
+        arrived since the answer was made, ``seq > last_seq``, which it would otherwise lack), then
+        the requests waiting for an answer if it takes them."""
+
+        async def then() -> None:
+            if peer.gone:
+                return
+            newly = self.follow(peer, session_id)
+            ring = self._rings.get(session_id)
+            missed: list[bytes] = []
+            if ring is not None:
+                if catchup == "events":
+                    assert after_seq is not None
+                    # Already following: the live ones after last_seq reached it live.
+                    missed = ring.since(after_seq) if newly else ring.since_until(after_seq, last_seq)
+                elif newly:
+                    missed = ring.since(last_seq)
+            await self.replay(peer, missed)
+            if peer.asks(session_id):
+                for ask in list(self._asks.get(session_id, {}).values()):
+                    if peer not in ask.asked and ask.answer is None:
+                        await self._send_ask(peer, ask)
+
+        return then
+
+    def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
+        return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]
 
     def files_for(self, session_id: str) -> "ClientFiles | None":
         return None  # the ponder dialect's file tools use the disk
+
+    # --- permission requests --------------------------------------------------------------------
+
+    @property
+    def can_ask(self) -> bool:
+        """Whether asking can get an answer: on a listening daemon always (a controller may attach
+        before the timeout); on stdio, whether its client takes permission requests."""
+        return self.listening or any(peer.can_ask and peer.role == "controller" for peer in self._everyone)
+
+    async def _send_ask(self, peer: Peer, ask: _Ask) -> None:
+        ask.asked.add(peer)
+        peer.connection.expect_answer(ask.request_id, self._answered(ask, peer))
+        if peer.drop is None:
+            await peer.connection.send_encoded(ask.encoded)
+        else:
+            self._queue(peer, ask.encoded)
+
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer:
+        session_id = params.session_id
+        request_id = f"ponder-permission-{next(self._ask_ids)}"
+        ask = _Ask(request_id, params, encode_request(request_id, "permission/request", params))
+        self._asks.setdefault(session_id, {})[request_id] = ask
+        deadline = anyio.current_time() + self.approval_timeout_s
+        try:
+            for peer in list(self._targets(session_id)):
+                if peer.asks(session_id):
+                    await self._send_ask(peer, ask)
+            while ask.answer is None:
+                ask.changed = anyio.Event()
+                if ask.asked:
+                    await ask.changed.wait()
+                    continue
+                if not self.listening:
+                    raise ClientRequestError("No client can answer permission requests.")
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    await ask.changed.wait()
+                if ask.answer is None and not ask.asked and anyio.current_time() >= deadline:
+                    raise ClientRequestError(f"No client able to answer attached within {self.approval_timeout_s:g} s.")
+        except anyio.get_cancelled_exc_class():
+            # Withdrawn (the turn was cancelled): the clients asked are told; late answers are ignored.
+            for peer in ask.asked:
+                peer.connection.forget_request(request_id, resolved_elsewhere=False)
+                if not peer.gone:
+                    peer.connection.queue_nowait(
+                        encode_notification(
+                            peer.connection.cancel_method, {peer.connection.cancel_id_field: request_id}
+                        )
+                    )
+            raise
+        finally:
+            asks = self._asks.get(session_id)
+            if asks is not None:
+                asks.pop(request_id, None)
+                if not asks:
+                    del self._asks[session_id]
+        winner, answer = ask.answered_by, ask.answer
+        assert winner is not None and answer is not None
+        try:
+            result = msgspec.convert(answer.get("result"), PermissionRequestResult)
+        except msgspec.ValidationError as exc:
+            raise ClientRequestError(f"The client's answer to permission/request is invalid: {exc}") from None
+        from protocol.events import ResolvedBy  # the event types load with the session manager, off the start path
+
+        return PermissionAnswer(result, ResolvedBy(connection_id=winner.connection_id, client_name=winner.client_name))
+
+    def _answered(self, ask: _Ask, peer: Peer) -> Callable[[dict[str, Any]], None]:
+        def answered(message: dict[str, Any]) -> None:
+            if ask.answer is not None:
+                return
+            if "error" in message:
+                ask.asked.discard(peer)
+                ask.wake()
+                return
+            ask.answer, ask.answered_by = message, peer
+            for other in ask.asked:
+                if other is not peer:
+                    other.connection.forget_request(ask.request_id, resolved_elsewhere=True)
+            ask.wake()
+
+        return answered

@@ -91,24 +91,29 @@ class SessionAccounts:
 
     async def budget_spent(self, live: LiveSession, reread: bool = True) -> str | None:
         """None while the session's budget allows another model call, else the sentence saying which is
-        spent. The budget is read from the store first: another daemon on the same home may have raised
-        or lowered it (the store is the truth; the totals in memory are never older than the store's)."""
-        if not reread:
-            return self.spent(live.row)
-        try:
-            stored = await self.store.get_session(live.row.id)
-        except PonderError as exc:  # the store is down: the budget in memory holds meanwhile
-            log.info("session %s: its budget could not be re-read: %s", live.row.id, exc.message)
-            stored = None
-        if stored is not None:
-            live.row.budget = stored.budget
+        spent. The budget is read from the store first (``reread_budget``)."""
+        if reread:
+            await self.reread_budget(live)
         return self.spent(live.row)
 
+    async def reread_budget(self, live: LiveSession) -> None:
+        """Take the session's budget from the store: another daemon on the same home may have raised,
+        lowered or cleared it (the store is the truth; the totals in memory are never older than the
+        store's, so only the budget is taken). A store that cannot be read leaves the budget in memory."""
+        try:
+            stored = await self.store.get_session(live.row.id)
+        except PonderError as exc:
+            log.info("session %s: its budget could not be re-read: %s", live.row.id, exc.message)
+            return
+        if stored is not None:
+            live.row.budget, live.row.budget_own = stored.budget, stored.budget_own
+
     def spent(self, row: SessionRow) -> str | None:
-        """``budget_spent`` on the row as it is in memory."""
+        """``budget_spent`` on the row as it is in memory: its own budget, else config.toml's ``[budget]``."""
+        budget = row.budget_in_force(self.catalog.config.budget)
         try:
             spec = self.catalog.get(row.model_id)
         except PonderError:
-            return budget_exceeded(row.totals, row.cost, row.budget)
+            return budget_exceeded(row.totals, row.cost, budget)
         priced = self.catalog.price(spec) is not None
-        return budget_exceeded(row.totals, row.cost, row.budget, priced=priced, model_id=spec.id)
+        return budget_exceeded(row.totals, row.cost, budget, priced=priced, model_id=spec.id)

@@ -92,6 +92,13 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     save = _stamping(manager.writes.saver(live), pending.turn_id)
     try:
+        if pending.announced:
+            # It waited in the queue behind another turn, under a lease this daemon kept (so nothing
+            # caught up with the store): the budget as stored now holds from its first model call,
+            # also one another daemon changed meanwhile. A turn started at admission needs no read:
+            # taking the lease read the row, and an await here would let a prompt admitted meanwhile
+            # take a seq between this prompt and its reply.
+            await manager.assembly.accounts.reread_budget(live)
         if message is not None and not pending.stored:
             # A steer whose turn ended before it joined: stored now, as the start of its own turn
             # (under the lease, which admission took for the others).

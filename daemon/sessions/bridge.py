@@ -2,7 +2,7 @@
 come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bridge: ``daemon.server.rpc_bridge``
 for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
@@ -12,10 +12,19 @@ if TYPE_CHECKING:  # the event types load with the first session, not at start-u
     from protocol import events as ev
 
 
+class PermissionAnswer(NamedTuple):
+    """A permission request's winning answer, and which connection gave it (``permission_resolved``)."""
+
+    result: PermissionRequestResult
+    resolved_by: "ev.ResolvedBy | None"
+
+
 class ClientBridge(Protocol):
     """How sessions reach the client."""
 
-    can_ask: bool  # whether the client answers permission requests
+    @property
+    def can_ask(self) -> bool:
+        """Whether asking the client(s) can get an answer (a listening daemon waits for one to attach)."""
 
     async def emit(self, event: "ev.BaseEvent") -> None:
         """Deliver one ``agent/event`` (a ``protocol.events`` Struct with its seq)."""
@@ -27,8 +36,8 @@ class ClientBridge(Protocol):
     async def session_updated(self, session: Session) -> None:
         """A session's settings or title changed (``session/updated``)."""
 
-    async def ask_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
-        """The person's answer (a decision, maybe an edited rule); raises ``ClientRequestError``
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer:
+        """The person's answer (a decision, maybe an edited rule) and who gave it; raises ``ClientRequestError``
         when they cannot be asked."""
 
     def files_for(self, session_id: str) -> "ClientFiles | None":

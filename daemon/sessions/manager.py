@@ -231,7 +231,7 @@ class SessionManager:
         if live is not None and (live.row is row or live.changing_here):
             row = live.row
             row.message_count = live.stored_count
-        session = row.to_wire(live.status if live is not None else "idle")
+        session = row.to_wire(live.status if live is not None else "idle", self.config.budget)
         if live is not None:
             session = msgspec.structs.replace(session, queue=live.queue())
         if self.sandbox is not None:
@@ -276,8 +276,9 @@ class SessionManager:
     ) -> LiveSession:
         """A new session. ``model_id`` may end in ``/LEVEL``; display and fallback left out
         follow config.toml's ``[defaults]``, and a level left out is ``default``; ``budget``
-        None takes config.toml's ``[budget]``, one without limits is none. Refusals name the
-        argument at fault (``InvalidParams.argument``)."""
+        None follows config.toml's ``[budget]`` (as the daemon reads it, also after a change to the
+        file and a restart), a budget is the session's own, and one without limits is none.
+        Refusals name the argument at fault (``InvalidParams.argument``)."""
         await self.discover(model_id)
         spec, suffix = self._resolve_model(model_id or self.catalog.default_model_id())
         self._check_cost_budget(spec, budget_from(budget))
@@ -292,7 +293,8 @@ class SessionManager:
             system_prompt=system_prompt,
             thinking_display=display,
             thinking_fallback=fallback,
-            budget=self.config.budget if budget is None else budget_from(budget),
+            budget=None if budget is None else budget_from(budget),
+            budget_own=budget is not None,
         )
         # Fallback "error": refused before anything is stored.
         self.thinking_request(row).check(self.catalog, spec, "thinking_level" if level else "model_id")
@@ -383,7 +385,7 @@ class SessionManager:
             live = self._live.get(session_id)
             if live is not None:
                 # Only the budget: the live row's totals may be newer than this read of the store.
-                live.row.budget = stored.budget
+                live.row.budget, live.row.budget_own = stored.budget, stored.budget_own
                 stored = live.row
             await self.bridge.session_updated(self.wire_session(stored))
             return stored
@@ -417,6 +419,7 @@ class SessionManager:
             thinking_fallback=source.thinking_fallback,
             thinking_budget=source.thinking_budget,
             budget=source.budget,  # the fork's own spending starts at zero
+            budget_own=source.budget_own,
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
             plan=source.plan,
@@ -491,9 +494,16 @@ class SessionManager:
                 target = _steer_target(live, expected_turn_id)
                 if target is not None:
                     return await self._admit_steer(live, target, parts, client_message_id)
-            await self._make_room(live)
-            if live.unsaved:
-                await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            if live.inbox.full:
+                raise SessionBusy(live.row.id)
+            # Holding no lease (the usual idle session): lease, catch-up and the prompt's save are
+            # one store transaction below, not three round trips (a burst of prompts batches them).
+            one_step = not live.lease_held and not live.unsaved
+            if not one_step:
+                await self._make_room(live)
+                if live.unsaved:
+                    await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            known_count = live.stored_count
             queued = live.status == "running"
             turn_id = new_id("turn")
             message = ChatMessage(
@@ -517,7 +527,10 @@ class SessionManager:
             message.admission = msgspec.to_builtins(answer)
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
-                await self.store.save_message(message)
+                if one_step:
+                    await self._lease_and_save(live, message, known_count)
+                else:
+                    await self.store.save_message(message)
                 for part in parts:
                     part.data = None  # stored once by content; requests read the bytes back from the store
             except BaseException:
@@ -657,15 +670,35 @@ class SessionManager:
                 raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
             await self._refresh(live)
 
+    async def _lease_and_save(self, live: LiveSession, message: ChatMessage, known_count: int) -> None:
+        """Under ``admit_lock``, holding no lease: take the turn lease, catch up and store the
+        prompt ``message`` (waiting already) in one store transaction (``Store.admit``); when
+        another daemon added messages meanwhile, catch up first and store it after them."""
+        admitted = await self.writes.admit(live, message, known_count)
+        if not admitted.leased:
+            raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+        if admitted.saved:
+            assert admitted.row is not None
+            live.row = admitted.row
+            return
+        await self._catch_up(live, admitted.row, known_count)
+        live.waiting.remove(message)  # its seq is taken again, after what the other daemon stored
+        message.seq = live.next_seq()
+        live.waiting.append(message)
+        await self.store.save_message(message)
+
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:
         take the stored row, and the stored history when messages were added; a deleted
         session is unloaded (``SessionNotFound``)."""
-        row = await self.store.get_session(live.row.id)
+        await self._catch_up(live, await self.store.get_session(live.row.id), live.stored_count)
+
+    async def _catch_up(self, live: LiveSession, row: SessionRow | None, known_count: int) -> None:
+        """``_refresh`` with the stored ``row`` read already; ``known_count``: the messages we hold."""
         if row is None:
             self.unload(live)
             raise SessionNotFound(live.row.id)
-        if row.message_count != live.stored_count:
+        if row.message_count != known_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
             live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from daemon import agent
 from daemon.conversation import Part
 from daemon.jsonrpc.connection import ClientRequestError
@@ -26,7 +28,7 @@ from daemon.tools import Tool
 from daemon.tools.approval import denial_message, policy_decision
 from protocol import events as ev
 from protocol.events import PermissionSource
-from protocol.methods import PermissionDecision, PermissionRequestParams
+from protocol.methods import PermissionDecision, PermissionRequestParams, PermissionRequestResult
 from protocol.objects import ProposedRule
 
 __all__ = ["PermissionGate"]
@@ -43,7 +45,9 @@ class PermissionGate:
         turn_id: str,
         hooks: HookRunner,
         sandbox_approves: Callable[[CallFacts], bool] | None = None,
+        emit: agent.Emit | None = None,
     ) -> None:
+        self.emit = emit  # for ``permission_resolved``
         self.book = book
         self.bridge = bridge
         self.live = live
@@ -109,9 +113,8 @@ class PermissionGate:
             suggested_rule=_proposed(suggested) if suggested is not None else None,
             reason=reason,
         )
-        try:
-            answer = await self.bridge.ask_permission(params)
-        except ClientRequestError:
+        answer = await ask_and_tell(self.bridge, params, self.emit)
+        if answer is None:
             return _deny(source, denial_message(policy, name, "cannot_ask"), rule)
         decision = answer.decision
         allowing = decision.startswith("allow")
@@ -139,6 +142,30 @@ class PermissionGate:
                 return None, "no rule could be made from this call; the answer counts for this call only"
             rule = suggested
         return self.book.keep(rule, self.live.row.id, Path(self.live.row.cwd), always=always)
+
+
+async def ask_and_tell(
+    bridge: ClientBridge, params: PermissionRequestParams, emit: agent.Emit | None
+) -> PermissionRequestResult | None:
+    """Ask the clients; every subscriber then hears how it was decided (``permission_resolved``:
+    by whom, or by the daemon when nobody answered or the turn was cancelled). None: nobody
+    could answer (the caller denies)."""
+    try:
+        answer = await bridge.ask_permission(params)
+    except ClientRequestError:
+        await _tell(emit, params.call_id, "deny", None)
+        return None
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+            await _tell(emit, params.call_id, "deny", None)
+        raise
+    await _tell(emit, params.call_id, answer.result.decision, answer.resolved_by)
+    return answer.result
+
+
+async def _tell(emit: agent.Emit | None, call_id: str, decision: str, resolved_by: ev.ResolvedBy | None) -> None:
+    if emit is not None:
+        await emit(ev.PermissionResolved, {"call_id": call_id, "decision": decision, "resolved_by": resolved_by})
 
 
 def _proposed(rule: Rule) -> ProposedRule:

@@ -14,7 +14,6 @@ from daemon.agent import ToolOutcome, Turn
 from daemon.config.settings import Config
 from daemon.conversation import Part
 from daemon.errors import HookDenied
-from daemon.jsonrpc.connection import ClientRequestError
 from daemon.permissions.book import PermissionBook
 from daemon.permissions.decide import CallFacts
 from daemon.sandbox.command import CommandSandbox
@@ -23,7 +22,7 @@ from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.hook_runner import HookRunner
 from daemon.sessions.live import LiveSession
-from daemon.sessions.permission_gate import PermissionGate
+from daemon.sessions.permission_gate import PermissionGate, ask_and_tell
 from daemon.sessions.prompt_content import tool_images
 from daemon.store import SessionRow
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
@@ -78,7 +77,8 @@ class ToolRunner:
             self.cwd,
             config.pass_env,
         )
-        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks, self._sandbox_approves)
+        self.gate = PermissionGate(permissions, bridge, live, turn_id, self.hooks, self._sandbox_approves, emit)
+        self.emit = emit
 
     async def prepare(self, turn: Turn) -> None:
         """Run the ``user_prompt_submit`` hooks of a prompt's turn (a deny ends it ``error``), add
@@ -161,10 +161,8 @@ class ToolRunner:
             options=["allow_once", "deny"],
             reason="sandbox",
         )
-        try:
-            return (await self.bridge.ask_permission(params)).decision == "allow_once"
-        except ClientRequestError:
-            return False
+        answer = await ask_and_tell(self.bridge, params, self.emit)
+        return answer is not None and answer.decision == "allow_once"
 
     async def _run(
         self, call: Part, output: Callable[[str], Awaitable[None]] | None, sandbox: CommandSandbox | None

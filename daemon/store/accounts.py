@@ -1,5 +1,5 @@
 """A session's account in the store: its running totals and their cost, the context fill after
-its last model call, and its budget (columns of ``sessions``, migration ``m004``).
+its last model call, and its budget (columns of ``sessions``, migrations ``m004`` and ``m009``).
 
 ``record_usage`` adds one call to the totals inside the write transaction, reading what is
 stored, so that the totals stay right when two daemons share a home and survive a restart.
@@ -59,11 +59,12 @@ class AccountQueries(Database):
         return body
 
     def set_budget(self, session_id: str, budget: Budget | None) -> SessionRow:
-        """Replace the session's budget (None, or a budget without limits, clears it); return the row."""
+        """Replace the session's budget with one of its own (None, or a budget without limits: none,
+        whatever config.toml's ``[budget]`` says); return the row."""
 
         def body(db: sqlite3.Connection) -> SessionRow:
             row = db.execute(
-                f"UPDATE sessions SET budget_max_cost = ?, budget_max_tokens = ? WHERE id = ? "
+                f"UPDATE sessions SET budget_max_cost = ?, budget_max_tokens = ?, budget_own = 1 WHERE id = ? "
                 f"RETURNING {_SESSION_COLUMNS}",
                 (budget.max_cost if budget else None, budget.max_tokens if budget else None, session_id),
             ).fetchone()

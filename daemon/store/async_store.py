@@ -19,7 +19,7 @@ from daemon.errors import StoreClosed, StoreUnavailable
 from daemon.store.batch import Batch
 from daemon.store.compactions import StoredCompaction
 from daemon.store.sessions import SessionRow
-from daemon.store.store import Store
+from daemon.store.store import Admission, Store
 from protocol.objects import Budget, Compaction, ContextFill, Cost, SessionPlan, Usage
 
 T = TypeVar("T")
@@ -156,6 +156,10 @@ class AsyncStore:
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
+
+    async def admit(self, message: ChatMessage, owner: str, ttl_s: float, known_count: int) -> Admission:
+        """``Store.admit``, batched with the writes that arrive with it (a burst of prompts)."""
+        return await self._together(self._writes, self.store._admit_body(message, owner, ttl_s, known_count))
 
     async def release_lease(self, session_id: str, owner: str) -> bool:
         return await self._call(self.store.release_lease, session_id, owner)

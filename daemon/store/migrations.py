@@ -264,7 +264,17 @@ def m008_session_sandbox(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m009_session_plan(db: sqlite3.Connection) -> None:
+def m009_budget_own(db: sqlite3.Connection) -> None:
+    # Whether a session set its own budget (session/start {budget}, session/budget), or follows
+    # config.toml's [budget] as it is when the daemon reads it (PROTOCOL "Context, cost and
+    # compaction"). Before, a session copied the default at its start: a stored budget is kept as
+    # its own; a session with none follows the config from now on.
+    db.execute("ALTER TABLE sessions ADD COLUMN budget_own INTEGER NOT NULL DEFAULT 1")
+    db.execute("UPDATE sessions SET budget_own = 0 WHERE budget_max_cost IS NULL AND budget_max_tokens IS NULL")
+
+
+@migration
+def m010_session_plan(db: sqlite3.Connection) -> None:
     # The latest plan update_plan kept (PROTOCOL "Plans"): JSON {explanation, entries, updated_at}; null before any.
     db.execute("ALTER TABLE sessions ADD COLUMN plan_json TEXT")
 

@@ -21,7 +21,7 @@ _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
     "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget, "
     "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens, "
-    "sandbox_mode, sandbox_network, plan_json"
+    "sandbox_mode, sandbox_network, budget_own, plan_json"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {
@@ -59,17 +59,26 @@ class SessionRow(msgspec.Struct, kw_only=True):
     thinking_fallback: str | None = None
     thinking_budget: int | None = None
     # Long sessions: running totals and their cost (kept by ``record_usage``), the context
-    # fill after the last model call, and the budget (set on create, then by ``set_budget``).
+    # fill after the last model call, and the budget. ``budget_own``: the session set its own
+    # (``budget``, None for none: on create, then by ``set_budget``); otherwise ``budget`` is None
+    # and the session follows config.toml's ``[budget]`` (``budget_in_force``).
     totals: Usage = msgspec.field(default_factory=Usage)
     cost: Cost | None = None
     context: ContextFill | None = None
     budget: Budget | None = None
+    budget_own: bool = True
     # The session's own sandbox settings (session/start {sandbox}); None follows config.toml.
     sandbox_mode: str | None = None
     sandbox_network: bool | None = None
     plan: SessionPlan | None = None  # the latest update_plan (set by ``set_session_plan``; a fork copies it)
 
-    def to_wire(self, status: str = "idle") -> Session:
+    def budget_in_force(self, default: Budget | None) -> Budget | None:
+        """The budget that holds: the session's own, else ``default`` (config.toml's ``[budget]``)."""
+        return self.budget if self.budget_own else default
+
+    def to_wire(self, status: str = "idle", default_budget: Budget | None = None) -> Session:
+        """The wire's Session; ``default_budget`` is config.toml's ``[budget]``, shown for a session
+        that has no budget of its own."""
         return Session(
             session_id=self.id,
             title=self.title,
@@ -85,7 +94,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
             totals=self.totals,
             cost=self.cost,
             context=self.context,
-            budget=self.budget,
+            budget=self.budget_in_force(default_budget),
             plan=self.plan,
         )
 
@@ -130,7 +139,8 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         budget=None if row[19] is None and row[20] is None else Budget(max_cost=row[19], max_tokens=row[20]),
         sandbox_mode=row[21],
         sandbox_network=None if row[22] is None else bool(row[22]),
-        plan=None if row[23] is None else _decode_plan(row[23]),
+        budget_own=bool(row[23]),
+        plan=None if row[24] is None else _decode_plan(row[24]),
     )
 
 
@@ -150,8 +160,8 @@ class SessionQueries(Database):
                                       system_prompt, parent_id, created_at, updated_at,
                                       thinking_display, thinking_fallback, thinking_budget,
                                       budget_max_cost, budget_max_tokens, sandbox_mode, sandbox_network,
-                                      plan_json)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      budget_own, plan_json)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -168,10 +178,11 @@ class SessionQueries(Database):
                     row.thinking_display,
                     row.thinking_fallback,
                     row.thinking_budget,
-                    row.budget.max_cost if row.budget else None,
-                    row.budget.max_tokens if row.budget else None,
+                    row.budget.max_cost if row.budget and row.budget_own else None,
+                    row.budget.max_tokens if row.budget and row.budget_own else None,
                     row.sandbox_mode,
                     None if row.sandbox_network is None else int(row.sandbox_network),
+                    int(row.budget_own),
                     None if row.plan is None else json_encode(row.plan).decode(),
                 ),
             ).fetchone()

@@ -88,8 +88,9 @@ class Tool(Generic[ArgsT]):
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        # A copy, so a caller adjusting it for one provider cannot change it for all.
-        return copy.deepcopy(_schema_for(self.Args))
+        # A copy, so a caller adjusting it for one provider cannot change it for all (decoded
+        # from the schema's JSON: every request's tool list makes one, and a deep copy costs more).
+        return msgspec.json.decode(_schema_json(self.Args))
 
     def summary(self, args: ArgsT) -> str:
         """A short human line for a permission prompt, e.g. ``Run: make test``."""
@@ -105,6 +106,11 @@ class Tool(Generic[ArgsT]):
 @functools.cache
 def _schema_for(args_type: type[ToolArgs]) -> dict[str, Any]:
     return inline_schema(msgspec.json.schema(args_type))
+
+
+@functools.cache
+def _schema_json(args_type: type[ToolArgs]) -> bytes:
+    return msgspec.json.encode(_schema_for(args_type))
 
 
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -480,3 +480,27 @@ async def test_tool_calls_of_two_turns_have_their_own_ids_live_and_after_a_resta
         (live[1].tool_call_id, "failed"),
     ]
     assert "denied" not in cards[0].content[0].content.text and "denied" in cards[1].content[0].content.text
+
+
+async def test_a_spent_budget_is_raised_with_the_budget_command_from_a_real_client(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    """Issue #24: every face raises a spent budget; here the ACP library against ``ponder acp``."""
+    (home / "config.toml").write_text("[budget]\nmax_tokens = 1\n")
+    client = Recorder()
+    async with ponder_acp(client, home, daemon_backend) as conn:
+        session_id = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        first = await conn.prompt(session_id=session_id, prompt=[acp.text_block("hello")])
+        assert first.stop_reason == "end_turn"  # within the budget before the call; it spends it
+        stopped = await conn.prompt(session_id=session_id, prompt=[acp.text_block("again")])
+        assert stopped.stop_reason == "max_turn_requests"
+        assert stopped.field_meta is not None and stopped.field_meta["ponder"]["stopReason"] == "budget"
+        assert "raise it with /budget" in stopped.field_meta["ponder"]["message"]
+        raised = await conn.prompt(session_id=session_id, prompt=[acp.text_block("/budget 5m tokens")])
+        assert raised.stop_reason == "end_turn"
+        again = await conn.prompt(session_id=session_id, prompt=[acp.text_block("go on")])
+        assert again.stop_reason == "end_turn"
+        read = await conn.ext_method("ponder/session/budget", {"sessionId": session_id})
+        assert read["budget"] == {"maxTokens": 5_000_000} and read["own"] is True
+    said = [u.content.text for u in client.of("agent_message_chunk")]
+    assert any(text.startswith("This session's budget is 5,000,000 tokens (its own)") for text in said), said

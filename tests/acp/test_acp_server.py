@@ -96,6 +96,7 @@ async def test_initialize_negotiates_version_and_advertises_capabilities(home: P
             "_ponder/auth/status",
             "_ponder/session/rename",
             "_ponder/session/fork",
+            "_ponder/session/budget",
         ]
         assert result["agentInfo"]["name"] == "ponder"
         methods = {m["id"]: m for m in result["authMethods"]}

@@ -295,13 +295,20 @@ def test_stop_reasons_map_to_acp(stop_reason: str, cancel_requested: bool, answe
     assert prompt_answer(waiter).stop_reason == answer
 
 
-def test_a_spent_budget_is_an_error_that_says_which_budget() -> None:
+def test_a_spent_budget_is_max_turn_requests_that_says_which_budget() -> None:
+    """PROTOCOL "ACP mode": budget maps to max_turn_requests; the sentence (in /budget's words) in _meta."""
     waiter = PromptWaiter("s", "turn")
     sentence = "The session's cost budget of $5.00 is spent ($5.02 used); raise it with session/budget to continue."
-    waiter.outcome = TurnOutcome("budget", ErrorInfo(code=-32006, message=sentence), "anthropic/claude-opus-4-6")
-    with pytest.raises(AcpError) as spent:
-        prompt_answer(waiter)
-    assert spent.value.message == sentence and spent.value.data["ponderCode"] == -32006
+    waiter.outcome = TurnOutcome("budget", ErrorInfo(code=-32011, message=sentence), "anthropic/claude-opus-4-6")
+    answer = prompt_answer(waiter)
+    assert answer.stop_reason == "max_turn_requests"
+    assert answer.meta == {
+        "ponder": {
+            "stopReason": "budget",
+            "message": "The session's cost budget of $5.00 is spent ($5.02 used); raise it with /budget to continue.",
+            "code": -32011,
+        }
+    }
 
 
 def test_a_failed_turn_is_an_error_with_the_providers_message() -> None:

@@ -58,7 +58,7 @@ async def test_compact_is_a_slash_command_and_its_result_an_agent_message(home, 
             await three_turns(client, session_id)
             drained = drain(client)
             [commands] = updates(drained, "available_commands_update")
-            assert [c["name"] for c in commands["availableCommands"]] == ["compact", "continue"]
+            assert [c["name"] for c in commands["availableCommands"]] == ["compact", "continue", "budget"]
             assert commands["availableCommands"][0]["input"]["hint"]
             answer = await prompt(client, session_id, "/compact keep the module numbers")
             received = drain(client)

@@ -111,3 +111,29 @@ def test_ask_stopped_by_a_budget_says_which_and_fails(home: Path, tmp_path: Path
     assert stdout == ""  # no model call was made
     assert re.search(r"ponder: The session's token budget of 1 tokens is spent \([\d,]+ used\)", stderr), stderr
     assert stderr.strip().splitlines()[-1].startswith("Context: ")
+
+
+def test_ask_max_tokens_sets_a_new_sessions_budget_and_raises_a_spent_one_on_continue(
+    home: Path, tmp_path: Path
+) -> None:
+    code, _, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "mock/echo", "--max-tokens", "1", "ping")
+    assert code == 0, stderr  # the first call is within the budget; it spends it
+    code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "ping again")
+    assert code == 1 and stdout == "", stderr
+    assert "token budget of 1 tokens is spent" in stderr
+    # --max-tokens on --continue raises the spent budget: the prompt goes on.
+    code, stdout, stderr = ponder(
+        home, "ask", "--cwd", str(tmp_path), "--continue", "--max-tokens", "1,000,000", "ping again"
+    )
+    assert code == 0, stderr
+    assert "ping again" in stdout
+    # --max-cost on a model with no known price is refused, naming it, before any model call.
+    code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "--max-cost", "5", "once more")
+    assert code != 0 and stdout == ""
+    assert "ponder knows no price for mock/echo" in stderr, stderr
+
+
+def test_ask_max_cost_that_is_not_an_amount_is_a_usage_error(home: Path, tmp_path: Path) -> None:
+    code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--max-cost", "lots", "ping")
+    assert code == 2 and stdout == ""
+    assert "--max-cost: 'lots' is not an amount in USD" in stderr, stderr

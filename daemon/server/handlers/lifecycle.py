@@ -9,7 +9,8 @@ from daemon import __version__
 from daemon.errors import InvalidParams
 from daemon.media.limits import MAX_IMAGE_BYTES, MAX_IMAGES_PER_PROMPT
 from daemon.server.core import Daemon
-from daemon.server.rpc_bridge import RpcBridge
+from daemon.server.ring import RING_EVENTS
+from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import PROTOCOL_VERSION
 from protocol import methods as m
 from protocol.objects import ApprovalPolicy, ThinkingLevel
@@ -18,10 +19,10 @@ WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-sh
 
 
 class LifecycleHandlers:
-    def __init__(self, daemon: Daemon, bridge: RpcBridge) -> None:
+    def __init__(self, daemon: Daemon, bridge: RpcBridge, peer: Peer) -> None:
         self.daemon = daemon
         self.bridge = bridge
-        self._warmed = False
+        self.peer = peer  # the connection these handlers answer
 
     async def initialize(self, params: m.InitializeParams) -> m.InitializeResult:
         if params.protocol_version != PROTOCOL_VERSION:
@@ -31,10 +32,13 @@ class LifecycleHandlers:
                 allowed=[str(PROTOCOL_VERSION)],
             )
         if params.capabilities is not None:
-            self.bridge.can_ask = params.capabilities.permission_requests
+            self.peer.can_ask = params.capabilities.permission_requests
+            self.peer.role = params.capabilities.role or "controller"
+        if params.client_info is not None:
+            self.peer.client_name = params.client_info.name
         background = self.daemon.background_task_group()
-        if background is not None and not self._warmed:
-            self._warmed = True
+        if background is not None and not self.daemon.warm_up_started:
+            self.daemon.warm_up_started = True
             background.start_soon(self._warm_up)
         problems = await self.daemon.problems_now()  # waits for the sandbox probe
         return m.InitializeResult(
@@ -46,6 +50,9 @@ class LifecycleHandlers:
                 sandbox=self.daemon.sandbox.capability(),
                 prompt_content=m.PromptContentCapability(
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
+                ),
+                transport=m.TransportCapability(
+                    kind=self.peer.kind, connection_id=self.peer.connection_id, ring_events=RING_EVENTS
                 ),
             ),
             home=str(self.daemon.config.home),
@@ -80,7 +87,10 @@ class LifecycleHandlers:
         threading.Thread(target=load, name="ponder-warm-up", daemon=True).start()
 
     async def shutdown(self, params: m.Empty) -> m.Empty:
-        self.daemon.shutdown_requested.set()
+        if self.bridge.listening:  # only this connection closes; SIGTERM or SIGINT stop the daemon
+            self.peer.close_requested.set()
+        else:
+            self.daemon.shutdown_requested.set()
         return m.Empty()
 
     async def ping(self, params: m.Empty) -> m.Empty:

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from daemon.server.core import Daemon
+from daemon.server.rpc_bridge import RpcBridge
 from protocol import methods as m
 
 if TYPE_CHECKING:
@@ -10,8 +11,9 @@ if TYPE_CHECKING:
 
 
 class McpAuthHandlers:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Daemon, bridge: RpcBridge) -> None:
         self.daemon = daemon
+        self.bridge = bridge  # auth/completed goes to every connection
         self._device_logins: DeviceLogins | None = None  # made on the first auth/login
 
     async def mcp_list(self, params: m.McpListParams) -> m.McpListResult:
@@ -32,5 +34,5 @@ class McpAuthHandlers:
             from daemon.providers.device_login import DeviceLogins  # off the start-up path: few daemons sign in
 
             daemon = self.daemon
-            self._device_logins = DeviceLogins(daemon.config, daemon.connection.notify, daemon.background_task_group)
+            self._device_logins = DeviceLogins(daemon.config, self.bridge.broadcast, daemon.background_task_group)
         return await self._device_logins.start(params.provider)

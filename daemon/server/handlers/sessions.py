@@ -7,8 +7,10 @@ import msgspec
 
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
+from daemon.jsonrpc.connection import AnswerThen
 from daemon.server.core import Daemon
 from daemon.server.params import optional
+from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
 
 if TYPE_CHECKING:
@@ -38,8 +40,23 @@ def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
 
 
 class SessionHandlers:
-    def __init__(self, daemon: Daemon) -> None:
+    """The session methods of one connection (``peer``): on a listening daemon, the methods that
+    start, resume or drive a session subscribe the caller to it (PROTOCOL.md "Transports")."""
+
+    def __init__(self, daemon: Daemon, bridge: RpcBridge, peer: Peer) -> None:
         self.daemon = daemon
+        self.bridge = bridge
+        self.peer = peer
+
+    def _follow(self, session_id: str) -> None:
+        self.bridge.follow(self.peer, session_id)
+
+    async def _follow_existing(self, session_id: str) -> None:
+        """Subscribe the caller to a session it is about to drive (a listening daemon only: on stdio
+        it follows every session), once it is known to exist, before a turn can start."""
+        if self.bridge.listening and not self.peer.follows(session_id):
+            await self.sessions.row(session_id)
+            self._follow(session_id)
 
     @property
     def sessions(self) -> "SessionManager":
@@ -61,6 +78,7 @@ class SessionHandlers:
             budget=params.budget,
             sandbox=params.sandbox,
         )
+        self._follow(live.row.id)
         return m.SessionResult(
             session=self.sessions.wire_session(live.row), thinking=self.sessions.thinking_for(live.row)
         )
@@ -74,12 +92,34 @@ class SessionHandlers:
 
         live = await self.sessions.get(params.session_id)
         messages = [message.to_wire() for message in live.stored_messages]
+        # No await from here to the answer: the events after last_seq reach the caller live.
+        self._follow(live.row.id)
         return m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
             messages=messages,
             items=history_items(messages, live.compactions),
+            last_seq=self.bridge.last_seq(live.row.id),
         )
+
+    async def session_subscribe(self, params: m.SessionSubscribeParams) -> AnswerThen:
+        row = await self.sessions.row(params.session_id)
+        # No await from here to the answer; the missed events follow it (``subscribe_then``).
+        last_seq, replay = self.bridge.catchup(row.id, params.after_seq)
+        result = m.SessionSubscribeResult(
+            session=self.sessions.wire_session(row),
+            thinking=self.sessions.thinking_for(row),
+            last_seq=last_seq,
+            replay=replay,
+            pending_requests=self.bridge.pending_requests(row.id),
+        )
+        return AnswerThen(result, self.bridge.subscribe_then(self.peer, row.id, params.after_seq, last_seq, replay))
+
+    async def session_unsubscribe(self, params: m.SessionIdParams) -> m.SessionUnsubscribeResult:
+        await self.sessions.row(params.session_id)
+        self.bridge.unfollow(self.peer, params.session_id)
+        # A stdio client follows every session, whatever it unsubscribes from.
+        return m.SessionUnsubscribeResult(subscribed=self.peer.follows(params.session_id))
 
     async def session_list(self, params: m.SessionListParams) -> m.SessionListResult:
         if not 1 <= params.limit <= 1000:
@@ -107,6 +147,7 @@ class SessionHandlers:
         return m.SessionMessagesResult(messages=wire, next_seq=next_seq, items=history_items(wire, compactions))
 
     async def session_compact(self, params: m.SessionCompactParams) -> m.SessionCompactResult:
+        await self._follow_existing(params.session_id)
         _turn_id, compaction_id, queued = await self.sessions.compact(params.session_id, params.instructions)
         return m.SessionCompactResult(compaction_id=compaction_id, queued=queued)
 
@@ -122,6 +163,7 @@ class SessionHandlers:
                 "A steer runs with the running turn's thinking; send it without thinking_level.",
                 path="$.params.thinking_level",
             )
+        await self._follow_existing(params.session_id)
         return await self.sessions.prompt(
             params.session_id,
             params.text,
@@ -133,6 +175,7 @@ class SessionHandlers:
         )
 
     async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
+        await self._follow_existing(params.session_id)
         turn_id = await self.sessions.continue_turn(params.session_id)
         return m.SessionContinueResult(turn_id=turn_id, action="nothing_to_continue" if turn_id is None else "resumed")
 
@@ -156,6 +199,7 @@ class SessionHandlers:
 
     async def session_fork(self, params: m.SessionForkParams) -> m.SessionOnlyResult:
         row = await self.sessions.fork(params.session_id, params.message_id)
+        self._follow(row.id)
         return m.SessionOnlyResult(session=self.sessions.wire_session(row))
 
     async def session_rename(self, params: m.SessionRenameParams) -> m.SessionOnlyResult:

@@ -1,0 +1,238 @@
+"""``ponder serve --listen unix:PATH`` as a real subprocess, with several real clients on its socket:
+shared sessions, roles, leaving clients, catch-up after a reconnect, shared approvals, slow
+clients, refused paths (PROTOCOL.md "Transports and several clients")."""
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from contextlib import aclosing
+
+import anyio
+import pytest
+
+from daemon.jsonrpc.client import RpcError
+from tests.support.harness import subprocess_env
+from tests.support.listening import listening_daemon, short_socket_dir, unix_client
+
+pytestmark = pytest.mark.anyio
+
+LONG = {"model_id": "mock/thinker", "thinking_level": "max"}
+
+
+async def _events_until_turn_end(client, turn_id, limit_s=30):
+    with anyio.fail_after(limit_s):
+        return await client.collect_turn(turn_id)
+
+
+async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "5"}) as daemon:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        async with unix_client(path, name="editor") as editor:
+            started = await editor.request("session/start", LONG)
+            session_id = started["session"]["session_id"]
+            async with unix_client(path, role="observer", name="watcher") as watcher:
+                answer = await watcher.request("session/subscribe", {"session_id": session_id})
+                assert answer["replay"] == "none" and answer["last_seq"] == 0
+                with pytest.raises(RpcError) as refused:
+                    await watcher.request("session/prompt", {"session_id": session_id, "text": "hi"})
+                assert refused.value.code == -32008 and refused.value.data == {"reason": "observer"}
+                turn = await editor.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+                seen_by_editor = []
+                async with aclosing(editor.events(turn["turn_id"])) as events:
+                    async for event in events:
+                        seen_by_editor.append(event)
+                        if len(seen_by_editor) == 5:
+                            break
+                # The editor is gone mid-turn; the watcher still sees the whole turn end normally.
+                seen = await _events_until_turn_end(watcher, turn["turn_id"])
+        assert seen[-1]["type"] == "turn_end" and seen[-1]["stop_reason"] == "end_turn"
+        seqs = [event["seq"] for event in seen]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "no gap, no duplicate"
+        assert [e["seq"] for e in seen_by_editor] == seqs[:5], "both saw the same events"
+        # The daemon stays up without clients; a new one finds the session with its reply.
+        async with unix_client(path) as later:
+            resumed = await later.request("session/resume", {"session_id": session_id})
+            assert [m["role"] for m in resumed["messages"]] == ["user", "assistant"]
+            assert resumed["messages"][1]["status"] == "complete"
+            assert resumed["last_seq"] == seqs[-1]
+            # shutdown closes only this connection
+            await later.request("shutdown")
+        async with unix_client(path) as again:
+            assert await again.request("ping") == {}
+        assert daemon.process.poll() is None
+
+
+async def test_reconnect_catches_up_without_gap_or_duplicate(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "5"}):
+        async with unix_client(path) as first:
+            session_id = (await first.request("session/start", LONG))["session"]["session_id"]
+            turn = await first.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+            before = []
+            async with aclosing(first.events(turn["turn_id"])) as events:
+                async for event in events:
+                    before.append(event)
+                    if len(before) == 20:
+                        break
+        await anyio.sleep(0.3)  # events go on while nobody is connected
+        async with unix_client(path) as second:
+            answer = await second.request(
+                "session/subscribe", {"session_id": session_id, "after_seq": before[-1]["seq"]}
+            )
+            assert answer["replay"] == "events" and answer["last_seq"] > before[-1]["seq"]
+            after = await _events_until_turn_end(second, turn["turn_id"])
+        seqs = [e["seq"] for e in before + after]
+        assert seqs == list(range(1, len(seqs) + 1)), "the missed events, then live ones: no gap, no duplicate"
+        assert after[-1]["type"] == "turn_end"
+        # A client whose after_seq the ring no longer holds is told to rebuild from session/resume.
+        async with unix_client(path) as third:
+            answer = await third.request("session/subscribe", {"session_id": session_id, "after_seq": seqs[-1]})
+            assert answer["replay"] == "none"
+
+
+async def test_first_answer_wins_and_everyone_hears_how_it_was_resolved(home, anyio_backend, tmp_path):
+    path = short_socket_dir() / "s.sock"
+    work = tmp_path / "work"
+    work.mkdir()
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        asked = {"a": anyio.Event(), "b": anyio.Event()}
+        release_b = anyio.Event()
+
+        async with (
+            unix_client(path, permission_requests=True, name="a") as a,
+            unix_client(path, permission_requests=True, name="b") as b,
+            unix_client(path, role="observer", name="o") as o,
+        ):
+            late_errors = []
+
+            async def answer_a(method, params):
+                asked["a"].set()
+                return {"decision": "allow_once"}
+
+            async def answer_b(method, params):
+                asked["b"].set()
+                await release_b.wait()
+                return {"decision": "deny"}
+
+            a.on_request, b.on_request = answer_a, answer_b
+            original = b.on_message
+
+            def watch(message, sent):
+                if (
+                    isinstance(message, dict)
+                    and message.get("error", {}).get("data", {}).get("reason") == "already_resolved"
+                ):
+                    late_errors.append(message)
+                original(message, sent)
+
+            b.on_message = watch
+            started = await a.request(
+                "session/start", {"model_id": "mock/tools", "cwd": str(work), "approval_policy": "ask"}
+            )
+            session_id = started["session"]["session_id"]
+            await b.request("session/subscribe", {"session_id": session_id})
+            await o.request("session/subscribe", {"session_id": session_id})
+            prompt = 'tool: write_file {"path": "x.txt", "content": "hi"}'
+            turn = await a.request("session/prompt", {"session_id": session_id, "text": prompt})
+            events = await _events_until_turn_end(o, turn["turn_id"])
+            resolved = [e for e in events if e["type"] == "permission_resolved"]
+            assert len(resolved) == 1
+            assert resolved[0]["decision"] == "allow_once"
+            assert resolved[0]["resolved_by"]["client_name"] == "a"
+            assert (work / "x.txt").read_text() == "hi"
+            assert asked["b"].is_set(), "every controller that takes requests was asked"
+            release_b.set()  # b answers late
+            with anyio.fail_after(10):
+                while not late_errors:
+                    await anyio.sleep(0.05)
+            assert late_errors[0]["id"].startswith("ponder-")
+            assert late_errors[0]["error"]["code"] == -32602
+
+
+async def test_a_client_that_never_reads_is_dropped_and_the_others_go_on(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0"}) as daemon:
+        async with unix_client(path) as driver:
+            session_id = (await driver.request("session/start", LONG))["session"]["session_id"]
+            # A raw client subscribes, then never reads again.
+            stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stuck.connect(str(path))
+            stuck.sendall(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n')
+            stuck.sendall(
+                b'{"jsonrpc":"2.0","id":2,"method":"session/subscribe","params":{"session_id":"'
+                + session_id.encode()
+                + b'"}}\n'
+            )
+            await anyio.sleep(0.3)
+            # ~240 events a turn: far more than the stuck client's queue (4096) and socket hold.
+            with anyio.fail_after(120):
+                for i in range(30):
+                    turn = await driver.request("session/prompt", {"session_id": session_id, "text": f"Think long {i}"})
+                    events = await driver.collect_turn(turn["turn_id"])
+                    assert events[-1]["stop_reason"] == "end_turn"
+            # The stuck client was dropped: reading what reached it ends in the end of the stream.
+            stuck.settimeout(10)
+            total = 0
+            while chunk := stuck.recv(1 << 20):
+                total += len(chunk)
+            stuck.close()
+            assert "does not read its messages" in (home / "logs" / "ponder.log").read_text()
+        assert daemon.process.poll() is None
+
+
+async def test_refused_socket_paths_are_usage_errors(home, anyio_backend):
+    env = {**os.environ, **subprocess_env(home, {"PONDER_ASYNC_BACKEND": anyio_backend})}
+
+    def serve(listen):
+        return subprocess.run(
+            [sys.executable, "-m", "daemon", "serve", "--listen", listen],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    directory = short_socket_dir()
+    (directory / "file").write_text("not a socket")
+    result = serve(f"unix:{directory / 'file'}")
+    assert result.returncode == 2 and "another file is there" in result.stderr
+    shared = short_socket_dir()
+    os.chmod(shared, 0o777)
+    result = serve(f"unix:{shared / 's.sock'}")
+    assert result.returncode == 2 and "other users can write" in result.stderr
+    # A stale socket (nobody answers) is replaced; one a daemon answers on is refused.
+    stale = directory / "s.sock"
+    leftover = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    leftover.bind(str(stale))
+    leftover.close()
+    with listening_daemon(home, f"unix:{stale}", backend=anyio_backend):
+        result = serve(f"unix:{stale}")
+        assert result.returncode == 2 and "already listening" in result.stderr
+        async with unix_client(stale) as client:
+            assert await client.request("ping") == {}
+
+
+async def test_garbage_and_many_dropped_connections_do_not_disturb_a_client(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend) as daemon:
+        async with unix_client(path) as steady:
+            for i in range(500):
+                raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                raw.connect(str(path))
+                if i % 3 == 0:
+                    raw.sendall(b"\x00\xff garbage \xfe\n{not json\n")
+                elif i % 3 == 1:
+                    raw.sendall(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')  # cut off, no newline
+                raw.close()
+                if i % 100 == 0:
+                    assert await steady.request("ping") == {}
+            with pytest.raises(RpcError) as refused:
+                await steady.request("nope/never")
+            assert refused.value.code == -32601
+            assert await steady.request("session/list", {}) is not None
+        assert daemon.process.poll() is None

@@ -1,0 +1,132 @@
+"""A real ``ponder serve --listen`` subprocess for a test, and clients that connect to it over its
+Unix socket (``RpcClient``s reading the socket in a task of their own)."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from daemon.jsonrpc.client import RpcClient
+from daemon.jsonrpc.framing import LineSplitter
+from tests.support.harness import subprocess_env
+from tests.support.wire import validate_message
+
+
+class ListeningDaemon:
+    def __init__(self, process: subprocess.Popen[bytes], stderr_path: Path, endpoint: str) -> None:
+        self.process = process
+        self.stderr_path = stderr_path
+        self.endpoint = endpoint
+
+    @property
+    def socket(self) -> Path:
+        assert self.endpoint.startswith("unix:")
+        return Path(self.endpoint.removeprefix("unix:"))
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+def short_socket_dir() -> Path:
+    """A private directory with a short path (a socket path holds about 100 bytes)."""
+    return Path(tempfile.mkdtemp(prefix="p33-"))
+
+
+@contextmanager
+def listening_daemon(
+    home: Path, listen: str, *, backend: str = "asyncio", env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[ListeningDaemon]:
+    """``ponder serve --listen LISTEN`` until it says it listens; SIGTERM (then kill) afterwards."""
+    stderr_path = home.parent / f"serve-{time.monotonic_ns()}.stderr"
+    full_env = {**os.environ, **subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, **(env or {})})}
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "serve", "--listen", listen, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=full_env,
+        )
+    daemon = ListeningDaemon(process, stderr_path, "")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            text = daemon.stderr()
+            marker = "ponder: listening on "
+            if marker in text:
+                daemon.endpoint = text.split(marker, 1)[1].splitlines()[0].strip()
+                break
+            if process.poll() is not None:
+                raise AssertionError(f"ponder serve --listen exited {process.returncode}: {text}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ponder serve --listen did not start: {text}")
+            time.sleep(0.05)
+        yield daemon
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@asynccontextmanager
+async def unix_client(
+    path: Path,
+    *,
+    role: str | None = None,
+    permission_requests: bool = False,
+    name: str = "tests",
+    initialize: bool = True,
+) -> AsyncIterator[RpcClient]:
+    """An ``RpcClient`` on the daemon's socket (initialized unless told not to)."""
+    stream = await anyio.connect_unix(path)
+    lock = anyio.Lock()
+
+    async def send_line(line: bytes) -> None:
+        async with lock:
+            await stream.send(line + b"\n")
+
+    client = RpcClient(send_line)
+    client.on_message = validate_message
+    async with anyio.create_task_group() as tg:
+        client.task_group = tg
+
+        async def read() -> None:
+            splitter = LineSplitter()
+            try:
+                while True:
+                    chunk = await stream.receive()
+                    for line in splitter.feed(chunk):
+                        assert isinstance(line, bytes)
+                        await client.dispatch(line)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            finally:
+                client.notify_send.close()
+
+        tg.start_soon(read)
+        try:
+            if initialize:
+                capabilities: dict[str, Any] = {"permission_requests": permission_requests}
+                if role is not None:
+                    capabilities["role"] = role
+                await client.request(
+                    "initialize",
+                    {"protocol_version": 1, "client_info": {"name": name}, "capabilities": capabilities},
+                )
+            yield client
+        finally:
+            client.notifications.close()
+            tg.cancel_scope.cancel()
+    await stream.aclose()
