@@ -16,6 +16,7 @@ import anyio
 import msgspec
 
 from daemon.agent.media import TurnMedia
+from daemon.agent.structured import TurnOutput
 from daemon.catalog.learned import LearnedLevels
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
@@ -198,6 +199,8 @@ class Turn(msgspec.Struct):
     continued_from: str | None = None  # session/continue: the turn this one goes on with
     # The images its requests carry (PROTOCOL.md "Prompt content"); None: images are sent as notes.
     media: TurnMedia | None = None
+    # The prompt's output_schema as this turn asks for it and judges it (None: any answer will do).
+    output: TurnOutput | None = None
     cancel_scope: anyio.CancelScope = msgspec.field(default_factory=anyio.CancelScope)
     usage: Usage = msgspec.field(default_factory=Usage)
     # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).

@@ -99,6 +99,7 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         raise
 
 
+SHUTDOWN_WAIT_S = 5.0
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 
@@ -151,5 +152,8 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
         for problem in initialized.get("problems") or []:
             print(f"ponder: {for_person(problem)}", file=sys.stderr)
         code = await COMMANDS[args.command](client, args)
-        await client.request("shutdown")
+        # Bounded: a daemon that no longer answers (the command gave up on it after a Ctrl-C) must
+        # not keep the command from ending; closing its input then stops it.
+        with anyio.move_on_after(SHUTDOWN_WAIT_S):
+            await client.request("shutdown")
         return code

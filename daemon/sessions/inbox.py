@@ -26,6 +26,8 @@ class PendingTurn(msgspec.Struct):
     thinking: ThinkingRequest
     compaction: agent.CompactionRequest | None = None  # what a compaction turn does (session/compact)
     continued_from: str | None = None  # session/continue: the turn this one goes on with
+    output: agent.OutputRequest | None = None  # the prompt's output_schema and output_retries
+    max_turns: int | None = None  # at most this many model calls (``ponder ask --max-turns``)
     # False for a steer requeued as a turn (stored when its turn starts); True for an admitted prompt.
     stored: bool = True
     announced: bool = False  # a queue_update showed it waiting: its leaving is told too
