@@ -245,6 +245,8 @@ class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
     error: ErrorInfo | None = None
+    # The answer, valid against the prompt's ``output_schema``; null on every other turn.
+    structured_output: Any = None
 
 
 class PlanUpdate(BaseEvent, tag="plan"):

@@ -61,6 +61,8 @@ class TurnAssembly:
         self.bridge = bridge
         self.tool_sources = tool_sources
         self.accounts = SessionAccounts(store, catalog)
+        # Models whose provider refused native structured output: the final_output tool for them.
+        self.native_refusals = agent.NativeRefusals()
 
     @functools.cached_property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -95,6 +97,11 @@ class TurnAssembly:
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking
+        # A prompt's own limit (``ponder ask --max-turns``) replaces [defaults] max_tool_steps.
+        max_steps = pending.max_turns if pending.max_turns is not None else self.config.max_tool_steps
+        output = None
+        if pending.output is not None:
+            output = agent.TurnOutput.start(pending.output, provider, spec.id, self.native_refusals)
 
         return agent.Turn(
             session_id=row.id,
@@ -130,10 +137,11 @@ class TurnAssembly:
                 load=self.store.get_attachments,
                 mark=self.store.mark_image_omitted,
             ),
+            output=output,
             record_usage=self.accounts.recorder(live, spec, emit),
             budget_spent=functools.partial(self.accounts.budget_spent, live),
             settings=agent.TurnSettings(
-                max_steps=self.config.max_tool_steps,
+                max_steps=max_steps,
                 max_attempts=self.config.retry_max_attempts,
                 stall_timeout_s=self.config.stall_timeout_s,
                 no_progress_timeout_s=self.config.no_progress_timeout_s,
