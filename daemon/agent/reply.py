@@ -110,9 +110,10 @@ class Reply:
             thinking=turn.thinking,  # replaced by this call's own (call_thinking.for_request)
             messages=for_provider(self._with_media(messages), turn.provider_name),
             system_prompt=turn.system_prompt,
-            tools=turn.tools,
+            tools=turn.tools if turn.output is None else turn.output.tools(turn.tools),
             output_cap=turn.max_output_tokens,
             limits=turn.settings.limits,
+            output_schema=None if turn.output is None else turn.output.native,
         )
 
     def _with_media(self, messages: list[ChatMessage]) -> list[ChatMessage]:

@@ -143,7 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
     ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
-    ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+    ask.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object a line: a header, every event, then the result (schemas/protocol.json)",
+    )
+    ask.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema file: the answer must be JSON valid against it (exit 5 when it never is)",
+    )
+    ask.add_argument(
+        "--max-turns", type=_positive, metavar="N", help="at most N model calls in this run (then exit 3: tool_limit)"
+    )
+    ask.add_argument("-o", "--output", metavar="FILE", help="write the result (the answer) to FILE too")
     ask.add_argument(
         "--image",
         action="append",

@@ -81,7 +81,8 @@ class ClientRequestError(PonderError):
 
 class AnswerThen:
     """A handler's result plus what to do once its answer is queued, before anything else the
-    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer."""
+    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer;
+    ACP's ``session/new`` lets the new session's updates go only once the answer naming it is out."""
 
     def __init__(self, result: Any, then: Callable[[], Awaitable[None]]) -> None:
         self.result = result

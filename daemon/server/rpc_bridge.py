@@ -31,6 +31,7 @@ from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:
+    from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
 log = logging.getLogger("ponder.clients")
@@ -288,6 +289,9 @@ class RpcBridge:
 
     def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
         return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]
+
+    def files_for(self, session_id: str) -> "ClientFiles | None":
+        return None  # the ponder dialect's file tools use the disk
 
     # --- permission requests --------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from daemon import agent
 from daemon.agent import CompactionRequest
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.config.settings import Config
@@ -422,6 +423,7 @@ class SessionManager:
             budget_own=source.budget_own,
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
+            plan=source.plan,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
@@ -457,6 +459,8 @@ class SessionManager:
         delivery: Delivery = "queue",
         expected_turn_id: str | None = None,
         client_message_id: str | None = None,
+        output: agent.OutputRequest | None = None,
+        max_turns: int | None = None,
     ) -> SessionPromptResult:
         """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
         ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
@@ -516,6 +520,7 @@ class SessionManager:
                 origin="steer" if delivery == "steer" else "prompt",
                 turn_id=turn_id,
                 client_message_id=client_message_id,
+                output=_stored_output(output, max_turns),
             )
             answer = SessionPromptResult(
                 turn_id=turn_id,
@@ -538,7 +543,14 @@ class SessionManager:
                     with anyio.move_on_after(2, shield=True):
                         await self.writes.release_lease(live)
                 raise
-            pending = PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level), announced=queued)
+            pending = PendingTurn(
+                turn_id,
+                message,
+                self.thinking_request(live.row, turn_level),
+                announced=queued,
+                output=output,
+                max_turns=max_turns,
+            )
             live.inbox.put(pending)
             if queued:
                 await self.events.queue_update(live)
@@ -593,6 +605,7 @@ class SessionManager:
                 message.turn_id = turn_id
                 await self.store.save_message(message)  # refused: nothing was added to the history
                 live.history.append(message)
+            output, max_turns = _output_of_last_prompt(live.history)  # the turn goes on under them
             live.inbox.put(
                 PendingTurn(
                     turn_id,
@@ -600,6 +613,8 @@ class SessionManager:
                     self.thinking_request(live.row),
                     continued_from=plan.continued_from,
                     stored=True,
+                    output=output,
+                    max_turns=max_turns,
                 )
             )
             return turn_id
@@ -807,3 +822,30 @@ def _check_cwd(cwd: str | None) -> Path:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", argument="cwd") from None
     raise InvalidParams(f"cwd {shown} is not an existing directory.", argument="cwd")
+
+
+def _stored_output(output: agent.OutputRequest | None, max_turns: int | None) -> dict[str, Any] | None:
+    """What a prompt's message keeps of its output request and limit (``ChatMessage.output``)."""
+    if output is None and max_turns is None:
+        return None
+    stored: dict[str, Any] = {"max_turns": max_turns}
+    if output is not None:
+        stored.update({"schema": output.schema, "retries": output.retries})
+    return stored
+
+
+def _output_of_last_prompt(history: list[ChatMessage]) -> tuple[agent.OutputRequest | None, int | None]:
+    """The output request and limit of the prompt that started the last prompt turn (steers that
+    joined a running turn are passed over): what ``session/continue`` keeps."""
+    for message in reversed(history):
+        if message.role != "user" or message.origin not in ("prompt", "steer"):
+            continue
+        if message.origin == "steer" and (message.admission or {}).get("delivery") == "steer_pending":
+            continue  # joined a running turn: that turn's prompt says
+        stored = message.output or {}
+        output = None
+        if isinstance(stored.get("schema"), dict):
+            output = agent.OutputRequest(schema=stored["schema"], retries=int(stored.get("retries", 2)))
+        max_turns = stored.get("max_turns")
+        return output, max_turns if isinstance(max_turns, int) else None
+    return None, None
