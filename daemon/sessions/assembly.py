@@ -19,15 +19,22 @@ from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import SessionAccounts, TurnAccount
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.plans import SessionPlans
 from daemon.sessions.thinking_settings import TurnLevels
 from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+from daemon.tools.update_plan import PLAN_GUIDANCE
 from protocol import events as ev
 from protocol.objects import Thinking, Usage
 
 log = logging.getLogger("ponder.sessions")
+
+
+def with_plan_guidance(system_prompt: str | None) -> str:
+    """The session's system prompt, then when a plan helps (``update_plan`` is offered with the tools)."""
+    return PLAN_GUIDANCE if not system_prompt else f"{system_prompt}\n\n{PLAN_GUIDANCE}"
 
 
 class TurnAssembly:
@@ -85,6 +92,7 @@ class TurnAssembly:
             self.permissions,
             emit,
             self.sandbox,
+            SessionPlans(self.store, live, emit),
         )
         decided = pending.thinking.decide(self.catalog, spec)
         # A prompt's own limit (``ponder ask --max-turns``) replaces [defaults] max_tool_steps.
@@ -112,7 +120,7 @@ class TurnAssembly:
             messages=messages,
             toolkit=runner,
             account=TurnAccount(self.accounts, live, spec, emit),
-            system_prompt=row.system_prompt,
+            system_prompt=with_plan_guidance(row.system_prompt) if spec.supports_tools else row.system_prompt,
             max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
                 model_id=spec.id,
