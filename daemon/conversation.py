@@ -107,6 +107,9 @@ class ChatMessage(msgspec.Struct, kw_only=True, gc=False):
     # A prompt's idempotency key and the answer it first got (``session/prompt``'s result).
     client_message_id: str | None = None
     admission: dict[str, Any] | None = None
+    # A prompt's output_schema, output_retries and max_turns (``{schema, retries, max_turns}``), kept
+    # so that session/continue goes on under them; stored beside ``admission``.
+    output: dict[str, Any] | None = None
 
     @property
     def thinking_text(self) -> str | None:

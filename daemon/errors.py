@@ -61,6 +61,33 @@ class InvalidParams(PonderError):
             self.argument = None
 
 
+class InvalidOutputSchema(InvalidParams):
+    """An output schema that cannot be used: not a valid JSON Schema (its meta-schema's errors),
+    a ``$ref`` outside it or in an endless cycle, too large. Each error's path is a JSONPath into
+    the schema (``$`` its root) until ``place`` puts it under the argument that carried it."""
+
+    def __init__(self, message: str, errors: list[dict[str, str]], *, argument: str = "output_schema") -> None:
+        super().__init__(message, argument=argument)
+        self.data["errors"] = errors or [{"path": "$", "message": message}]
+
+    def place(self, params_path: str) -> None:
+        if self.argument is not None:
+            for error in self.data["errors"]:
+                error["path"] = f"{params_path}.{self.argument}" + error["path"][1:]
+            self.argument = None
+
+
+class SchemaFailed(PonderError):
+    """The turn's answer never matched its ``output_schema``, after every retry: the turn ends
+    ``schema_failed`` with ``error.errors`` (``[{path, message}]``) from the last answer."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, errors: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
 class UnsupportedThinkingLevel(InvalidParams):
     """A level the model does not take, refused under the ``error`` fallback policy; ``allowed`` = its levels.
     ``argument``: what asked for that level (``level`` unless the caller knows better)."""

@@ -14,6 +14,7 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    PlanEntry,
     QueuedTurn,
     Rule,
     SandboxMechanism,
@@ -244,6 +245,15 @@ class TurnEnd(BaseEvent, tag="turn_end"):
     stop_reason: StopReason
     usage: Usage | None
     error: ErrorInfo | None = None
+    # The answer, valid against the prompt's ``output_schema``; null on every other turn.
+    structured_output: Any = None
+
+
+class PlanUpdate(BaseEvent, tag="plan"):
+    """The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared)."""
+
+    explanation: str | None
+    entries: list[PlanEntry]
 
 
 AgentEvent = (
@@ -268,6 +278,7 @@ AgentEvent = (
     | CompactionStart
     | CompactionEnd
     | QueueUpdate
+    | PlanUpdate
     | HookStart
     | HookEnd
     | PermissionResolved

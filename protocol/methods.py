@@ -89,6 +89,17 @@ class PromptContentCapability(msgspec.Struct, kw_only=True, forbid_unknown_field
     max_image_bytes: int
 
 
+MAX_OUTPUT_SCHEMA_BYTES = 1024 * 1024
+DEFAULT_OUTPUT_RETRIES = 2
+
+
+class OutputSchemaCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``session/prompt {output_schema, output_retries, max_turns}`` (PROTOCOL.md "Structured output")."""
+
+    max_schema_bytes: int = MAX_OUTPUT_SCHEMA_BYTES  # a larger schema (as JSON) is -32602
+    default_retries: int = DEFAULT_OUTPUT_RETRIES
+
+
 class TransportCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``capabilities.transport``: how this connection reached the daemon, and what several
     clients share (PROTOCOL.md "Transports and several clients")."""
@@ -113,7 +124,9 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     prompt_content: PromptContentCapability | None = None
     permission_rules: bool = True  # [[permissions.rules]], permissions.toml, permissions/list
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
+    output_schema: OutputSchemaCapability = msgspec.field(default_factory=OutputSchemaCapability)
     transport: TransportCapability | None = None
+    plans: bool = True  # the update_plan tool, plan events, Session.plan (PROTOCOL.md "Plans")
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -335,6 +348,12 @@ class SessionPromptParams(msgspec.Struct, kw_only=True):
     delivery: Delivery = "queue"
     expected_turn_id: str | None = None  # only with delivery "steer": the turn it must join
     client_message_id: ClientMessageId | None = None  # a prompt sent twice is admitted once
+    # PROTOCOL.md "Structured output and headless runs": the turn's answer must be JSON valid
+    # against this schema; an invalid answer goes back to the model up to output_retries times.
+    output_schema: dict[str, Any] | None = None
+    output_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = DEFAULT_OUTPUT_RETRIES
+    # At most this many model calls in the turn (`ponder ask --max-turns`); past it, `tool_limit`.
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
 
 
 class SessionPromptResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -17,14 +17,17 @@ ThinkingSource = Literal["prompt", "session", "config_default", "provider_defaul
 ApprovalPolicy = Literal["ask", "auto", "read_only"]
 Role = Literal["user", "assistant", "tool"]
 # Where a user message came from: a prompt, a steer joining a running turn, or session/continue.
-MessageOrigin = Literal["prompt", "steer", "continue"]
-MessageStatus = Literal["complete", "interrupted", "error"]
+# schema_retry: the daemon's note that the turn's answer did not match its output_schema (PROTOCOL.md
+# "Structured output and headless runs"), sent to the model with the validation errors.
+MessageOrigin = Literal["prompt", "steer", "continue", "schema_retry"]
+# "streaming": still being written; only session/resume returns such a message.
+MessageStatus = Literal["complete", "interrupted", "error", "streaming"]
 SessionStatus = Literal["idle", "running"]
 # PROTOCOL.md "Sandbox": how run_command is confined, and by what.
 SandboxMode = Literal["off", "read_only", "workspace_write"]
 SandboxMechanism = Literal["bubblewrap", "landlock", "sandbox-exec"]
 StopReason = Annotated[
-    Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"],
+    Literal["end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget", "schema_failed"],
     msgspec.Meta(
         description=(
             "Why a turn ended (`turn_end.stop_reason`). "
@@ -35,7 +38,9 @@ StopReason = Annotated[
             "`cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. "
             "`error`: the turn failed; `error` says why. "
             "`budget`: the session's budget was reached before the next model call; `error.message` names "
-            "the budget and the amount spent (`session/budget` raises or clears it)."
+            "the budget and the amount spent (`session/budget` raises or clears it). "
+            "`schema_failed`: the answer did not match the prompt's `output_schema` after `output_retries` "
+            "retries; `error.errors` lists what did not match."
         )
     ),
 ]
@@ -181,6 +186,24 @@ class Queue(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queued: list[QueuedTurn] = msgspec.field(default_factory=list)
 
 
+PlanStatus = Literal["pending", "in_progress", "completed"]
+
+
+class PlanEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One step of a plan (PROTOCOL.md "Plans")."""
+
+    step: str
+    status: PlanStatus
+
+
+class SessionPlan(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The latest plan the model kept with ``update_plan`` (``Session.plan``)."""
+
+    explanation: str | None
+    entries: list[PlanEntry]
+    updated_at: str
+
+
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
@@ -201,6 +224,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     budget: Budget | None = None
     sandbox: SessionSandbox | None = None  # always set by the daemon
     queue: Queue = msgspec.field(default_factory=lambda: Queue())
+    plan: SessionPlan | None = None  # null before the first update_plan
 
 
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="text"):
@@ -296,12 +320,21 @@ class Message(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False
     ] = None
 
 
+class FieldError(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One thing wrong with a value: where (a JSON path from ``$``) and what."""
+
+    path: str
+    message: str
+
+
 class ErrorInfo(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A failure reported inside an event (``turn_end.error``, ``retry.error``)."""
 
     code: int
     message: str
     provider_status: int | None = None
+    # ``schema_failed``: what did not match the output schema in the last answer; absent otherwise.
+    errors: list[FieldError] | msgspec.UnsetType = msgspec.UNSET
 
 
 class MessageItem(Message, tag_field="kind", tag="message"):

@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | PlanUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -15,6 +15,38 @@ export interface AgentEventNotification {
 
 /** Which tools run without asking: see PROTOCOL.md, Approval policies. */
 export type ApprovalPolicy = "ask" | "auto" | "read_only";
+
+/** The first line: which protocol the lines that follow speak, and the session they belong to. */
+export interface AskHeader {
+  type: "header";
+  protocol_version: number;
+  ponder_version: string;
+  session_id: string;
+}
+
+/** One line of `ponder ask --json`: the `header` first, then `agent/event` params, the `result` last (also when the run fails or is interrupted). */
+export type AskJsonLine = AskHeader | AgentEvent | AskResult;
+
+/** The first (`header`) or last (`result`) line of `ponder ask --json`. */
+export type AskLine = AskHeader | AskResult;
+
+/** The last line: how the run ended. ``result`` is the text of the prompt turn's last assistant
+    message (with ``--output-schema``, the JSON text of ``structured_output``); ``usage`` the run's
+    total; ``cost`` null when no price is known; ``stop_reason`` null when no turn ended. */
+export interface AskResult {
+  type: "result";
+  status: AskStatus;
+  stop_reason: StopReason | null;
+  result: string | null;
+  structured_output: unknown;
+  usage: Usage;
+  cost: Cost | null;
+  session_id: string;
+  exit_code: number;
+}
+
+/** How a `ponder ask` run ended; its exit status: success 0, error 1, limit 3, denied 4, schema_failed 5, cancelled 130. */
+export type AskStatus = "cancelled" | "denied" | "error" | "limit" | "schema_failed" | "success";
 
 /** `attachment/get`: its params and result. */
 export interface AttachmentGetMethod {
@@ -201,6 +233,13 @@ export interface ErrorInfo {
   code: number;
   message: string;
   provider_status: number | null;
+  errors?: FieldError[];
+}
+
+/** One thing wrong with a value: where (a JSON path from ``$``) and what. */
+export interface FieldError {
+  path: string;
+  message: string;
 }
 
 export interface HookEnd {
@@ -392,7 +431,7 @@ export interface MessageItem {
 }
 
 /** Where a user message came from: a `prompt`, a `steer` or `session/continue`. */
-export type MessageOrigin = "continue" | "prompt" | "steer";
+export type MessageOrigin = "continue" | "prompt" | "schema_retry" | "steer";
 
 export interface MessageStart {
   type: "message_start";
@@ -404,7 +443,7 @@ export interface MessageStart {
 }
 
 /** `complete`, or cut short: `interrupted` (cancelled) or `error` (it failed). */
-export type MessageStatus = "complete" | "error" | "interrupted";
+export type MessageStatus = "complete" | "error" | "interrupted" | "streaming";
 
 /** Why an assistant message ended (`Message.stop_reason`). `end_turn`: the reply is complete and asks for no tools. `max_tokens`: the reply was cut at the model's output-token limit (or its context window). `tool_use`: the reply asks for tool calls; a `tool` message with their results follows. `refusal`: the provider refused or filtered the reply. `interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). `error`: the stream failed mid-way; the partial reply is kept (`status: error`). */
 export type MessageStopReason = "end_turn" | "error" | "interrupted" | "max_tokens" | "refusal" | "tool_use";
@@ -499,6 +538,12 @@ export interface Notifications {
   "$/cancelRequest": CancelRequestNotification;
 }
 
+/** ``session/prompt {output_schema, output_retries, max_turns}`` (PROTOCOL.md "Structured output"). */
+export interface OutputSchemaCapability {
+  max_schema_bytes: number;
+  default_retries: number;
+}
+
 /** A word of a run_command pattern: a word, or a list of alternative words. */
 export type PatternWord = string | string[];
 
@@ -573,6 +618,25 @@ export interface PingMethod {
   method: "ping";
   params: Empty;
   result: Empty;
+}
+
+/** One step of a plan (PROTOCOL.md "Plans"). */
+export interface PlanEntry {
+  step: string;
+  status: PlanStatus;
+}
+
+/** A plan step's status (at most one `in_progress`): see PROTOCOL.md, Plans. */
+export type PlanStatus = "completed" | "in_progress" | "pending";
+
+/** The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared). */
+export interface PlanUpdate {
+  type: "plan";
+  explanation: string | null;
+  entries: PlanEntry[];
+  session_id: string;
+  turn_id: string;
+  seq: number;
 }
 
 /** What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content"). */
@@ -727,7 +791,9 @@ export interface ServerCapabilities {
   prompt_content: PromptContentCapability | null;
   permission_rules: boolean;
   hooks: boolean;
+  output_schema: OutputSchemaCapability;
   transport: TransportCapability | null;
+  plans: boolean;
 }
 
 export interface ServerInfo {
@@ -753,6 +819,7 @@ export interface Session {
   budget: Budget | null;
   sandbox: SessionSandbox | null;
   queue: Queue;
+  plan: SessionPlan | null;
 }
 
 /** `session/budget`: its params and result. */
@@ -886,6 +953,13 @@ export interface SessionOnlyResult {
   session: Session;
 }
 
+/** The latest plan the model kept with ``update_plan`` (``Session.plan``). */
+export interface SessionPlan {
+  explanation: string | null;
+  entries: PlanEntry[];
+  updated_at: string;
+}
+
 /** `session/prompt`: its params and result. */
 export interface SessionPromptMethod {
   method: "session/prompt";
@@ -901,6 +975,9 @@ export interface SessionPromptParams {
   delivery?: "queue" | "steer";
   expected_turn_id?: string | null;
   client_message_id?: string | null;
+  output_schema?: { [key: string]: unknown } | null;
+  output_retries?: number;
+  max_turns?: number | null;
 }
 
 export interface SessionPromptResult {
@@ -1056,8 +1133,8 @@ export interface SteeringCapability {
   client_message_id: boolean;
 }
 
-/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). */
-export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "tool_limit";
+/** Why a turn ended (`turn_end.stop_reason`). `end_turn`: the model finished its reply and asked for no more tools. `max_tokens`: the model's last reply was cut at its output-token limit (or its context window). `tool_limit`: the model was still asking for tools after the turn's maximum number of model calls. `refusal`: the provider refused or filtered the reply. `cancelled`: the turn was cancelled (`session/cancel`, `session/delete`, shutdown); `error` is null. `error`: the turn failed; `error` says why. `budget`: the session's budget was reached before the next model call; `error.message` names the budget and the amount spent (`session/budget` raises or clears it). `schema_failed`: the answer did not match the prompt's `output_schema` after `output_retries` retries; `error.errors` lists what did not match. */
+export type StopReason = "budget" | "cancelled" | "end_turn" | "error" | "max_tokens" | "refusal" | "schema_failed" | "tool_limit";
 
 export interface TextBlock {
   type: "text";
@@ -1288,6 +1365,7 @@ export interface TurnEnd {
   stop_reason: StopReason;
   usage: Usage | null;
   error: ErrorInfo | null;
+  structured_output: unknown;
   session_id: string;
   turn_id: string;
   seq: number;

@@ -10,6 +10,7 @@ see all of it:
   ``DaemonRequests`` (daemon → client requests): an object whose property per method name
   refers to one named type per method, ``{method, params, result}`` (``{method, params}``
   for a notification). They describe types, not messages;
+- the lines of ``ponder ask --json`` (``AskJsonLine``: ``AskHeader``, an ``AgentEvent``, ``AskResult``);
 - the JSON-RPC 2.0 envelopes every message fits (``JsonRpcRequest``, ``JsonRpcNotification``,
   ``JsonRpcResponse``, ``JsonRpcErrorResponse``).
 
@@ -36,9 +37,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import gen_typescript
 
-from protocol import PROTOCOL_VERSION, events, methods, objects
+from protocol import PROTOCOL_VERSION, events, headless, methods, objects
 from protocol.errors import ErrorCode
 from protocol.events import NOTIFICATIONS, AgentEvent, HookEventName, HookStatus, PermissionSource, ReplyRole
+from protocol.headless import AskLine, AskStatus
 from protocol.methods import (
     CLIENT_REQUESTS,
     METHODS,
@@ -60,6 +62,7 @@ from protocol.objects import (
     MessageStatus,
     MessageStopReason,
     PatternWord,
+    PlanStatus,
     RequestedThinkingLevel,
     Role,
     RuleDecision,
@@ -93,6 +96,7 @@ NAMED: dict[str, tuple[Any, str]] = {
     ),
     "MessageStatus": (MessageStatus, "`complete`, or cut short: `interrupted` (cancelled) or `error` (it failed)."),
     "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
+    "PlanStatus": (PlanStatus, "A plan step's status (at most one `in_progress`): see PROTOCOL.md, Plans."),
     "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
     "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
     "Delivery": (
@@ -111,6 +115,19 @@ NAMED: dict[str, tuple[Any, str]] = {
     "TransportKind": (TransportKind, "How a connection reached the daemon."),
     "Replay": (Replay, "What follows a `session/subscribe` answer: the missed `events`, none, or `snapshot_required`."),
     "HookStatus": (HookStatus, "How a hook ended: `blocked` when it denied, `failed`/`timed_out` when it broke."),
+    "AskLine": (AskLine, "The first (`header`) or last (`result`) line of `ponder ask --json`."),
+    "AskStatus": (
+        AskStatus,
+        "How a `ponder ask` run ended; its exit status: success 0, error 1, limit 3, denied 4, schema_failed 5, "
+        "cancelled 130.",
+    ),
+}
+# ``ponder ask --json``: every line is one of these (PROTOCOL.md "Structured output and headless runs").
+ASK_JSON_LINE = {
+    "title": "AskJsonLine",
+    "description": "One line of `ponder ask --json`: the `header` first, then `agent/event` params, the `result` "
+    "last (also when the run fails or is interrupted).",
+    "oneOf": [{"$ref": REF.format(name=n)} for n in ("AskHeader", "AgentEvent", "AskResult")],
 }
 
 ID = {"type": ["string", "integer", "null"]}  # JSON-RPC 2.0 allows (and discourages) a null id; answers echo it
@@ -228,7 +245,7 @@ def referenced(defs: dict[str, Any], roots: list[Any]) -> set[str]:
 
 
 def struct_classes() -> dict[str, type[msgspec.Struct]]:
-    modules = (objects, events, methods)
+    modules = (objects, events, methods, headless)
     return {
         name: value
         for module in modules
@@ -313,12 +330,14 @@ def add_tables(defs: dict[str, Any], by_root: dict[tuple[str, str, str], Any]) -
 def build() -> dict[str, Any]:
     defs, by_root = type_schemas()
     sent = [schema for (table, _, part), schema in by_root.items() if (table, part) in OUTGOING]
+    sent.append(defs["AskLine"])  # what `ponder ask --json` writes: every field always there
     received = [schema for (table, _, part), schema in by_root.items() if (table, part) not in OUTGOING]
     require_sent_fields(defs, referenced(defs, sent), referenced(defs, received))
     add_tables(defs, by_root)
     for name, schema in ENVELOPES.items():
         assert name not in defs, name
         defs[name] = {"title": name, **schema}
+    defs["AskJsonLine"] = ASK_JSON_LINE
     for node in walk(defs):
         # A one-value enum is a const: generators then type it as a literal, not as an enum class.
         if isinstance(node.get("enum"), list) and len(node["enum"]) == 1:

@@ -14,8 +14,13 @@ from daemon.util.clock import now as now_rfc3339
 from protocol import events as ev
 
 
-async def run_tools(turn: Turn, calls: list[Part]) -> None:
-    """Run the calls of one reply (approved ones concurrently) and record one tool message."""
+async def run_tools(turn: Turn, calls: list[Part], answered: dict[str, tuple[str, bool]] | None = None) -> None:
+    """Run the calls of one reply (approved ones concurrently) and record one tool message.
+
+    ``answered`` (call id -> (text, is_error)): calls the agent answers itself (``final_output``),
+    which nobody approves or runs and which have no ``tool_execution_*`` events: their result is
+    only recorded, in order, in the same tool message."""
+    answered = answered or {}
     message = ChatMessage(
         message_id=new_id("msg"),
         session_id=turn.session_id,
@@ -32,6 +37,12 @@ async def run_tools(turn: Turn, calls: list[Part]) -> None:
     try:
         approved: list[tuple[int, ev.Permission | None]] = []
         for i, call in enumerate(calls):
+            if call.call_id in answered:
+                text, is_error = answered[call.call_id]
+                results[i] = Part(
+                    type="tool_result", call_id=call.call_id, name=call.name, text=text, is_error=is_error
+                )
+                continue
             raw = invalid_arguments(call)
             if raw is not None:  # nothing to approve or run: the model hears why and may try again
                 await _emit_start(turn, call, None)

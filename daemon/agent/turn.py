@@ -15,21 +15,26 @@ from daemon.agent import compaction, level_retry
 from daemon.agent.context import CompactionRequest, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.history import save_and_end
 from daemon.agent.reply import Reply
+from daemon.agent.structured import ACCEPTED, FINAL_OUTPUT
 from daemon.agent.tools import run_tools
-from daemon.conversation import ChatMessage
+from daemon.conversation import ChatMessage, Part
 from daemon.errors import (
     BudgetExceeded,
     ContextOverflow,
     InvalidParams,
     PonderError,
     ProviderError,
+    SchemaFailed,
     ThinkingLevelRejected,
 )
+from daemon.util.clock import new_id
+from daemon.util.clock import now as now_rfc3339
 from daemon.util.redact import scrub
 from daemon.vendors.overflow import is_context_overflow
+from daemon.vendors.structured_output import native_refusal
 from protocol import events as ev
 from protocol.errors import ErrorCode
-from protocol.objects import CompactionTrigger, ErrorInfo
+from protocol.objects import CompactionTrigger, ErrorInfo, FieldError
 
 log = logging.getLogger("ponder.agent")
 
@@ -68,6 +73,9 @@ async def run_turn(turn: Turn) -> str:
                     error = cut_off(turn)
         except BudgetExceeded as exc:
             stop_reason, error = "budget", error_info(exc)
+        except SchemaFailed as exc:
+            stop_reason, error = "schema_failed", error_info(exc)
+            error.errors = [FieldError(path=e["path"], message=e["message"]) for e in exc.errors]
         except PonderError as exc:
             error = error_info(exc)
         except Exception as exc:
@@ -78,8 +86,13 @@ async def run_turn(turn: Turn) -> str:
             await turn.observe("stop", {"stop_reason": stop_reason})
     if turn.cancel_scope.cancelled_caught:
         stop_reason, error = "cancelled", None
+    answer = turn.output.value if turn.output is not None and turn.output.answered else None
+    if stop_reason != "end_turn":
+        answer = None  # structured_output is null on every turn that did not end with a valid answer
     with turn.finishing():
-        await turn.emit(ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error})
+        await turn.emit(
+            ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error, "structured_output": answer}
+        )
     return stop_reason
 
 
@@ -142,6 +155,12 @@ async def _tool_loop(turn: Turn) -> str:
         await join_steers(turn)
         reply, stop = await _respond_with_retries(turn)
         calls = [p for p in reply.parts if p.type == "tool_call"]
+        if turn.output is not None and stop in ("end_turn", "tool_use"):
+            verdict = await _judge_answer(turn, reply, calls)
+            if verdict == "answered":
+                return "end_turn"
+            if verdict == "retry":
+                continue  # an invalid answer, sent back (its reply's tools ran): the next model call retries
         if stop != "tool_use" or not calls:
             if stop in _STEERABLE_ENDINGS and await join_steers(turn):
                 continue  # the reply called no tool: one more model call carries the steers
@@ -150,6 +169,52 @@ async def _tool_loop(turn: Turn) -> str:
         await run_tools(turn, calls)
         await compaction.maybe_compact(turn, backoff=_backoff)  # after each tool batch, inside this turn's brackets
     return "tool_limit"
+
+
+async def _judge_answer(turn: Turn, reply: ChatMessage, calls: list[Part]) -> str | None:
+    """Judge a reply of a turn that has an output schema: ``answered`` when it gave a valid answer
+    (its other tool calls, if any, ran first: the model asked for them); ``retry`` when it gave an
+    invalid one, whose errors were sent back (``SchemaFailed`` past the retries); None when it gave
+    none yet (ordinary tool calls, which the loop runs)."""
+    output = turn.output
+    assert output is not None
+    finals = [c for c in calls if c.name == FINAL_OUTPUT] if output.tool_mode else []
+    if finals:
+        errors = output.judge_call(finals[-1])
+        # Only the last final_output call of a reply counts; earlier ones are told so.
+        answered = {c.call_id or "": ("Superseded by a later final_output call.", True) for c in finals[:-1]}
+        answered[finals[-1].call_id or ""] = (ACCEPTED, False) if not errors else (output.feedback(errors), True)
+        await run_tools(turn, calls, answered)
+        if not errors:
+            return "answered"
+        output.count_invalid(errors)
+        return "retry"
+    if calls:
+        return None  # ordinary tool calls: the answer comes later
+    errors = output.judge_text(reply)
+    if not errors:
+        return "answered"
+    output.count_invalid(errors)
+    await _send_back(turn, output.feedback(errors))
+    return "retry"
+
+
+async def _send_back(turn: Turn, text: str) -> None:
+    """Tell the model why its answer was not taken: a user message of the turn (``origin: "schema_retry"``)."""
+    message = ChatMessage(
+        message_id=new_id("msg"),
+        session_id=turn.session_id,
+        seq=turn.next_seq(),
+        role="user",
+        parts=[Part(type="text", text=text)],
+        status="complete",
+        created_at=now_rfc3339(),
+        origin="schema_retry",
+        turn_id=turn.turn_id,
+    )
+    turn.history.append(message)
+    await turn.emit(ev.MessageStart, {"message_id": message.message_id, "role": "user"})
+    await save_and_end(turn, message)
 
 
 async def join_steers(turn: Turn) -> bool:
@@ -202,7 +267,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     while True:
         if turn.media is not None:
             await turn.media.ready(compaction.request_messages(turn))
-        reply = Reply(turn)
+        reply = turn.in_progress = Reply(turn)
         try:
             return await reply.stream()
         except ThinkingLevelRejected as exc:
@@ -229,6 +294,30 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
                 },
             )
         except ProviderError as exc:
+            output = turn.output
+            if (
+                not reply.started
+                and output is not None
+                and output.native is not None
+                and (native_refusal(exc.message, exc.status))
+            ):
+                output.fall_back()  # this model, for the life of the daemon: the final_output tool
+                attempt += 1
+                message = (
+                    f"{turn.model_id} refused native structured output ({exc.message}); "
+                    "retrying with the final_output tool."
+                )
+                log.info("%s", scrub(message))
+                await turn.emit(
+                    ev.Retry,
+                    {
+                        "attempt": attempt,
+                        "max_attempts": max(attempt, turn.settings.max_attempts),
+                        "delay_ms": 0,
+                        "error": ErrorInfo(code=int(exc.code), message=message, provider_status=exc.status),
+                    },
+                )
+                continue
             if not reply.started and not images_refused and turn.media is not None:
                 refused = await turn.media.rejected(exc, turn.history)
                 if refused:

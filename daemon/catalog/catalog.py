@@ -235,6 +235,9 @@ class Catalog:
         self.problems: list[str] = []
         self._declared: list[ModelSpec] = []
         self._runtime: dict[str, ModelSpec] = {}
+        # Every model in listing order, and by id: built on first use, again after the run-time
+        # models change (``get`` is called several times per prompt and per model call).
+        self._listing: tuple[list[ModelSpec], dict[str, ModelSpec]] | None = None
         # The levels providers refused and named since this daemon started (one per daemon,
         # as the Catalog is): every later decision for those models consults it.
         self.learned = LearnedLevels()
@@ -291,15 +294,21 @@ class Catalog:
 
     def list_models(self, provider: str | None = None) -> list[ModelSpec]:
         """Built-ins, then declared models, then run-time ones; a later one replaces an earlier id."""
-        by_id: dict[str, ModelSpec] = {}
-        for spec in (*builtin_specs(), *self._declared, *self._runtime.values()):
-            by_id[spec.id] = spec
-        for model_id, inputs in self._inputs.items():
-            if model_id in by_id:
-                by_id[model_id] = replace(by_id[model_id], input_modalities=inputs)
-        order = {name: n for n, name in enumerate(self.providers())}
-        specs = sorted(by_id.values(), key=lambda spec: order.get(spec.provider, len(order)))  # stable
+        specs, _ = self._listed()
         return [spec for spec in specs if provider is None or spec.provider == provider]
+
+    def _listed(self) -> tuple[list[ModelSpec], dict[str, ModelSpec]]:
+        if self._listing is None:
+            by_id: dict[str, ModelSpec] = {}
+            for spec in (*builtin_specs(), *self._declared, *self._runtime.values()):
+                by_id[spec.id] = spec
+            for model_id, inputs in self._inputs.items():
+                if model_id in by_id:
+                    by_id[model_id] = replace(by_id[model_id], input_modalities=inputs)
+            order = {name: n for n, name in enumerate(self.providers())}
+            specs = sorted(by_id.values(), key=lambda spec: order.get(spec.provider, len(order)))  # stable
+            self._listing = specs, {spec.id: spec for spec in specs}
+        return self._listing
 
     def add_runtime_models(self, provider: str, specs: Iterable[ModelSpec]) -> None:
         """Add (or refresh) models found at run time by a provider's discovery."""
@@ -307,9 +316,11 @@ class Catalog:
             if spec.provider != provider:
                 raise ValueError(f"{spec.id} does not belong to provider {provider!r}")
             self._runtime[spec.id] = spec
+        self._listing = None
 
     def clear_runtime_models(self, provider: str) -> None:
         self._runtime = {key: spec for key, spec in self._runtime.items() if spec.provider != provider}
+        self._listing = None
 
     # -- availability ---------------------------------------------------------------
 
@@ -334,8 +345,7 @@ class Catalog:
                 f"model_id is {len(model_id):,} characters long; a model id has at most {MODEL_ID_MAX_CHARS}.",
                 argument="model_id",
             )
-        specs = self.list_models()
-        by_id = {spec.id: spec for spec in specs}
+        specs, by_id = self._listed()
         if model_id in by_id:
             return by_id[model_id]
         serving = [spec for spec in specs if spec.model == model_id]

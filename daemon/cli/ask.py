@@ -3,13 +3,16 @@
 On a terminal it says on stderr how the model will think (one line, and a warning when that
 differs from what was asked), shows thinking dimmed and the answer normally, and asks before a
 tool changes anything; piped, it prints only the answer; ``--json`` prints every event as a
-JSON line. ``--image`` and ``--file`` attach files (read here, sent as prompt content). Ctrl-C
-cancels the turn cleanly. The exit status is non-zero when the turn ends in error (1), with an
-empty answer cut by the output limit (1), or is cancelled (130).
+JSON line between a header line and a result line. ``--image`` and ``--file`` attach files (read
+here, sent as prompt content); ``--output-schema`` asks for an answer valid against a JSON Schema;
+``--max-turns``, ``--max-cost`` and ``--max-tokens`` limit the run; ``-o`` writes the result to a
+file. Ctrl-C cancels the turn cleanly; a second one quits at once. The exit status says how the run
+ended (``daemon.cli.headless``: 0, 1, 2, 3, 4, 5 or 130).
 """
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +24,16 @@ from typing import Any
 import anyio
 
 from daemon.cli.figures import compaction_result, usage_line
+from daemon.cli.headless import (
+    EXIT_CODES,
+    USAGE_CODES,
+    USAGE_ERROR,
+    RunRecord,
+    UsageError,
+    header_line,
+    load_output_schema,
+    write_line,
+)
 from daemon.cli.terminal import DIM, RESET, colour_on, stderr_is_terminal
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError
@@ -39,64 +52,131 @@ async def ask(client: RpcClient, args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not prompt.strip():
         print("ponder: nothing to ask (give a prompt or pipe one in).", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     try:
         attached = attachments(args.image, args.file)
-    except AttachmentError as exc:
+        schema = load_output_schema(args.output_schema) if args.output_schema is not None else None
+    except (AttachmentError, UsageError) as exc:
         print(f"ponder: {exc}", file=sys.stderr)
-        return 2
-    session_id = await _open_session(client, args, prompt)
-    params: dict[str, Any] = {"session_id": session_id}
-    if attached:
-        params["content"] = [{"type": "text", "text": prompt}, *attached]
-    else:
-        params["text"] = prompt
-    turn = await client.request("session/prompt", params)
-    return await follow_turn(client, session_id, turn["turn_id"], args)
-
-
-async def follow_turn(client: RpcClient, session_id: str, turn_id: str, args: argparse.Namespace) -> int:
-    """Print turn ``turn_id`` as it streams (Ctrl-C cancels it); the exit status its end calls for
-    (``args.json``: every event as a JSON line)."""
-    printer = _Printer(
-        json_mode=args.json, tty=sys.stdout.isatty(), notice=stderr_is_terminal(), dim=colour_on(sys.stdout)
+        return USAGE_ERROR
+    try:
+        session_id = await _open_session(client, args, prompt)
+        params: dict[str, Any] = {"session_id": session_id}
+        if attached:
+            params["content"] = [{"type": "text", "text": prompt}, *attached]
+        else:
+            params["text"] = prompt
+        if schema is not None:
+            params["output_schema"] = schema
+        if args.max_turns is not None:
+            params["max_turns"] = args.max_turns
+        turn = await client.request("session/prompt", params)
+    except RpcError as exc:  # refused before anything ran: no --json lines, a sentence on stderr
+        print(f"ponder: {for_person(exc.message)}", file=sys.stderr)
+        return USAGE_ERROR if exc.code in USAGE_CODES else EXIT_CODES["error"]
+    return await follow_turn(
+        client,
+        session_id,
+        turn["turn_id"],
+        json_mode=args.json,
+        structured=schema is not None,
+        output_file=args.output,
+        header=True,
     )
-    end: dict[str, Any] = {}
+
+
+# After the first Ctrl-C, how long the turn may take to end before the command ends anyway.
+CANCEL_GRACE_S = 3.0
+
+
+async def follow_turn(
+    client: RpcClient,
+    session_id: str,
+    turn_id: str,
+    *,
+    json_mode: bool,
+    structured: bool = False,
+    output_file: str | None = None,
+    header: bool = False,
+) -> int:
+    """Print turn ``turn_id`` as it streams and return the exit status its end calls for
+    (``daemon.cli.headless``). ``json_mode``: every event as a JSON line, between a header line
+    (``header``) and a result line. Ctrl-C (or SIGTERM) cancels the turn; a second one ends the
+    command at once. ``structured``: the answer is the turn's ``structured_output``, printed as
+    JSON at the end rather than streamed. ``output_file``: the result is written there too."""
+    printer = _Printer(
+        json_mode=json_mode,
+        tty=sys.stdout.isatty(),
+        notice=stderr_is_terminal(),
+        dim=colour_on(sys.stdout),
+        show_text=not structured,
+    )
+    record = RunRecord(session_id)
+    if header and json_mode:
+        write_line(header_line(session_id))
+    interrupted = False
     async with anyio.create_task_group() as tg:
 
         async def cancel_on_interrupt() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            nonlocal interrupted
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
-                    print("\nponder: cancelling…", file=sys.stderr)
-                    await client.request("session/cancel", {"session_id": session_id})
+                    if interrupted:  # the second one: no more waiting
+                        if json_mode:
+                            write_line(record.result_line("cancelled", structured=structured))
+                        os._exit(EXIT_CODES["cancelled"])
+                    interrupted = True
+                    print("\nponder: cancelling… (Ctrl-C again to quit at once)", file=sys.stderr, flush=True)
+                    tg.cancel_scope.deadline = anyio.current_time() + CANCEL_GRACE_S
+                    tg.start_soon(cancel_turn)  # in its own task: a second Ctrl-C is heard meanwhile
+
+        async def cancel_turn() -> None:
+            with contextlib.suppress(RpcError):
+                await client.request("session/cancel", {"session_id": session_id})
 
         tg.start_soon(cancel_on_interrupt)
         async for event in client.events(turn_id):
             printer.show(event)
-            if event["type"] == "turn_end":
-                end = event
+            record.see(event)
         tg.cancel_scope.cancel()
     printer.close()
-    if end.get("stop_reason") == "max_tokens" and end.get("error"):
-        print(f"ponder: {for_person(end['error']['message'])}", file=sys.stderr)
-        if not printer.wrote_text:  # an empty answer is no success
-            return 1
-    if end.get("stop_reason") == "error":
-        error = end.get("error") or {}
-        print(f"ponder: {for_person(error.get('message', 'the turn failed'))}", file=sys.stderr)
-        return 1
-    if end.get("stop_reason") == "cancelled":
-        return 130
-    if end.get("stop_reason") == "budget":
-        said = (end.get("error") or {}).get("message", "the session budget is spent")
-        print(f"ponder: {for_person(said)}", file=sys.stderr)
-    if not args.json and stderr_is_terminal():
+    status = record.status(interrupted=interrupted)
+    result = record.result(structured=structured)
+    _tell(record, status)
+    if structured and not json_mode and result is not None:
+        printer.write_line(result)
+    if output_file is not None:
+        try:
+            await anyio.Path(output_file).write_text(result or "", encoding="utf-8")
+        except OSError as exc:
+            print(f"ponder: -o {output_file}: cannot write it ({exc.strerror or exc}).", file=sys.stderr)
+            status = "error" if status in ("success", "limit", "denied", "schema_failed") else status
+    if json_mode:
+        write_line(record.result_line(status, structured=structured))
+    elif status not in ("error", "cancelled") and stderr_is_terminal():
         print(f"ponder: session {session_id}", file=sys.stderr)
         # Last, one line: where the session stands (its context fill and what it has cost).
         line = usage_line((await client.request("session/get", {"session_id": session_id}))["session"])
         if line is not None:
             print(line, file=sys.stderr)
-    return 1 if end.get("stop_reason") == "budget" else 0
+    return EXIT_CODES[status]
+
+
+def _tell(record: RunRecord, status: str) -> None:
+    """Why the run did not simply succeed, in one line on stderr (the --json result line says it too)."""
+    end = record.end
+    error = end.get("error") or {}
+    stop = end.get("stop_reason")
+    if not end and status == "error":
+        print("ponder: the daemon stopped before the turn ended; see logs/ponder.log in the home.", file=sys.stderr)
+    elif stop in ("error", "max_tokens", "budget", "schema_failed") and error.get("message"):
+        print(f"ponder: {for_person(error['message'])}", file=sys.stderr)
+    elif stop == "error":
+        print("ponder: the turn failed.", file=sys.stderr)
+    elif stop == "tool_limit":
+        print("ponder: the turn reached its limit of model calls (--max-turns).", file=sys.stderr)
+    elif stop == "refusal":
+        print("ponder: the provider refused to answer.", file=sys.stderr)
 
 
 # What ``ask`` reads of one attached file: the daemon refuses larger images anyway (48 MiB) and
@@ -219,8 +299,11 @@ def thinking_lines(thinking: dict[str, Any]) -> list[str]:
 
 
 class _Printer:
-    def __init__(self, *, json_mode: bool, tty: bool, notice: bool = False, dim: bool = True) -> None:
+    def __init__(
+        self, *, json_mode: bool, tty: bool, notice: bool = False, dim: bool = True, show_text: bool = True
+    ) -> None:
         self.json_mode = json_mode
+        self.show_text = show_text  # False with --output-schema: the answer is printed whole, at the end
         self.tty = tty
         self.dim, self.reset = (DIM, RESET) if dim else ("", "")  # thinking dimmed where colour is on
         self.compaction_before = 0
@@ -253,7 +336,7 @@ class _Printer:
         elif kind == "thinking_end" and self.tty and self.in_thinking:
             sys.stdout.write(self.reset + "\n\n")
             self.in_thinking = False
-        elif kind == "text_delta":
+        elif kind == "text_delta" and self.show_text:
             sys.stdout.write(event["delta"])
             self.wrote_text = True
         elif kind == "tool_execution_start" and self.tty:
@@ -276,6 +359,15 @@ class _Printer:
         elif kind == "compaction_end" and self.notice:
             print(f"ponder: {compaction_result(event, self.compaction_before)}", file=sys.stderr)
         sys.stdout.flush()
+
+    def write_line(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.closed = True
 
     def close(self) -> None:
         if self.closed:

@@ -19,21 +19,66 @@ from typing import TypeVar
 
 import anyio
 
-from daemon.cli import ask, compact, continuing, login, mcp, models, sessions
 from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
 from daemon.jsonrpc.spawn import QUIET_SERVE
 
 Command = Callable[[RpcClient, argparse.Namespace], Awaitable[int]]
+
+
+# Each command's module is imported when it runs, not with this one: the daemon it spawned is
+# starting up beside this process meanwhile, and the others are never needed.
+async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.ask import ask
+
+    return await ask(client, args)
+
+
+async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.sessions import sessions
+
+    return await sessions(client, args)
+
+
+async def _compact(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.compact import compact
+
+    return await compact(client, args)
+
+
+async def _continue(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.continuing import continue_session
+
+    return await continue_session(client, args)
+
+
+async def _models(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.models import models
+
+    return await models(client, args)
+
+
+async def _mcp(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.mcp import mcp
+
+    return await mcp(client, args)
+
+
+async def _login(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.login import login
+
+    return await login(client, args)
+
+
 COMMANDS: dict[str, Command] = {
-    "ask": ask.ask,
-    "sessions": sessions.sessions,
-    "compact": compact.compact,
-    "continue": continuing.continue_session,
-    "models": models.models,
-    "mcp": mcp.mcp,
-    "login": login.login,
+    "ask": _ask,
+    "sessions": _sessions,
+    "compact": _compact,
+    "continue": _continue,
+    "models": _models,
+    "mcp": _mcp,
+    "login": _login,
 }
 
 
@@ -54,6 +99,7 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         raise
 
 
+SHUTDOWN_WAIT_S = 5.0
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 
@@ -106,5 +152,8 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
         for problem in initialized.get("problems") or []:
             print(f"ponder: {for_person(problem)}", file=sys.stderr)
         code = await COMMANDS[args.command](client, args)
-        await client.request("shutdown")
+        # Bounded: a daemon that no longer answers (the command gave up on it after a Ctrl-C) must
+        # not keep the command from ending; closing its input then stops it.
+        with anyio.move_on_after(SHUTDOWN_WAIT_S):
+            await client.request("shutdown")
         return code

@@ -14,4 +14,4 @@ async def continue_session(client: RpcClient, args: argparse.Namespace) -> int:
     if result["action"] == "nothing_to_continue":
         print(f"ponder: nothing to continue in session {args.session_id}: its last reply is complete.", file=sys.stderr)
         return 0
-    return await follow_turn(client, args.session_id, result["turn_id"], args)
+    return await follow_turn(client, args.session_id, result["turn_id"], json_mode=args.json)

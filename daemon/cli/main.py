@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it; argpa
     import argparse
 
     from daemon.config.settings import Config
+    from daemon.sandbox.probe import ProbeRun
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -142,7 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--continue", dest="continue_last", action="store_true", help="continue the most recent session")
     ask.add_argument("--cwd", help="the session's working directory (default: the current one)")
     ask.add_argument("--approval", choices=APPROVAL_POLICIES, help="approval policy for a new session")
-    ask.add_argument("--json", action="store_true", help="print the raw events as JSON lines")
+    ask.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object a line: a header, every event, then the result (schemas/protocol.json)",
+    )
+    ask.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON Schema file: the answer must be JSON valid against it (exit 5 when it never is)",
+    )
+    ask.add_argument(
+        "--max-turns", type=_positive, metavar="N", help="at most N model calls in this run (then exit 3: tool_limit)"
+    )
+    ask.add_argument("-o", "--output", metavar="FILE", help="write the result (the answer) to FILE too")
     ask.add_argument(
         "--image",
         action="append",
@@ -285,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_serve(args: Serve) -> int:
+    from daemon.sandbox.probe import ProbeRun
+
+    # The sandbox probe's bwrap child runs while this process loads its stack and opens the
+    # store: initialize reports its result (PROTOCOL.md "Sandbox"). (ACP starts its own.)
+    sandbox_probe = ProbeRun() if args.command == "serve" else None
+
     import anyio
 
     from daemon.config.settings import load_config, resolve_home
@@ -303,21 +323,38 @@ def run_serve(args: Serve) -> int:
     config = load_config(home)
     setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
     backend = os.environ.get(BACKEND_ENV, "asyncio")
-    anyio.run(_serve_stdio, config, args.max_line_bytes, protocol_in, protocol_out, args.command, backend=backend)
+    anyio.run(
+        _serve_stdio,
+        config,
+        args.max_line_bytes,
+        protocol_in,
+        protocol_out,
+        args.command,
+        sandbox_probe,
+        backend=backend,
+    )
     return 0
 
 
-async def _serve_stdio(config: Config, max_line_bytes: int, in_fd: int, out_fd: int, dialect: str = "serve") -> None:
+async def _serve_stdio(
+    config: Config,
+    max_line_bytes: int,
+    in_fd: int,
+    out_fd: int,
+    dialect: str = "serve",
+    sandbox_probe: ProbeRun | None = None,
+) -> None:
     from daemon.jsonrpc.stdio import open_stdio
-    from daemon.server import serve
 
-    run = serve
-    if dialect == "acp":
-        from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
-
-        run = serve_acp
     async with open_stdio(max_line_bytes, stdin_fd=in_fd, stdout_fd=out_fd) as (incoming, outgoing):
-        await run(config, incoming, outgoing, handle_signals=True)
+        if dialect == "acp":
+            from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
+
+            await serve_acp(config, incoming, outgoing, handle_signals=True)
+        else:
+            from daemon.server import serve
+
+            await serve(config, incoming, outgoing, handle_signals=True, sandbox_probe=sandbox_probe)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,16 @@ a machine without a working bubblewrap then fails closed). A bad value is a prob
 (``daemon.config.sections``); a relative or missing writable root is a problem and is left out.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from daemon.config.sections import SandboxMode, SandboxSection
 
 __all__ = ["SandboxMode", "SandboxSettings", "parse_sandbox"]
 
 
-@dataclass(frozen=True)
-class SandboxSettings:
+class SandboxSettings(msgspec.Struct, frozen=True):  # a Struct: built on every start (no compiled methods)
     mode: SandboxMode = "workspace_write"
     network: bool = False
     writable_roots: tuple[Path, ...] = ()

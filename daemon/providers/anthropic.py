@@ -62,6 +62,7 @@ from daemon.providers.http import (
     status_error,
 )
 from daemon.providers.usage import normalized_usage
+from daemon.vendors.structured_output import anthropic_format
 from protocol.objects import Thinking
 
 log = logging.getLogger("ponder.providers.anthropic")
@@ -157,7 +158,14 @@ class AnthropicProvider(Provider):
         # answer room) wins over ours. No sampling parameters, ever: thinking rejects them
         # and the newest models reject any non-default value.
         body.update(thinking.request_params)
+        if request.output_schema is not None:  # beside the thinking's effort, in the same object
+            output_config = dict(body.get("output_config") or {})
+            output_config["format"] = {"type": "json_schema", "schema": request.output_schema}
+            body["output_config"] = output_config
         return body
+
+    def structured_output(self, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return anthropic_format(schema)
 
     def build_headers(self, body: dict[str, Any]) -> dict[str, str]:
         headers = dict(self.config.headers)

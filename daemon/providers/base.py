@@ -88,6 +88,9 @@ class ProviderRequest(msgspec.Struct, kw_only=True):
     # The model's own output limit: an adapter that must send some max_tokens never sends more.
     output_cap: int | None = None
     limits: StreamLimits = msgspec.field(default_factory=StreamLimits)
+    # Native structured output: the schema the reply's text must match, as ``Provider.structured_output``
+    # returned it for this API (None: none asked; a turn's ``final_output`` tool is then among ``tools``).
+    output_schema: dict[str, Any] | None = None
 
 
 class Provider(Protocol):
@@ -116,6 +119,13 @@ class Provider(Protocol):
 
         Most APIs take every resolved level whatever the history holds: by default, None.
         """
+        return None
+
+    def structured_output(self, schema: dict[str, Any]) -> dict[str, Any] | None:
+        """``schema`` (an object root) as this API's native structured output is sent it
+        (``ProviderRequest.output_schema``), or None when it has none or its strict mode cannot
+        take this schema unchanged (``daemon.vendors.structured_output``); the agent then offers
+        a ``final_output`` tool. By default, None."""
         return None
 
 

@@ -61,6 +61,7 @@ from daemon.providers.http import (
 from daemon.providers.usage import count, normalized_usage
 from daemon.util.clock import new_id
 from daemon.vendors.level_rejections import parse_level_rejection
+from daemon.vendors.structured_output import gemini_schema
 from protocol.objects import Usage
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -85,6 +86,9 @@ class GeminiProvider(Provider):
         self.name = config.name
         self._base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         self._clients = LazyClient()
+
+    def structured_output(self, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return gemini_schema(schema)
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -225,19 +229,34 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
         body["tools"] = [
             {
                 "functionDeclarations": [
-                    {"name": t.name, "description": t.description, "parameters": _schema(t.input_schema)}
-                    for t in request.tools
+                    {"name": t.name, "description": t.description, **_parameters(t.input_schema)} for t in request.tools
                 ]
             }
         ]
     if request.max_output_tokens is not None:
         body["generationConfig"] = {"maxOutputTokens": request.max_output_tokens}
+    if request.output_schema is not None:
+        body.setdefault("generationConfig", {}).update(
+            {"responseMimeType": "application/json", "responseJsonSchema": request.output_schema}
+        )
     return deep_merge(body, request.thinking.request_params)
 
 
 def _schema(schema: dict[str, Any]) -> dict[str, Any]:
     # Gemini's OpenAPI-subset ``parameters`` rejects the JSON Schema dialect marker.
     return {k: v for k, v in schema.items() if k != "$schema"}
+
+
+# JSON Schema that Gemini's OpenAPI-subset ``parameters`` cannot hold (a Pydantic model's ``$defs``
+# and ``$ref``s, ``const``, type lists): such a tool's schema goes as ``parametersJsonSchema``.
+_BEYOND_OPENAPI = ("$ref", "$defs", "definitions", "const", "additionalProperties", "prefixItems", "allOf", "oneOf")
+
+
+def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(schema)
+    if any(f'"{word}"' in text for word in _BEYOND_OPENAPI) or '"type": [' in text:
+        return {"parametersJsonSchema": _schema(schema)}
+    return {"parameters": _schema(schema)}
 
 
 def build_contents(request: ProviderRequest) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ from daemon.providers.openai_common import (
 from daemon.providers.openai_dialects import DIALECTS
 from daemon.providers.usage import count, normalized_usage, reasoning_outside_output
 from daemon.util.clock import new_id
+from daemon.vendors.structured_output import OUTPUT_NAME, openai_strict
 from daemon.vendors.table import chat_dialect_for
 from protocol.objects import Usage
 
@@ -102,12 +103,22 @@ class OpenAIChatProvider(OpenAIStyleProvider):
                 body["parallel_tool_calls"] = True
         if request.max_output_tokens:
             body[dialect.max_tokens_field] = request.max_output_tokens
+        if request.output_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": OUTPUT_NAME, "schema": request.output_schema, "strict": True},
+            }
         body["stream"] = True
         body.update(copy.deepcopy(dialect.usage_request))  # the body is the request's own to change
         return deep_merge(body, request.thinking.request_params)
 
     def new_parser(self, request: ProviderRequest) -> ChatStreamParser:
         return ChatStreamParser(provider=self.name, request=request)
+
+    def structured_output(self, schema: dict[str, Any]) -> dict[str, Any] | None:
+        # Only OpenAI's own Chat API is known to take strict json_schema; the compatible servers
+        # (DeepSeek: json_object only) get the final_output tool.
+        return openai_strict(schema) if DIALECTS[self.dialect].json_schema else None
 
 
 # -- history ------------------------------------------------------------------------------

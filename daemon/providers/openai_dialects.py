@@ -57,6 +57,7 @@ class ChatDialect:
     # guessing); the compatible servers only know max_tokens.
     max_tokens_field: str = "max_tokens"
     parallel_tool_calls: bool = False
+    json_schema: bool = False  # takes response_format json_schema with strict: true (native structured output)
     # Body fields that make the server report usage on a stream (merged into the body).
     usage_request: dict[str, Any] = field(default_factory=lambda: dict(_INCLUDE_USAGE))
     replay_reasoning: ReasoningReplay = _no_reasoning
@@ -65,7 +66,7 @@ class ChatDialect:
 DIALECTS: dict[str, ChatDialect] = {
     dialect.name: dialect
     for dialect in (
-        ChatDialect("openai", max_tokens_field="max_completion_tokens", parallel_tool_calls=True),
+        ChatDialect("openai", max_tokens_field="max_completion_tokens", parallel_tool_calls=True, json_schema=True),
         ChatDialect("deepseek", replay_reasoning=_reasoning_content),
         # Copilot's proxy reports usage on its last chunk unasked (and is not known to accept stream_options).
         ChatDialect("copilot", usage_request={}, replay_reasoning=_reasoning_opaque),

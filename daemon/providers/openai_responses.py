@@ -59,6 +59,7 @@ from daemon.providers.openai_common import (
     tool_call_part,
 )
 from daemon.providers.usage import normalized_usage
+from daemon.vendors.structured_output import OUTPUT_NAME, openai_strict
 from protocol.objects import Usage
 
 log = logging.getLogger("ponder.providers.openai_responses")
@@ -95,6 +96,10 @@ class OpenAIResponsesProvider(OpenAIStyleProvider):
             ]
         if request.max_output_tokens:
             body["max_output_tokens"] = request.max_output_tokens
+        if request.output_schema is not None:
+            body["text"] = {
+                "format": {"type": "json_schema", "name": OUTPUT_NAME, "schema": request.output_schema, "strict": True}
+            }
         body = deep_merge(body, request.thinking.request_params)
         if "reasoning" in body:
             # Only reasoning models have encrypted reasoning; others reject the include.
@@ -105,6 +110,9 @@ class OpenAIResponsesProvider(OpenAIStyleProvider):
 
     def new_parser(self, request: ProviderRequest) -> ResponsesStreamParser:
         return ResponsesStreamParser(provider=self.name, request=request)
+
+    def structured_output(self, schema: dict[str, Any]) -> dict[str, Any] | None:
+        return openai_strict(schema)
 
 
 def strict_compatible(schema: Any) -> bool:

@@ -9,8 +9,9 @@ command is then a tool error). ``Session.sandbox`` is its wire form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from daemon.config.sandbox import SandboxMode, SandboxSettings
 from daemon.sandbox.probe import INSTALL_HINT, Support
@@ -19,8 +20,9 @@ from protocol.objects import SandboxMechanism, SessionSandbox
 __all__ = ["Confinement", "Override", "decide_confinement"]
 
 
-@dataclass(frozen=True)
-class Override:
+# Structs, not dataclasses: session/list (``ponder sessions``) builds them in a fresh daemon,
+# and a dataclass compiles its methods at import.
+class Override(msgspec.Struct, frozen=True):
     """``session/start {sandbox: {mode?, network?}}``: None keeps config.toml's value."""
 
     mode: SandboxMode | None = None
@@ -33,8 +35,7 @@ class Override:
         return cls(known, network)
 
 
-@dataclass(frozen=True)
-class Confinement:
+class Confinement(msgspec.Struct, frozen=True):
     mode: SandboxMode
     network: bool
     writable_roots: tuple[Path, ...]

@@ -1,4 +1,4 @@
-"""The daemon's sandbox: the probe (started once, on a thread, when the daemon starts), each
+"""The daemon's sandbox: the probe (started once, when the daemon starts: ``ProbeRun``), each
 session's own settings, its temporary directory, and what the wire says about them.
 
 ``Sandbox`` is the seam the rest of the daemon uses: ``check_start`` (``-32009`` under
@@ -6,24 +6,29 @@ session's own settings, its temporary directory, and what the wire says about th
 stand in for ``ask``), ``for_command`` (what ``run_command`` gets), each given the session's
 own settings (``Override``, stored with the session), and ``capability`` and ``problem``
 (``initialize``). ``close`` removes the temporary directories.
+
+What ``initialize`` and ``session/list`` need (the probe, the confinement) is all this module
+imports; how a command is spawned and reported (``command``, with the mechanisms' command
+lines) loads with the first ``run_command``, and ``tempfile`` with the first temporary directory.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from daemon.config.sandbox import SandboxSettings
 from daemon.errors import SandboxUnavailable
-from daemon.sandbox.command import CommandSandbox
 from daemon.sandbox.confinement import Confinement, Override, decide_confinement
-from daemon.sandbox.probe import Support, probe
+from daemon.sandbox.probe import ProbeRun, Support
 from protocol.methods import SandboxCapability
 from protocol.objects import SessionSandbox
+
+if TYPE_CHECKING:
+    from daemon.sandbox.command import CommandSandbox
 
 __all__ = ["Sandbox"]
 
@@ -38,36 +43,41 @@ class Sandbox:
         *,
         hidden: tuple[Path, ...] = (),
         support: Support | None = None,
+        probing: ProbeRun | None = None,
     ) -> None:
-        """``support`` None: probe this machine on a thread, now (``support`` waits for it)."""
+        """``support`` None: probe this machine (``probing``, the probe ``ponder serve`` started
+        before loading its stack; else one started now); ``support`` waits for it."""
         self.settings = settings
         self.home = home
         self.hidden = hidden
         self._support = support
         self._tmp_base: Path | None = None
-        self._lock = threading.Lock()
-        self._probe: threading.Thread | None = None
-        if support is None:
-            self._probe = threading.Thread(target=self._run_probe, name="ponder-sandbox-probe", daemon=True)
-            self._probe.start()
-
-    def _run_probe(self) -> None:
-        try:
-            found = probe(landlock=self.settings.landlock)
-        except Exception as exc:  # a probe bug must not take the daemon down: report no sandbox
-            log.exception("the sandbox probe failed")
-            found = Support(None, reason=f"the sandbox probe failed: {exc}")
-        self._support = found
-        log.info("sandbox: %s (%s)", found.mechanism or "none", found.reason or "ok")
+        self._lock = threading.Lock()  # the probe's finish
+        self._tmp_lock = threading.Lock()
+        self._probing = (probing or ProbeRun()) if support is None else None
+        self._reported = False
 
     @property
     def probed(self) -> bool:
-        return self._support is not None
+        """Whether ``support`` answers at once (the probe is done, or its first run succeeded)."""
+        return self._support is not None or (self._probing is not None and self._probing.settled())
 
     def wait_probed(self) -> None:
-        """Block until the probe is done (call it on a worker thread from async code)."""
-        if self._probe is not None:
-            self._probe.join()
+        """Block until the probe is done (call it on a worker thread from async code, unless ``probed``)."""
+        with self._lock:
+            if self._support is not None:
+                return
+            assert self._probing is not None
+            try:
+                found = self._probing.finish(landlock=self.settings.landlock)
+            except Exception as exc:  # a probe bug must not take the daemon down: report no sandbox
+                log.exception("the sandbox probe failed")
+                found = Support(None, reason=f"the sandbox probe failed: {exc}")
+            self._support = found
+            self._probing = None
+        # At debug level: initialize reports it, and at info a record here would open the log
+        # file on the start path; the first command logs it at info (``for_command``).
+        log.debug("sandbox: %s (%s)", found.mechanism or "none", found.reason or "ok")
 
     @property
     def support(self) -> Support:
@@ -98,6 +108,12 @@ class Sandbox:
         return self.confinement(session_id, cwd, override).approves
 
     def for_command(self, session_id: str, cwd: str | Path, override: Override) -> CommandSandbox:
+        from daemon.sandbox.command import CommandSandbox
+
+        if not self._reported:
+            self._reported = True
+            support = self.support
+            log.info("sandbox: %s (%s)", support.mechanism or "none", support.reason or "ok")
         return CommandSandbox(
             confinement=self.confinement(session_id, cwd, override),
             support=self.support,
@@ -127,12 +143,16 @@ class Sandbox:
 
     def _tmp_dir(self, session_id: str) -> Path:
         """The session's temporary directory (made when a command first needs it)."""
-        with self._lock:
+        with self._tmp_lock:
             if self._tmp_base is None:
+                import tempfile
+
                 # A fresh, private (0700), unguessable directory: nobody else can have planted it.
                 self._tmp_base = Path(tempfile.mkdtemp(prefix=f"ponder-sandbox-{os.getpid()}-")).resolve()
         return self._tmp_base / session_id
 
     def close(self) -> None:
         if self._tmp_base is not None:
+            import shutil
+
             shutil.rmtree(self._tmp_base, ignore_errors=True)

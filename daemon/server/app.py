@@ -11,6 +11,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from daemon.config.settings import Config
 from daemon.jsonrpc.connection import Connection
 from daemon.jsonrpc.framing import Outgoing
+from daemon.sandbox.probe import ProbeRun
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
 from daemon.server.routes import register_methods
@@ -24,12 +25,14 @@ async def serve(
     *,
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,
+    sandbox_probe: ProbeRun | None = None,
 ) -> None:
-    """Serve one connection until end of input, ``shutdown`` or a signal; then shut down."""
+    """Serve one connection until end of input, ``shutdown`` or a signal; then shut down.
+    ``sandbox_probe``: the sandbox probe, if started already (``ponder serve`` starts it first)."""
     connection = Connection(outgoing)
     bridge = RpcBridge()
     peer = bridge.add_peer(connection, "stdio")
-    async with open_daemon(config, connection, bridge) as daemon:
+    async with open_daemon(config, connection, bridge, sandbox_probe=sandbox_probe) as daemon:
         register_methods(daemon, bridge, peer)
         if on_ready is not None:
             on_ready(daemon)

@@ -28,6 +28,7 @@ from daemon.config.settings import Config
 from daemon.errors import InvalidCursor, InvalidParams
 from daemon.jsonrpc.connection import Connection
 from daemon.sandbox.confinement import Override
+from daemon.sandbox.probe import ProbeRun
 from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
 from daemon.store import AsyncStore, SessionRow
@@ -199,6 +200,11 @@ class Daemon:
         """Where daemon-lifetime background work (the warm-up, a device-login poll) runs; None once shutting down."""
         return None if self.closing else self._task_group
 
+    @property
+    def parts_built(self) -> bool:
+        """Whether the session manager or the MCP manager was built (something ran besides listing)."""
+        return self._sessions is not None or self._mcp is not None
+
     async def close_parts(self) -> None:
         """Cancel the running turns (they persist their last messages), then close the MCP servers."""
         if self._sessions is not None:
@@ -273,21 +279,27 @@ class Daemon:
 
 
 @asynccontextmanager
-async def open_daemon(config: Config, connection: Connection | None, bridge: ClientBridge) -> AsyncIterator[Daemon]:
+async def open_daemon(
+    config: Config, connection: Connection | None, bridge: ClientBridge, *, sandbox_probe: ProbeRun | None = None
+) -> AsyncIterator[Daemon]:
     """Open the home and the store and build the parts; close the MCP servers, the provider
-    clients and the store on the way out (whatever ended the daemon)."""
+    clients and the store on the way out (whatever ended the daemon). ``sandbox_probe``: the
+    probe ``ponder serve`` started before loading its stack (else one starts now)."""
     try:
         make_private_dir(config.home)
     except OSError as exc:
         log.warning("cannot create the home %s: %s", config.home, exc)  # the store says what this means
-    # The sandbox probe (a bwrap run, ~20 ms) overlaps opening the store; it is done before the
+    # The sandbox probe (a bwrap run, ~10 ms) overlaps opening the store; it is done before the
     # first request is read, so initialize answers at once and in order.
-    sandbox = Sandbox(config.sandbox, config.home)
+    sandbox = Sandbox(config.sandbox, config.home, probing=sandbox_probe)
     store = await AsyncStore.open_or_unavailable(config.db_path)
     daemon = None
     try:
         daemon = Daemon(config, connection, store, bridge, sandbox)
-        await anyio.to_thread.run_sync(sandbox.wait_probed)
+        if sandbox.probed:
+            sandbox.wait_probed()  # done already: no thread needed
+        else:
+            await anyio.to_thread.run_sync(sandbox.wait_probed)
         yield daemon
     finally:
         with anyio.CancelScope(shield=True):

@@ -27,11 +27,11 @@ import msgspec
 from daemon.jsonrpc.connection import ClientRequestError, Connection, encode_notification, encode_request
 from daemon.server.ring import Catchup, EventRing
 from daemon.sessions.bridge import PermissionAnswer
-from protocol.events import ResolvedBy
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:
+    from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
 log = logging.getLogger("ponder.clients")
@@ -194,6 +194,12 @@ class RpcBridge:
 
     def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         targets = self._targets(event.session_id)
+        if len(targets) == 1 and targets[0].drop is None:  # stdio: one client, waited for
+            data = encode_notification("agent/event", event)
+            if not targets[0].connection.send_encoded_nowait(data):
+                return False
+            self._record(event.session_id, event.seq, data)
+            return True
         for peer in targets:
             if peer.drop is None and not peer.connection.can_send_now():
                 return False  # a waited-for client has no room: the emitter awaits ``emit``
@@ -284,6 +290,9 @@ class RpcBridge:
     def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
         return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]
 
+    def files_for(self, session_id: str) -> "ClientFiles | None":
+        return None  # the ponder dialect's file tools use the disk
+
     # --- permission requests --------------------------------------------------------------------
 
     @property
@@ -344,6 +353,8 @@ class RpcBridge:
             result = msgspec.convert(answer.get("result"), PermissionRequestResult)
         except msgspec.ValidationError as exc:
             raise ClientRequestError(f"The client's answer to permission/request is invalid: {exc}") from None
+        from protocol.events import ResolvedBy  # the event types load with the session manager, off the start path
+
         return PermissionAnswer(result, ResolvedBy(connection_id=winner.connection_id, client_name=winner.client_name))
 
     def _answered(self, ask: _Ask, peer: Peer) -> Callable[[dict[str, Any]], None]:

@@ -21,14 +21,21 @@ from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.plans import SessionPlans
 from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+from daemon.tools.update_plan import PLAN_GUIDANCE
 from protocol import events as ev
 from protocol.objects import Thinking, Usage
 
 log = logging.getLogger("ponder.sessions")
+
+
+def with_plan_guidance(system_prompt: str | None) -> str:
+    """The session's system prompt, then when a plan helps (``update_plan`` is offered with the tools)."""
+    return PLAN_GUIDANCE if not system_prompt else f"{system_prompt}\n\n{PLAN_GUIDANCE}"
 
 
 class TurnAssembly:
@@ -54,6 +61,8 @@ class TurnAssembly:
         self.bridge = bridge
         self.tool_sources = tool_sources
         self.accounts = SessionAccounts(store, catalog)
+        # Models whose provider refused native structured output: the final_output tool for them.
+        self.native_refusals = agent.NativeRefusals()
 
     @functools.cached_property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -84,9 +93,15 @@ class TurnAssembly:
             self.permissions,
             emit,
             self.sandbox,
+            SessionPlans(self.store, live, emit),
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking
+        # A prompt's own limit (``ponder ask --max-turns``) replaces [defaults] max_tool_steps.
+        max_steps = pending.max_turns if pending.max_turns is not None else self.config.max_tool_steps
+        output = None
+        if pending.output is not None:
+            output = agent.TurnOutput.start(pending.output, provider, spec.id, self.native_refusals)
 
         return agent.Turn(
             session_id=row.id,
@@ -114,7 +129,7 @@ class TurnAssembly:
             run_tool=runner.run,
             observe=runner.observe,
             prepare=runner.prepare,
-            system_prompt=row.system_prompt,
+            system_prompt=with_plan_guidance(row.system_prompt) if spec.supports_tools else row.system_prompt,
             max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
                 model_id=spec.id,
@@ -122,10 +137,11 @@ class TurnAssembly:
                 load=self.store.get_attachments,
                 mark=self.store.mark_image_omitted,
             ),
+            output=output,
             record_usage=self.accounts.recorder(live, spec, emit),
             budget_spent=functools.partial(self.accounts.budget_spent, live),
             settings=agent.TurnSettings(
-                max_steps=self.config.max_tool_steps,
+                max_steps=max_steps,
                 max_attempts=self.config.retry_max_attempts,
                 stall_timeout_s=self.config.stall_timeout_s,
                 no_progress_timeout_s=self.config.no_progress_timeout_s,

@@ -22,6 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from daemon import agent
 from daemon.agent import CompactionRequest
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.config.settings import Config
@@ -422,6 +423,7 @@ class SessionManager:
             budget_own=source.budget_own,
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
+            plan=source.plan,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
@@ -457,6 +459,8 @@ class SessionManager:
         delivery: Delivery = "queue",
         expected_turn_id: str | None = None,
         client_message_id: str | None = None,
+        output: agent.OutputRequest | None = None,
+        max_turns: int | None = None,
     ) -> SessionPromptResult:
         """Admit a prompt (``text``, or ``content`` blocks: PROTOCOL.md "Prompt content");
         ``thinking_level`` applies to its turn only. The prompt keeps the thinking settings in
@@ -493,9 +497,16 @@ class SessionManager:
                 target = _steer_target(live, expected_turn_id)
                 if target is not None:
                     return await self._admit_steer(live, target, parts, client_message_id)
-            await self._make_room(live)
-            if live.unsaved:
-                await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            if live.inbox.full:
+                raise SessionBusy(live.row.id)
+            # Holding no lease (the usual idle session): lease, catch-up and the prompt's save are
+            # one store transaction below, not three round trips (a burst of prompts batches them).
+            one_step = not live.lease_held and not live.unsaved
+            if not one_step:
+                await self._make_room(live)
+                if live.unsaved:
+                    await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+            known_count = live.stored_count
             queued = live.status == "running"
             turn_id = new_id("turn")
             message = ChatMessage(
@@ -509,6 +520,7 @@ class SessionManager:
                 origin="steer" if delivery == "steer" else "prompt",
                 turn_id=turn_id,
                 client_message_id=client_message_id,
+                output=_stored_output(output, max_turns),
             )
             answer = SessionPromptResult(
                 turn_id=turn_id,
@@ -519,7 +531,10 @@ class SessionManager:
             message.admission = msgspec.to_builtins(answer)
             live.waiting.append(message)  # before the save: a running turn's next seq must skip it
             try:
-                await self.store.save_message(message)
+                if one_step:
+                    await self._lease_and_save(live, message, known_count)
+                else:
+                    await self.store.save_message(message)
                 for part in parts:
                     part.data = None  # stored once by content; requests read the bytes back from the store
             except BaseException:
@@ -528,7 +543,14 @@ class SessionManager:
                     with anyio.move_on_after(2, shield=True):
                         await self.writes.release_lease(live)
                 raise
-            pending = PendingTurn(turn_id, message, self.thinking_request(live.row, turn_level), announced=queued)
+            pending = PendingTurn(
+                turn_id,
+                message,
+                self.thinking_request(live.row, turn_level),
+                announced=queued,
+                output=output,
+                max_turns=max_turns,
+            )
             live.inbox.put(pending)
             if queued:
                 await self.events.queue_update(live)
@@ -583,6 +605,7 @@ class SessionManager:
                 message.turn_id = turn_id
                 await self.store.save_message(message)  # refused: nothing was added to the history
                 live.history.append(message)
+            output, max_turns = _output_of_last_prompt(live.history)  # the turn goes on under them
             live.inbox.put(
                 PendingTurn(
                     turn_id,
@@ -590,6 +613,8 @@ class SessionManager:
                     self.thinking_request(live.row),
                     continued_from=plan.continued_from,
                     stored=True,
+                    output=output,
+                    max_turns=max_turns,
                 )
             )
             return turn_id
@@ -656,18 +681,43 @@ class SessionManager:
             raise SessionBusy(live.row.id)
         if not live.lease_held:
             if not await self.writes.acquire_lease(live):
-                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+                raise await self._held_elsewhere(live)
             await self._refresh(live)
+
+    async def _held_elsewhere(self, live: LiveSession) -> SessionBusy:
+        """``SessionBusy`` naming the daemon whose turn lease keeps this one out."""
+        holder = await self.store.lease_holder(live.row.id) or "another process"
+        return SessionBusy(live.row.id, f"another ponder daemon ({holder}, sharing this home) is running a turn in it")
+
+    async def _lease_and_save(self, live: LiveSession, message: ChatMessage, known_count: int) -> None:
+        """Under ``admit_lock``, holding no lease: take the turn lease, catch up and store the
+        prompt ``message`` (waiting already) in one store transaction (``Store.admit``); when
+        another daemon added messages meanwhile, catch up first and store it after them."""
+        admitted = await self.writes.admit(live, message, known_count)
+        if not admitted.leased:
+            raise await self._held_elsewhere(live)
+        if admitted.saved:
+            assert admitted.row is not None
+            live.row = admitted.row
+            return
+        await self._catch_up(live, admitted.row, known_count)
+        live.waiting.remove(message)  # its seq is taken again, after what the other daemon stored
+        message.seq = live.next_seq()
+        live.waiting.append(message)
+        await self.store.save_message(message)
 
     async def _refresh(self, live: LiveSession) -> None:
         """Catch up with what another daemon sharing this home did while we held no lease:
         take the stored row, and the stored history when messages were added; a deleted
         session is unloaded (``SessionNotFound``)."""
-        row = await self.store.get_session(live.row.id)
+        await self._catch_up(live, await self.store.get_session(live.row.id), live.stored_count)
+
+    async def _catch_up(self, live: LiveSession, row: SessionRow | None, known_count: int) -> None:
+        """``_refresh`` with the stored ``row`` read already; ``known_count``: the messages we hold."""
         if row is None:
             self.unload(live)
             raise SessionNotFound(live.row.id)
-        if row.message_count != live.stored_count:
+        if row.message_count != known_count:
             waiting = {m.message_id for m in live.waiting}
             live.history[:] = [m for m in await self.store.get_messages(live.row.id) if m.message_id not in waiting]
             live.compactions[:] = [stored.compaction for stored in await self.store.get_compactions(live.row.id)]
@@ -772,3 +822,30 @@ def _check_cwd(cwd: str | None) -> Path:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidParams(f"cwd {shown} cannot be used: {reason}.", argument="cwd") from None
     raise InvalidParams(f"cwd {shown} is not an existing directory.", argument="cwd")
+
+
+def _stored_output(output: agent.OutputRequest | None, max_turns: int | None) -> dict[str, Any] | None:
+    """What a prompt's message keeps of its output request and limit (``ChatMessage.output``)."""
+    if output is None and max_turns is None:
+        return None
+    stored: dict[str, Any] = {"max_turns": max_turns}
+    if output is not None:
+        stored.update({"schema": output.schema, "retries": output.retries})
+    return stored
+
+
+def _output_of_last_prompt(history: list[ChatMessage]) -> tuple[agent.OutputRequest | None, int | None]:
+    """The output request and limit of the prompt that started the last prompt turn (steers that
+    joined a running turn are passed over): what ``session/continue`` keeps."""
+    for message in reversed(history):
+        if message.role != "user" or message.origin not in ("prompt", "steer"):
+            continue
+        if message.origin == "steer" and (message.admission or {}).get("delivery") == "steer_pending":
+            continue  # joined a running turn: that turn's prompt says
+        stored = message.output or {}
+        output = None
+        if isinstance(stored.get("schema"), dict):
+            output = agent.OutputRequest(schema=stored["schema"], retries=int(stored.get("retries", 2)))
+        max_turns = stored.get("max_turns")
+        return output, max_turns if isinstance(max_turns, int) else None
+    return None, None

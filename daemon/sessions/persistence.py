@@ -18,6 +18,7 @@ from daemon.conversation import ChatMessage
 from daemon.errors import PonderError, ReplyNotSaved, StoreError, StoreUnavailable
 from daemon.sessions.live import LiveSession
 from daemon.store import AsyncStore, new_lease_owner
+from daemon.store.store import Admission
 
 log = logging.getLogger("ponder.sessions")
 
@@ -39,6 +40,14 @@ class SessionWrites:
             return False
         live.lease_held = True
         return True
+
+    async def admit(self, live: LiveSession, message: ChatMessage, known_count: int) -> Admission:
+        """Take the session's turn lease and store the prompt ``message`` in one transaction
+        (``Store.admit``: not stored when the session holds other than ``known_count`` messages)."""
+        admitted = await self.store.admit(message, self.lease_owner, LEASE_TTL_S, known_count)
+        if admitted.leased:
+            live.lease_held = True
+        return admitted
 
     async def release_lease(self, live: LiveSession) -> None:
         """Give the turn lease back, unless messages are unsaved (they go in first, under it).

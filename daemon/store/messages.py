@@ -29,6 +29,29 @@ _PART_PLACEHOLDERS = ", ".join("?" * len(PART_COLUMNS.split(",")))
 _PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
+# A prompt's output request rides in admission_json under this key (no column of its own).
+_OUTPUT_KEY = "output"
+
+
+def _admission_json(message: ChatMessage) -> str | None:
+    """``admission_json``: the prompt's first answer, and its output request when it had one."""
+    if message.admission is None and message.output is None:
+        return None
+    stored = dict(message.admission or {})
+    if message.output is not None:
+        stored[_OUTPUT_KEY] = message.output
+    return json_encode(stored).decode()
+
+
+def _admission_fields(text: str | None) -> dict[str, Any]:
+    """``admission`` and ``output`` of a stored message, from its ``admission_json``."""
+    if text is None:
+        return {"admission": None, "output": None}
+    stored = _decode_object(text)
+    output = stored.pop(_OUTPUT_KEY, None)
+    return {"admission": stored or None, "output": output}
+
+
 _decode_usage = msgspec.json.Decoder(Usage).decode
 
 
@@ -187,7 +210,7 @@ class MessageQueries(Database):
                         message.origin,
                         message.turn_id,
                         message.client_message_id,
-                        None if message.admission is None else json_encode(message.admission).decode(),
+                        _admission_json(message),
                     ),
                 )
             except sqlite3.IntegrityError as error:
@@ -253,7 +276,7 @@ class MessageQueries(Database):
                     origin=row[11],
                     turn_id=row[12],
                     client_message_id=row[13],
-                    admission=None if row[14] is None else _decode_object(row[14]),
+                    **_admission_fields(row[14]),
                 )
                 for row in rows
             ]

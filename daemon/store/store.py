@@ -7,11 +7,28 @@ its transactions). Blocking: from async code use ``daemon.store.async_store.Asyn
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+
+import msgspec
+
+from daemon.conversation import ChatMessage
 from daemon.store.accounts import AccountQueries
 from daemon.store.compactions import CompactionQueries
 from daemon.store.leases import LeaseQueries
 from daemon.store.messages import MessageQueries
-from daemon.store.sessions import SessionQueries
+from daemon.store.sessions import SessionQueries, SessionRow
+
+
+class Admission(msgspec.Struct, frozen=True):
+    """What ``Store.admit`` did: ``leased`` False, another process holds the turn lease (nothing
+    else was done); else the lease is ours and ``row`` is the session as stored before the
+    message (None: it was deleted), and ``saved`` says whether the message was stored (not when
+    the stored session has other messages than the caller knew of: it catches up first)."""
+
+    leased: bool
+    row: SessionRow | None = None
+    saved: bool = False
 
 
 class Store(SessionQueries, MessageQueries, LeaseQueries, AccountQueries, CompactionQueries):
@@ -20,3 +37,25 @@ class Store(SessionQueries, MessageQueries, LeaseQueries, AccountQueries, Compac
     Safe to call from any thread (calls are serialized by a lock), but each call blocks:
     from async code use ``AsyncStore``.
     """
+
+    def admit(self, message: ChatMessage, owner: str, ttl_s: float, known_count: int) -> Admission:
+        """Take the session's turn lease for ``owner``, read its row and, when it still holds the
+        ``known_count`` messages the caller has, store ``message``: one transaction."""
+        return self._write(self._admit_body(message, owner, ttl_s, known_count))
+
+    def _admit_body(
+        self, message: ChatMessage, owner: str, ttl_s: float, known_count: int
+    ) -> Callable[[sqlite3.Connection], Admission]:
+        take_lease = self._acquire_lease_body(message.session_id, owner, ttl_s)
+        save = self._save_message_body(message)
+
+        def body(db: sqlite3.Connection) -> Admission:
+            if not take_lease(db):
+                return Admission(leased=False)
+            row = self._fetch_session(db, message.session_id)
+            if row is None or row.message_count != known_count:
+                return Admission(leased=True, row=row)
+            save(db)
+            return Admission(leased=True, row=row, saved=True)
+
+        return body

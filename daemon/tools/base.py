@@ -21,6 +21,8 @@ from protocol.events import ToolSandbox
 
 if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
+    from daemon.tools.client_files import ClientFiles
+    from daemon.tools.update_plan import PlanKeeper
 
 __all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
 
@@ -57,6 +59,11 @@ class ToolContext(msgspec.Struct, frozen=True):
     read_only: tuple[Path, ...] = ()
     # How run_command confines its command (daemon.sandbox); None: no sandbox is involved at all.
     sandbox: CommandSandbox | None = None
+    # The editor's view of the files (ACP fs), which the file tools use instead of the disk
+    # where it offers reads or writes; None: the disk.
+    files: ClientFiles | None = None
+    # Where update_plan keeps the session's plan; None: no plan can be kept.
+    plan: PlanKeeper | None = None
 
     def hidden_strs(self) -> tuple[str, ...]:
         """``hidden`` for a scan child's JSON request."""
@@ -74,12 +81,16 @@ class Tool(Generic[ArgsT]):
     name: ClassVar[str]
     description: ClassVar[str]
     mutating: ClassVar[bool] = False
+    # A tool that changes nothing outside the session (update_plan): no rule, hook or policy
+    # applies to it and it never asks.
+    permission_free: ClassVar[bool] = False
     Args: ClassVar[type[ToolArgs]]
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        # A copy, so a caller adjusting it for one provider cannot change it for all.
-        return copy.deepcopy(_schema_for(self.Args))
+        # A copy, so a caller adjusting it for one provider cannot change it for all (decoded
+        # from the schema's JSON: every request's tool list makes one, and a deep copy costs more).
+        return msgspec.json.decode(_schema_json(self.Args))
 
     def summary(self, args: ArgsT) -> str:
         """A short human line for a permission prompt, e.g. ``Run: make test``."""
@@ -95,6 +106,11 @@ class Tool(Generic[ArgsT]):
 @functools.cache
 def _schema_for(args_type: type[ToolArgs]) -> dict[str, Any]:
     return inline_schema(msgspec.json.schema(args_type))
+
+
+@functools.cache
+def _schema_json(args_type: type[ToolArgs]) -> bytes:
+    return msgspec.json.encode(_schema_for(args_type))
 
 
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

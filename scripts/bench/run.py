@@ -40,6 +40,28 @@ def verdict(ok: bool | None) -> str:
 def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(measure, ponder, reference, target, verdict) rows."""
     rows: list[tuple[str, str, str, str, str]] = []
+    f = r.get("fanout")
+    if f:
+        per_k = ", ".join(f"{run['subscribers']}: {us(run['cpu_us_per_event'])}" for run in f["runs"])
+        ring = f["ring"]
+        rows.append(
+            (
+                "7 fan-out: daemon CPU per event per extra subscriber (unix socket, mock turns)",
+                us(f["us_per_event_per_extra_subscriber"]),
+                f"per event by subscribers {per_k}; queueing alone {us(f['queueing']['slope_us'])}",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"   event ring of one session, full ({ring['events']} events)",
+                f"{ring['traced_bytes'] / 1e6:.1f} MB",
+                f"{ring['encoded_bytes'] / 1e6:.1f} MB encoded, {ring['mean_event_bytes']:.0f} B/event",
+                "",
+                "",
+            )
+        )
     c = r.get("cold_start")
     if c:
         ratio = c["ratios_to_floor"]
@@ -284,25 +306,33 @@ def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def ratio_summary(r: dict[str, Any]) -> str:
-    """One line with the figures the targets are about, as ratios to their floors where they have one."""
-    parts = []
+def target_lines(r: dict[str, Any]) -> list[str]:
+    """One line per target of the measures that ran: the figure, the target, met or NOT met."""
+    checks: list[tuple[str, str, float, float, str]] = []  # (what, figure, value, limit, target)
     c = r.get("cold_start")
     if c:
         ratio = c["ratios_to_floor"]
-        parts += [
-            f"serve {ratio['serve']:.2f}x",
-            f"ask {ratio['ask']:.2f}x",
-            f"sessions {ratio['sessions']:.2f}x (floor {ms(c['floor_median_s'])})",
-            f"EOF->exit {ms(c['shutdown_median_s'])}",
+        floor = f" (floor {ms(c['floor_median_s'])})"
+        checks += [
+            ("serve -> initialize", f"{ratio['serve']:.2f}x the floor{floor}", ratio["serve"], 1.25, "<= 1.25x"),
+            ("ponder ask", f"{ratio['ask']:.2f}x the floor", ratio["ask"], 2.0, "<= 2x"),
+            ("ponder sessions", f"{ratio['sessions']:.2f}x the floor", ratio["sessions"], 1.4, "<= 1.4x"),
+            ("stdin EOF -> exit", ms(c["shutdown_median_s"]), c["shutdown_median_s"], 0.030, "<= 30 ms"),
         ]
     if r.get("relay"):
-        parts.append(f"relay {r['relay']['cpu_ratio']:.2f}x its floor")
+        cpu = r["relay"]["cpu_ratio"]
+        checks.append(("relay CPU per delta", f"{cpu:.2f}x its floor", cpu, 2.0, "<= 2x"))
     if r.get("concurrency"):
-        parts.append(f"burst admission p50 {ms(r['concurrency']['first_delta_p50_s'])}")
+        p50 = r["concurrency"]["first_delta_p50_s"]
+        checks.append(("burst admission p50 (200 sessions)", ms(p50), p50, 0.300, "<= 300 ms"))
     if r.get("store"):
-        parts.append(f"resume of {r['store']['messages']:,} messages {ms(r['store']['resume_cold_p50_s'])}")
-    return ("ratios and targets: " + "; ".join(parts)) if parts else ""
+        cold = r["store"]["resume_cold_p50_s"]
+        n = r["store"]["messages"]
+        checks.append((f"resume of {n:,} messages (fresh daemon)", ms(cold), cold, 0.2999, "< 300 ms"))
+    return [
+        f"  {what}: {figure}, target {target}: {'met' if value <= limit else 'NOT met'}"
+        for what, figure, value, limit, target in checks
+    ]
 
 
 def print_table(rows: list[tuple[str, str, str, str, str]], out: TextIO = sys.stdout) -> None:
@@ -323,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes (about a minute)")
     parser.add_argument("--peers", action="store_true", help="also measure codex app-server and pi's RPC mode")
     parser.add_argument(
-        "--only", help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,peers", default=""
+        "--only",
+        help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,fanout,peers",
+        default="",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
     parser.add_argument(
@@ -388,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             4,
         )
         step("streams", "5d hostile and huge streams", M.measure_streams, 20 if quick else 100, 256 if quick else 2048)
+        if wanted("fanout"):
+            from scripts.bench import fanout
+
+            step("fanout", "7 fan-out to subscribers", fanout.measure_fanout, 20 if quick else 40, 1 if quick else 3)
         if wanted("peers"):
             from scripts.bench import peers
 
@@ -410,9 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  {'quick' if quick else 'full'} run, {results['elapsed_s']:.0f} s"
     )
     print_table(rows)
-    summary = ratio_summary(results)
-    if summary:
-        print(summary)
+    targets = target_lines(results)
+    if targets:
+        print("targets (issue #25):")
+        print("\n".join(targets))
     load = results["machine"]["loadavg_at_start"][0], results["machine"]["loadavg_at_end"][0]
     print(f"load average (1 min) at start {load[0]:.2f}, at end {load[1]:.2f}", end="")
     if max(load) > 0.5 * (os.cpu_count() or 1):

@@ -96,7 +96,7 @@ def test_errors_name_the_command_to_type_not_protocol_methods(home, tmp_path):
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "ponder: No session with id 'ses_nope'; list them with `ponder sessions`."
     model = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "nope/x", "hi")
-    assert model.returncode == 1
+    assert model.returncode == 2  # a usage error: nothing ran
     assert "`ponder models` lists the models ponder knows." in model.stderr
     assert "models/list" not in model.stderr
     budget = ponder(home, "ask", "--thinking-budget", "-5", "hi")
@@ -111,7 +111,7 @@ def test_a_refused_tool_says_which_option_allows_it(home, tmp_path):
     (tmp_path / "hello.py").write_text(HELLO)
     args = ["ask", "--cwd", str(tmp_path), "--model", "mock/tools", "--approval", "read_only", EDIT_HELLO]
     with Terminal(args, env_for(home)) as terminal:
-        assert terminal.wait() == 0
+        assert terminal.wait() == 4  # a tool call refused before it ran (PROTOCOL.md: exit 4)
     shown = plain(terminal.text)
     assert "ponder: edit_file: edit_file was not run" in shown
     assert "--approval ask or --approval auto" in shown
@@ -265,7 +265,7 @@ def test_the_permission_prompt_for_a_new_file_a_command_and_a_long_write(home, t
         terminal.type("y\n")
         terminal.expect(r"\$ echo one &&\n   echo two\nin .*\n" + RULE + r"Allow\?")
         terminal.type("n\n")
-        assert terminal.wait() == 0
+        assert terminal.wait() == 4  # the person denied the command: a refused call (exit 4)
     shown = terminal.text
     assert "\x1b[" not in shown  # NO_COLOR
     assert "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1,100 @@\n+line 0\n" in shown

@@ -107,7 +107,7 @@ def test_ask_stopped_by_a_budget_says_which_and_fails(home: Path, tmp_path: Path
     code, _, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "mock/echo", "ping")
     assert code == 0, stderr  # the first call is within the budget; it spends it
     code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "ping again")
-    assert code == 1
+    assert code == 3  # a limit (PROTOCOL.md: exit 3)
     assert stdout == ""  # no model call was made
     assert re.search(r"ponder: The session's token budget of 1 tokens is spent \([\d,]+ used\)", stderr), stderr
     assert stderr.strip().splitlines()[-1].startswith("Context: ")
@@ -119,7 +119,7 @@ def test_ask_max_tokens_sets_a_new_sessions_budget_and_raises_a_spent_one_on_con
     code, _, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--model", "mock/echo", "--max-tokens", "1", "ping")
     assert code == 0, stderr  # the first call is within the budget; it spends it
     code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "ping again")
-    assert code == 1 and stdout == "", stderr
+    assert code == 3 and stdout == "", stderr  # a limit (PROTOCOL.md: exit 3)
     assert "token budget of 1 tokens is spent" in stderr
     # --max-tokens on --continue raises the spent budget: the prompt goes on.
     code, stdout, stderr = ponder(
@@ -129,7 +129,7 @@ def test_ask_max_tokens_sets_a_new_sessions_budget_and_raises_a_spent_one_on_con
     assert "ping again" in stdout
     # --max-cost on a model with no known price is refused, naming it, before any model call.
     code, stdout, stderr = ponder(home, "ask", "--cwd", str(tmp_path), "--continue", "--max-cost", "5", "once more")
-    assert code != 0 and stdout == ""
+    assert code == 2 and stdout == ""  # a usage error: nothing ran
     assert "ponder knows no price for mock/echo" in stderr, stderr
 
 

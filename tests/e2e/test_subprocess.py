@@ -67,7 +67,9 @@ def test_ask_piped_prints_the_answer_and_a_notice(home, tmp_path):
 def test_ask_json_prints_every_event(home, tmp_path):
     result = _ask(home, "--cwd", str(tmp_path), "--json", "--thinking", "low", "hello")
     assert result.returncode == 0, result.stderr
-    events = [json.loads(line) for line in result.stdout.splitlines()]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["type"] == "header" and lines[-1]["type"] == "result"  # PROTOCOL.md: the --json frame
+    events = lines[1:-1]
     assert events[0]["type"] == "turn_start" and events[-1]["type"] == "turn_end"
     assert events[0]["thinking"]["effective"] == "low"
     assert any(e["type"] == "thinking_delta" for e in events)
@@ -79,10 +81,10 @@ def test_ask_with_tools_and_errors(home, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "hello.txt" in result.stdout
     failed = _ask(home, "--model", "anthropic/claude-sonnet-4-5", "hi")
-    assert failed.returncode == 1
+    assert failed.returncode == 2  # not configured: a usage error, nothing ran
     assert "ANTHROPIC_API_KEY" in failed.stderr and "Traceback" not in failed.stderr
     unknown = _ask(home, "--model", "mock/nope", "hi")
-    assert unknown.returncode == 1 and "Unknown model" in unknown.stderr
+    assert unknown.returncode == 2 and "Unknown model" in unknown.stderr
 
 
 def test_a_slow_reader_loses_and_reorders_nothing(home):

@@ -85,8 +85,10 @@ def test_agent_event_is_a_one_of_with_const_tags_and_a_discriminator():
 
 
 def test_fields_the_daemon_always_sends_are_required_and_client_params_stay_optional():
-    for name in ("Usage", "TurnEnd", "Message", "ServerCapabilities", "AuthCompleted", "ErrorInfo"):
+    for name in ("Usage", "TurnEnd", "Message", "ServerCapabilities", "AuthCompleted"):
         assert DEFS[name]["required"] == list(DEFS[name]["properties"]), name
+    # turn_end.error.errors is sent only with schema_failed (PROTOCOL.md: `error?: {…, errors?}`)
+    assert DEFS["ErrorInfo"]["required"] == [p for p in DEFS["ErrorInfo"]["properties"] if p != "errors"]
     assert DEFS["SessionListParams"]["required"] == []
     assert DEFS["InitializeParams"]["required"] == ["protocol_version"]
     # the premise: the daemon's encoder writes fields left at their defaults too
@@ -103,8 +105,8 @@ def test_stop_reasons_are_enums_with_every_value_documented():
 
     turn = DEFS["TurnEnd"]["properties"]["stop_reason"]
     assert turn == {"$ref": "#/$defs/StopReason"}
-    # PROTOCOL.md, turn_end: end_turn | max_tokens | tool_limit | refusal | cancelled | error | budget
-    turn_values = {"end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget"}
+    # PROTOCOL.md, turn_end: end_turn | max_tokens | tool_limit | refusal | cancelled | error | budget | schema_failed
+    turn_values = {"end_turn", "max_tokens", "tool_limit", "refusal", "cancelled", "error", "budget", "schema_failed"}
     assert set(DEFS["StopReason"]["enum"]) == turn_values
     # an assistant message ends as its adapter says (StopKind), or interrupted, or in error
     message_values = set(typing.get_args(StopKind)) | {"interrupted", "error"}
@@ -120,7 +122,7 @@ def test_stop_reasons_are_enums_with_every_value_documented():
 
 def test_wire_validation_reads_the_tables():
     event = {"type": "turn_end", "session_id": "s", "turn_id": "t", "seq": 3, "stop_reason": "end_turn"}
-    event |= {"usage": None, "error": None}
+    event |= {"usage": None, "error": None, "structured_output": None}
     validate_message({"jsonrpc": "2.0", "method": "agent/event", "params": event}, {})
     for bad in ({**event, "stop_reason": "tool_use"}, {k: v for k, v in event.items() if k != "error"}):
         with pytest.raises(AssertionError, match="does not match"):

@@ -458,6 +458,32 @@ async def test_a_daemon_never_serves_what_another_daemon_changed(home: Path) -> 
                 assert gone.value.code == -32001, method
 
 
+async def test_a_prompt_admitted_just_after_another_daemon_wrote_is_stored_after_its_messages(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Admission takes the lease, reads the row and stores the prompt in one transaction
+    # (Store.admit); when another daemon stored messages after this one last looked (between
+    # the catch-up read before the checks and that transaction), it catches up and stores the
+    # prompt after them instead.
+    async with in_memory_daemon(home) as (a, daemon_a):
+        session_id = await start(a)
+        await prompt_and_collect(a, session_id, "from a")
+        async with in_memory_daemon(home) as (b, _):
+            await prompt_and_collect(b, session_id, "from b")
+
+        async def looked_before_b_wrote(live: object) -> None:
+            return None
+
+        monkeypatch.setattr(daemon_a.sessions, "_sync", looked_before_b_wrote)
+        await prompt_and_collect(a, session_id, "again from a")
+        monkeypatch.undo()
+        resumed = await a.request("session/resume", {"session_id": session_id})
+        texts = [m["content"][0]["text"] for m in resumed["messages"]]
+        assert texts == ["from a", "from a", "from b", "from b", "again from a", "again from a"]
+        assert [m["seq"] for m in resumed["messages"]] == [1, 2, 3, 4, 5, 6]
+        assert resumed["session"]["message_count"] == 6
+
+
 # --- file modes ----------------------------------------------------------------------------
 
 

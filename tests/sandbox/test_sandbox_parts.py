@@ -3,6 +3,8 @@
 the sandbox stopped a command."""
 
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from daemon.config.settings import load_config
 from daemon.sandbox.bwrap import bwrap_argv
 from daemon.sandbox.confinement import Override, decide_confinement
 from daemon.sandbox.denial import looks_denied
-from daemon.sandbox.probe import Support, find_trusted, probe
+from daemon.sandbox.probe import ProbeRun, Support, find_trusted, probe
 from daemon.sandbox.seatbelt import seatbelt_profile
 
 BWRAP = Support("bubblewrap", network_isolation=True, bwrap=Path("/usr/bin/bwrap"), prlimit=Path("/usr/bin/prlimit"))
@@ -77,6 +79,33 @@ def test_the_probe_skips_a_planted_bwrap_and_finds_the_real_one(tmp_path):
     found = probe(daemon_cwd=tmp_path, path_env=os.pathsep.join([str(tmp_path), os.environ.get("PATH", "")]))
     assert not marker.exists()
     assert found.bwrap is None or tmp_path not in found.bwrap.parents
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is probed on Linux only")
+def test_the_probe_runs_bwrap_as_soon_as_it_is_made_and_finish_collects_it(tmp_path):
+    # ponder serve makes the ProbeRun before it loads its stack: the child runs meanwhile.
+    marker = tmp_path / "ran"
+    fake = _executable(tmp_path / "fakebin" / "bwrap", f'#!/bin/sh\necho "$@" > {marker}\nexit 0\n')
+    run = ProbeRun(daemon_cwd=Path("/"), path_env=str(fake.parent))
+    deadline = time.monotonic() + 30
+    while not run.settled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert run.settled(), "the first bwrap run was not started when the probe was made"
+    assert "--unshare-net --disable-userns" in marker.read_text()  # the flags commands get
+    found = run.finish()
+    assert found.mechanism == "bubblewrap" and found.network_isolation and found.bwrap == fake.resolve()
+    assert found.bwrap_disable_userns
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is probed on Linux only")
+def test_an_older_bwrap_without_disable_userns_is_run_again_without_it(tmp_path):
+    fake = _executable(
+        tmp_path / "fakebin" / "bwrap",
+        '#!/bin/sh\ncase "$*" in *--disable-userns*) echo "bwrap: Unknown option --disable-userns" >&2; exit 1;; esac\n'
+        "exit 0\n",
+    )
+    found = probe(daemon_cwd=Path("/"), path_env=str(fake.parent))
+    assert found.mechanism == "bubblewrap" and found.network_isolation and not found.bwrap_disable_userns
 
 
 def test_a_failing_bwrap_falls_back_to_landlock_or_says_why(tmp_path):

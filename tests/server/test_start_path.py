@@ -21,6 +21,7 @@ from typing import get_args
 
 import msgspec
 
+from daemon.store import SessionRow, Store
 from protocol import APPROVAL_POLICIES
 from protocol.objects import ApprovalPolicy
 from tests.support.harness import subprocess_env
@@ -60,19 +61,16 @@ PONDER_START_PATH = frozenset(
         "daemon.server.routes",
         "daemon.server.rpc_bridge",
         "daemon.server.ring",  # #33: every event goes into its session's ring (a deque; no imports of its own)
-        # #30: initialize reports whether run_command's OS sandbox works, so it is probed at start
-        # (a bwrap run, overlapping the store's opening). The next thing to load on first use.
+        # #30: initialize reports whether run_command's OS sandbox works. ``ponder serve`` starts
+        # the probe's bwrap child before it loads its stack (it runs beside the imports); only
+        # the probe, the settings and the confinement (``Session.sandbox`` in session/list) load
+        # here: the command lines, the denial guess and the Landlock launcher load with the
+        # first run_command.
         "daemon.config.sandbox",
         "daemon.sandbox",
-        "daemon.sandbox.bwrap",
-        "daemon.sandbox.command",
         "daemon.sandbox.confinement",
-        "daemon.sandbox.denial",
-        "daemon.sandbox.landlock",
         "daemon.sandbox.probe",
-        "daemon.sandbox.seatbelt",
         "daemon.sandbox.service",
-        "protocol.events",  # the sandbox's denial reports
         "daemon.sessions",  # the package only: it re-exports nothing
         "daemon.sessions.bridge",  # the ClientBridge Protocol the dialect implements
         "daemon.store",  # the store is opened before initialize: it reports whether it could be
@@ -108,33 +106,6 @@ ALSO_ALLOWED = frozenset(
         "urllib",  # pathlib's
         "urllib.parse",
         "gc",  # built in: the daemon freezes what it loaded at start
-        # #30's sandbox probe (see PONDER_START_PATH): landlock through ctypes, a temp dir, json,
-        # and its log record, which opens the log file (logging.handlers, pickle).
-        "ctypes",
-        "ctypes._endian",
-        "_ctypes",
-        "tempfile",
-        "shutil",
-        "bz2",
-        "_bz2",
-        "lzma",
-        "_lzma",
-        "_compression",
-        "zlib",
-        "random",
-        "_random",
-        "bisect",
-        "_bisect",
-        "_sha512",
-        "json",
-        "json.decoder",
-        "json.encoder",
-        "json.scanner",
-        "_json",
-        "logging.handlers",
-        "pickle",
-        "_pickle",
-        "_compat_pickle",
     }
 )
 
@@ -183,9 +154,15 @@ def floor_modules() -> set[str]:
 
 
 def served_modules(tmp_path: Path) -> list[set[str]]:
-    """The modules a real ``ponder serve`` had imported at each answer: initialize, then session/list."""
+    """The modules a real ``ponder serve`` had imported at each answer: initialize, then
+    session/list (of a stored session, so that its row is shown with ``Session.sandbox``)."""
     record = tmp_path / "modules.txt"
-    env = {**os.environ, **subprocess_env(tmp_path / "home")}
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store(home / "sessions.db")
+    store.create_session(SessionRow(id="s1", cwd=str(tmp_path), model_id="mock/echo", thinking_level="off"))
+    store.close()
+    env = {**os.environ, **subprocess_env(home)}
     env.pop("PONDER_ASYNC_BACKEND", None)  # the default loop, as editors run it
     process = subprocess.Popen(
         [sys.executable, "-c", WATCHED_PONDER, str(record), "serve"],
@@ -203,7 +180,8 @@ def served_modules(tmp_path: Path) -> list[set[str]]:
             assert b'"result"' in process.stdout.readline()
             process.stdin.write(LIST)
             process.stdin.flush()
-            assert b'"sessions"' in process.stdout.readline()
+            listed = process.stdout.readline()
+            assert b'"session_id":"s1"' in listed and b'"sandbox":{' in listed, listed
             process.stdin.close()
             assert process.wait(30) == 0
         finally:

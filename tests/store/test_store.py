@@ -594,6 +594,34 @@ def test_lease_blocks_a_second_live_owner(store: Store) -> None:
         store.acquire_lease("missing", mine, 30)
 
 
+def test_admit_takes_the_lease_and_stores_the_prompt_in_one_transaction(store: Store) -> None:
+    # Admission's one store step (Store.admit): the lease, the row and the prompt together.
+    store.create_session(session())
+    mine, theirs = new_lease_owner(), new_lease_owner()
+    admitted = store.admit(text_message("m1", 1), mine, 30, known_count=0)
+    assert admitted.leased and admitted.saved
+    assert admitted.row is not None and admitted.row.message_count == 0  # as stored before the prompt
+    assert [m.message_id for m in store.get_messages("s1")] == ["m1"]
+    assert not store.acquire_lease("s1", theirs, 30)  # the lease is held
+    # Another owner's lease: nothing is stored.
+    refused = store.admit(text_message("m2", 2), theirs, 30, known_count=1)
+    assert not refused.leased and not refused.saved and refused.row is None
+    assert len(store.get_messages("s1")) == 1
+    # The caller knows of fewer messages than are stored (another daemon added one): the lease
+    # is taken and the row read, but the prompt waits for the caller to catch up.
+    assert store.release_lease("s1", mine)
+    behind = store.admit(text_message("m3", 2), mine, 30, known_count=0)
+    assert behind.leased and not behind.saved and behind.row is not None and behind.row.message_count == 1
+    assert [m.message_id for m in store.get_messages("s1")] == ["m1"]
+    # A prompt the store refuses (its seq is taken) leaves no lease behind either.
+    assert store.release_lease("s1", mine)
+    with pytest.raises(StoreError):
+        store.admit(text_message("m4", 1), mine, 30, known_count=1)
+    assert store.acquire_lease("s1", theirs, 30)
+    with pytest.raises(SessionNotFound):
+        store.admit(text_message("m5", 1, session_id="missing"), mine, 30, known_count=0)
+
+
 def test_expired_lease_is_taken_over(store: Store, clock: FakeClock) -> None:
     store.create_session(session())
     first, second = new_lease_owner(), new_lease_owner()

@@ -31,14 +31,24 @@ def plain(text: str) -> str:
 class Terminal:
     """``python -m daemon ARGS`` on a pty; read what it shows, type into it, wait for its exit."""
 
-    def __init__(self, args: list[str], env: dict[str, str], *, cwd: Path | None = None, columns: int = 120) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        cwd: Path | None = None,
+        columns: int = 120,
+        program: list[str] | None = None,
+    ) -> None:
+        """``program``: the command to run (default ``python -m daemon``), e.g. the installed ``ponder`` script."""
+        command = program or [sys.executable, "-m", "daemon"]
         self.output = b""
         pid, fd = pty.fork()
         if pid == 0:  # the child: becomes ponder
             try:
                 if cwd is not None:
                     os.chdir(cwd)
-                os.execvpe(sys.executable, [sys.executable, "-m", "daemon", *args], env)
+                os.execvpe(command[0], [*command, *args], env)
             finally:
                 os._exit(127)
         self.pid, self.fd = pid, fd
@@ -90,6 +100,25 @@ class Terminal:
         if self.returncode < 0:
             self.returncode = 128 - self.returncode
         return self.returncode
+
+    def wait_exit(self, timeout: float = 60) -> int:
+        """The exit status once the process has exited, even while a child it left (a daemon) still
+        holds the terminal open; what it showed until then is read."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._read(0.05)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                while self._read(0.05) and select.select([self.fd], [], [], 0)[0]:
+                    pass
+                os.close(self.fd)
+                self.returncode = os.waitstatus_to_exitcode(status)
+                if self.returncode < 0:
+                    self.returncode = 128 - self.returncode
+                return self.returncode
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"ponder did not exit within {timeout}s; the terminal shows:\n{self.text}")
 
     def kill(self) -> None:
         try:

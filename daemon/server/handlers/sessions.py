@@ -14,6 +14,7 @@ from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
 
 if TYPE_CHECKING:
+    from daemon.agent.structured import OutputRequest
     from daemon.sessions.manager import SessionManager
 
 
@@ -37,6 +38,33 @@ def dropped_steer(message: ChatMessage) -> m.DroppedSteer:
             content.append(m.TextInput(text=part.text))
     blocks = [msgspec.to_builtins(block) for block in content]
     return m.DroppedSteer(message_id=message.message_id, text=text_of(message), content=blocks)
+
+
+async def _output_request(params: m.SessionPromptParams) -> "OutputRequest | None":
+    """The prompt's ``output_schema`` and ``output_retries``, the schema checked (PROTOCOL.md
+    "Structured output and headless runs"); a steer takes the running turn's and may not carry them."""
+    if params.delivery == "steer":
+        given = {
+            "output_schema": params.output_schema is not None,
+            "output_retries": params.output_retries != m.DEFAULT_OUTPUT_RETRIES,
+            "max_turns": params.max_turns is not None,
+        }
+        for name, present in given.items():
+            if present:
+                raise InvalidParams(
+                    f"A steer runs with the running turn's output schema and limits; send it without {name}.",
+                    path=f"$.params.{name}",
+                )
+    if params.output_schema is None:
+        return None
+    import anyio
+
+    from daemon.agent.output_schema import check_schema  # with the agent: off the start path
+    from daemon.agent.structured import OutputRequest
+
+    # On a worker thread: a large schema takes a moment to check, and other requests go on meanwhile.
+    await anyio.to_thread.run_sync(check_schema, params.output_schema)
+    return OutputRequest(schema=params.output_schema, retries=params.output_retries)
 
 
 class SessionHandlers:
@@ -91,7 +119,12 @@ class SessionHandlers:
         from daemon.context.history import history_items  # with the session manager: off the start path
 
         live = await self.sessions.get(params.session_id)
-        messages = [message.to_wire() for message in live.stored_messages]
+        # A reply still streaming is shown as it stands (``streaming``), not as last checkpointed.
+        streaming = live.current.in_progress.snapshot() if live.current and live.current.in_progress else None
+        messages = [
+            (streaming if streaming is not None and message.message_id == streaming.message_id else message).to_wire()
+            for message in live.stored_messages
+        ]
         # No await from here to the answer: the events after last_seq reach the caller live.
         self._follow(live.row.id)
         return m.SessionResumeResult(
@@ -163,6 +196,7 @@ class SessionHandlers:
                 "A steer runs with the running turn's thinking; send it without thinking_level.",
                 path="$.params.thinking_level",
             )
+        output = await _output_request(params)
         await self._follow_existing(params.session_id)
         return await self.sessions.prompt(
             params.session_id,
@@ -172,6 +206,8 @@ class SessionHandlers:
             delivery=params.delivery,
             expected_turn_id=params.expected_turn_id,
             client_message_id=params.client_message_id,
+            output=output,
+            max_turns=params.max_turns,
         )
 
     async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
