@@ -14,6 +14,7 @@ from protocol.objects import (
     Cost,
     ErrorInfo,
     Message,
+    PlanEntry,
     QueuedTurn,
     Rule,
     SandboxMechanism,
@@ -248,6 +249,13 @@ class TurnEnd(BaseEvent, tag="turn_end"):
     structured_output: Any = None
 
 
+class PlanUpdate(BaseEvent, tag="plan"):
+    """The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared)."""
+
+    explanation: str | None
+    entries: list[PlanEntry]
+
+
 AgentEvent = (
     TurnStart
     | MessageStart
@@ -270,6 +278,7 @@ AgentEvent = (
     | CompactionStart
     | CompactionEnd
     | QueueUpdate
+    | PlanUpdate
     | HookStart
     | HookEnd
     | PermissionResolved

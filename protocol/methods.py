@@ -126,6 +126,7 @@ class ServerCapabilities(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     hooks: bool = True  # [[hooks.EVENT]]: pre_tool_use, post_tool_use, user_prompt_submit, stop, pre_compact
     output_schema: OutputSchemaCapability = msgspec.field(default_factory=OutputSchemaCapability)
     transport: TransportCapability | None = None
+    plans: bool = True  # the update_plan tool, plan events, Session.plan (PROTOCOL.md "Plans")
 
 
 class InitializeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -20,7 +20,8 @@ Role = Literal["user", "assistant", "tool"]
 # schema_retry: the daemon's note that the turn's answer did not match its output_schema (PROTOCOL.md
 # "Structured output and headless runs"), sent to the model with the validation errors.
 MessageOrigin = Literal["prompt", "steer", "continue", "schema_retry"]
-MessageStatus = Literal["complete", "interrupted", "error"]
+# "streaming": still being written; only session/resume returns such a message.
+MessageStatus = Literal["complete", "interrupted", "error", "streaming"]
 SessionStatus = Literal["idle", "running"]
 # PROTOCOL.md "Sandbox": how run_command is confined, and by what.
 SandboxMode = Literal["off", "read_only", "workspace_write"]
@@ -185,6 +186,24 @@ class Queue(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queued: list[QueuedTurn] = msgspec.field(default_factory=list)
 
 
+PlanStatus = Literal["pending", "in_progress", "completed"]
+
+
+class PlanEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One step of a plan (PROTOCOL.md "Plans")."""
+
+    step: str
+    status: PlanStatus
+
+
+class SessionPlan(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The latest plan the model kept with ``update_plan`` (``Session.plan``)."""
+
+    explanation: str | None
+    entries: list[PlanEntry]
+    updated_at: str
+
+
 class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     session_id: str
     title: str | None
@@ -205,6 +224,7 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     budget: Budget | None = None
     sandbox: SessionSandbox | None = None  # always set by the daemon
     queue: Queue = msgspec.field(default_factory=lambda: Queue())
+    plan: SessionPlan | None = None  # null before the first update_plan
 
 
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="text"):

@@ -5,7 +5,7 @@
 export type Admission = "queued" | "started" | "steer_pending";
 
 /** Params of `agent/event`: one event of a session, discriminated by `type`. */
-export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
+export type AgentEvent = TurnStart | MessageStart | ThinkingStart | ThinkingDelta | ThinkingEnd | TextStart | TextDelta | TextEnd | ToolCallStart | ToolCallDelta | ToolCallEnd | MessageEnd | ToolExecutionStart | ToolExecutionOutput | ToolExecutionEnd | Retry | ThinkingUpdate | UsageEvent | CompactionStart | CompactionEnd | QueueUpdate | PlanUpdate | HookStart | HookEnd | PermissionResolved | TurnEnd;
 
 /** `agent/event`: its params. */
 export interface AgentEventNotification {
@@ -443,7 +443,7 @@ export interface MessageStart {
 }
 
 /** `complete`, or cut short: `interrupted` (cancelled) or `error` (it failed). */
-export type MessageStatus = "complete" | "error" | "interrupted";
+export type MessageStatus = "complete" | "error" | "interrupted" | "streaming";
 
 /** Why an assistant message ended (`Message.stop_reason`). `end_turn`: the reply is complete and asks for no tools. `max_tokens`: the reply was cut at the model's output-token limit (or its context window). `tool_use`: the reply asks for tool calls; a `tool` message with their results follows. `refusal`: the provider refused or filtered the reply. `interrupted`: the stream was cancelled mid-way; the partial reply is kept (`status: interrupted`). `error`: the stream failed mid-way; the partial reply is kept (`status: error`). */
 export type MessageStopReason = "end_turn" | "error" | "interrupted" | "max_tokens" | "refusal" | "tool_use";
@@ -620,6 +620,25 @@ export interface PingMethod {
   result: Empty;
 }
 
+/** One step of a plan (PROTOCOL.md "Plans"). */
+export interface PlanEntry {
+  step: string;
+  status: PlanStatus;
+}
+
+/** A plan step's status (at most one `in_progress`): see PROTOCOL.md, Plans. */
+export type PlanStatus = "completed" | "in_progress" | "pending";
+
+/** The model's plan as ``update_plan`` left it (the whole list each time; ``entries`` empty: cleared). */
+export interface PlanUpdate {
+  type: "plan";
+  explanation: string | null;
+  entries: PlanEntry[];
+  session_id: string;
+  turn_id: string;
+  seq: number;
+}
+
 /** What ``session/prompt {content}`` takes (PROTOCOL.md "Prompt content"). */
 export interface PromptContentCapability {
   image: boolean;
@@ -774,6 +793,7 @@ export interface ServerCapabilities {
   hooks: boolean;
   output_schema: OutputSchemaCapability;
   transport: TransportCapability | null;
+  plans: boolean;
 }
 
 export interface ServerInfo {
@@ -799,6 +819,7 @@ export interface Session {
   budget: Budget | null;
   sandbox: SessionSandbox | null;
   queue: Queue;
+  plan: SessionPlan | null;
 }
 
 /** `session/budget`: its params and result. */
@@ -930,6 +951,13 @@ export interface SessionMessagesResult {
 /** Result of ``session/fork`` and ``session/rename``. */
 export interface SessionOnlyResult {
   session: Session;
+}
+
+/** The latest plan the model kept with ``update_plan`` (``Session.plan``). */
+export interface SessionPlan {
+  explanation: string | null;
+  entries: PlanEntry[];
+  updated_at: string;
 }
 
 /** `session/prompt`: its params and result. */

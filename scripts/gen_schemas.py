@@ -62,6 +62,7 @@ from protocol.objects import (
     MessageStatus,
     MessageStopReason,
     PatternWord,
+    PlanStatus,
     RequestedThinkingLevel,
     Role,
     RuleDecision,
@@ -95,6 +96,7 @@ NAMED: dict[str, tuple[Any, str]] = {
     ),
     "MessageStatus": (MessageStatus, "`complete`, or cut short: `interrupted` (cancelled) or `error` (it failed)."),
     "SessionStatus": (SessionStatus, "`running` while a turn runs in the session, else `idle`."),
+    "PlanStatus": (PlanStatus, "A plan step's status (at most one `in_progress`): see PROTOCOL.md, Plans."),
     "McpServerStatus": (McpServerStatus, "Where an MCP server is in its life: `error` says why it `failed`."),
     "CredentialSource": (CredentialSource, "Where a provider's credentials come from (never the secret itself)."),
     "Delivery": (

@@ -24,6 +24,8 @@ Translation, event by event:
 - a compaction becomes ``compaction_update`` (in_progress, then completed/failed/cancelled, or the
   extension status ``_skipped``) for a client that advertises ``session.compaction`` (unstable),
   else one short agent message when it ends.
+- a ``plan`` event (``update_plan``) becomes a ``plan`` update; the ``update_plan`` call itself
+  gets no tool-call card.
 - ``turn_end`` resolves the waiting ``session/prompt``; it is delivered after every
   other event of the turn, so the prompt's answer follows all of its updates.
 - ``session_updated`` sends ``session_info_update`` when the title changed and
@@ -35,6 +37,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -44,12 +47,15 @@ from daemon.acp import toolcalls
 from daemon.acp import types as t
 from daemon.acp.compaction import compaction_ended, compaction_started
 from daemon.acp.config_options import THOUGHT_LEVEL, call_thought_level, config_options
+from daemon.acp.files import EditorFiles
+from daemon.acp.plans import PLAN_TOOL, plan_update
 from daemon.agent import CANCELLED_RESULT
 from daemon.errors import PonderError
 from daemon.jsonrpc.connection import Connection
 from daemon.sessions.bridge import PermissionAnswer
 from daemon.sessions.manager import SessionManager
 from daemon.store import SessionRow
+from daemon.tools.base import ToolError
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import ContextFill, Cost, ErrorInfo, Session, TextBlock, Thinking
@@ -131,11 +137,18 @@ class AcpBridge:
         self._by_turn: dict[str, list[PromptWaiter]] = {}
         self._doomed: set[str] = set()  # turns to cancel the moment they start
         self._open: dict[str, tuple[str | None, bytes]] = {}  # session -> (title, encoded options) last sent
+        self._modes: dict[str, str] = {}  # session -> the mode (approval policy) the client was last shown
         self._quiet: dict[str, int] = {}
         self._prompt_begun = anyio.Event()  # set (and replaced) when a session/prompt arrives
+        # New sessions whose id the client does not know yet (their session/new answer is not
+        # out): their updates wait until it is (PROTOCOL.md "ACP mode in an editor").
+        self._unannounced: dict[str, anyio.Event] = {}
         # The client advertised ``clientCapabilities.session.compaction`` (unstable): compaction_update
         # notifications; otherwise a compaction is told as a short agent message.
         self.compaction_updates = False
+        # ``clientCapabilities.fs``: the file tools read and write through the editor (``files_for``).
+        self.fs_reads = False
+        self.fs_writes = False
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -146,18 +159,53 @@ class AcpBridge:
         return self.sessions
 
     async def update(self, session_id: str, update: t.SessionUpdate) -> None:
+        held = self._unannounced.get(session_id)
+        if held is not None:
+            await held.wait()
         await self.connection.notify("session/update", t.SessionNotification(session_id=session_id, update=update))
+
+    def files_for(self, session_id: str) -> EditorFiles | None:
+        if not (self.fs_reads or self.fs_writes):
+            return None
+        return EditorFiles(self.connection, session_id, reads=self.fs_reads, writes=self.fs_writes)
+
+    def _reader(self, session_id: str) -> toolcalls.Reader:
+        """How a diff reads a file: through the editor when the file tools do."""
+        files = self.files_for(session_id)
+        if files is None or not files.reads:
+            return toolcalls.disk_text
+
+        async def editor_text(path: Path) -> Any:
+            try:
+                return await files.read_text(path)
+            except ToolError:  # most editors refuse a file that does not exist: a new file
+                exists = await anyio.to_thread.run_sync(path.exists)
+                return toolcalls.UNREADABLE if exists else None
+
+        return editor_text
+
+    def hold_updates(self, session_id: str) -> None:
+        """Updates for ``session_id`` wait until ``release_updates``: the client cannot know the
+        session before the answer that names it."""
+        self._unannounced.setdefault(session_id, anyio.Event())
+
+    def release_updates(self, session_id: str) -> None:
+        held = self._unannounced.pop(session_id, None)
+        if held is not None:
+            held.set()
 
     # --- sessions the client has open ------------------------------------------------------
 
     def open_session(self, row: SessionRow, options: list[t.ConfigOption]) -> None:
         self._open[row.id] = (row.title, msgspec.json.encode(options))
+        self._modes[row.id] = row.approval_policy
 
     def is_open(self, session_id: str) -> bool:
         return session_id in self._open
 
     def close_session(self, session_id: str) -> None:
         self._open.pop(session_id, None)
+        self._modes.pop(session_id, None)
 
     @contextmanager
     def quiet(self, session_id: str) -> Iterator[None]:
@@ -188,6 +236,14 @@ class AcpBridge:
         self._open[session.session_id] = (session.title, encoded)
         if encoded != sent_options and session.session_id not in self._quiet:
             await self.update(session.session_id, t.ConfigOptionUpdate(config_options=options))
+        if self._modes.get(session.session_id) != row.approval_policy and session.session_id not in self._quiet:
+            await self.show_mode(session.session_id, row.approval_policy)
+
+    async def show_mode(self, session_id: str, mode: str) -> None:
+        """``current_mode_update``: the session's approval policy is now ``mode``."""
+        if session_id in self._open:
+            self._modes[session_id] = mode
+        await self.update(session_id, t.CurrentModeUpdate(current_mode_id=mode))
 
     async def _refresh(self, session_id: str) -> None:
         try:
@@ -290,15 +346,21 @@ class AcpBridge:
             await self._block_end(turn, sid, event)
         elif isinstance(event, ev.ToolCallEnd):
             turn.calls[event.call_id] = _Call(event.name, event.arguments)
+            if event.name == PLAN_TOOL:
+                return  # shown as the plan it sets (``ev.PlanUpdate``), not as a card
             tools = self._manager.tools
             start = toolcalls.tool_call(tools, event.call_id, event.name, event.arguments, turn.cwd, "pending")
             await self.update(sid, start)
+        elif isinstance(event, (ev.ToolExecutionStart, ev.ToolExecutionEnd)) and event.name == PLAN_TOOL:
+            pass  # no card for it: its plan event is what the client sees
         elif isinstance(event, ev.ToolExecutionStart):
             await self._execution_start(turn, sid, event)
         elif isinstance(event, (ev.HookStart, ev.HookEnd)):
             pass  # ACP has no update for hooks: a hook's denial reaches the client as the tool call's failure
         elif isinstance(event, ev.ToolExecutionEnd):
             await self._execution_end(turn, sid, event)
+        elif isinstance(event, ev.PlanUpdate):
+            await self.update(sid, plan_update(event.explanation, event.entries))
         elif isinstance(event, ev.UsageEvent):
             update = usage_update_of(event.context, event.totals_cost)
             if update is not None:
@@ -355,7 +417,7 @@ class AcpBridge:
 
     async def _execution_start(self, turn: _Turn, sid: str, event: ev.ToolExecutionStart) -> None:
         call = turn.calls.setdefault(event.call_id, _Call(event.name, event.arguments))
-        call.before = await toolcalls.snapshot(event.name, event.arguments, turn.cwd)
+        call.before = await toolcalls.snapshot(event.name, event.arguments, turn.cwd, self._reader(sid))
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status="in_progress"))
 
     async def _execution_end(self, turn: _Turn, sid: str, event: ev.ToolExecutionEnd) -> None:
@@ -363,11 +425,18 @@ class AcpBridge:
         call.finished = True
         content: list[t.ToolContent] = toolcalls.text_content(event.result)
         if not event.is_error and call.before is not None:
-            diff = await toolcalls.diff_after(call.before)
+            diff = await self._diff(sid, call, call.before)
             if diff is not None:
                 content = [diff]
         status = "failed" if event.is_error else "completed"
         await self.update(sid, t.ToolCallProgress(tool_call_id=event.call_id, status=status, content=content))
+
+    async def _diff(self, sid: str, call: _Call, before: toolcalls.Snapshot) -> t.DiffToolContent | None:
+        content = call.arguments.get("content")
+        if call.name == "write_file" and self.fs_writes and not self.fs_reads and isinstance(content, str):
+            # Written into the editor, which cannot be read back: the text handed to it.
+            return t.DiffToolContent(path=str(before.path), old_text=before.text, new_text=content)
+        return await toolcalls.diff_after(before, self._reader(sid))
 
     async def _compaction_end(self, turn: _Turn, sid: str, event: ev.CompactionEnd) -> None:
         update = compaction_ended(
@@ -398,7 +467,7 @@ class AcpBridge:
         if turn.thinking_changed:  # before the prompt's answer: the session's own thought level again
             await self._refresh(sid)
         for call_id, call in turn.calls.items():
-            if not call.finished:  # announced, then the turn ended (cancelled) before it ran
+            if not call.finished and call.name != PLAN_TOOL:  # announced, then the turn ended before it ran
                 await self.update(
                     sid,
                     t.ToolCallProgress(
@@ -425,7 +494,7 @@ class AcpBridge:
                 status="pending",
                 raw_input=params.arguments,
                 locations=toolcalls.locations(params.tool, params.arguments, cwd),
-                content=await toolcalls.preview(params.tool, params.arguments, cwd),
+                content=await toolcalls.preview(params.tool, params.arguments, cwd, self._reader(params.session_id)),
             ),
             # optionId is ponder's decision; "always" ones keep the request's suggested rule.
             options=[

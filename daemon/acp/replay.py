@@ -5,7 +5,8 @@ order, ``agent_thought_chunk`` (the thinking's original text, whole), ``agent_me
 and ``tool_call`` with the call's final status and result. Each block keeps the
 ``messageId`` it had when it was streamed live. Tool results are folded into the calls
 they answer, paired within their turn (a prompt and what answered it); a call without
-any result (the daemon stopped mid-turn) is ``failed``.
+any result (the daemon stopped mid-turn) is ``failed``. ``update_plan`` calls are left out: the
+session's latest plan follows the history as one ``plan`` update (``daemon.acp.server``).
 """
 
 import base64
@@ -13,6 +14,7 @@ from typing import Any
 
 from daemon.acp import toolcalls
 from daemon.acp import types as t
+from daemon.acp.plans import PLAN_TOOL
 from daemon.agent import CANCELLED_RESULT
 from daemon.conversation import ChatMessage, Part
 from daemon.tools import Tool
@@ -103,8 +105,8 @@ def _part_updates(
         if part.type == "thinking":
             return [t.AgentThoughtChunk(content=content, message_id=message_id)]
         return [t.AgentMessageChunk(content=content, message_id=message_id)]
-    if part.type != "tool_call" or not part.call_id:
-        return []
+    if part.type != "tool_call" or not part.call_id or part.name == PLAN_TOOL:
+        return []  # an update_plan call is shown as the plan (sent after the history), not as a card
     pending = results.get(part.call_id)
     result = pending.pop(0) if pending else None
     # Histories stored before ids were made unique may repeat one: each call still gets its own card.

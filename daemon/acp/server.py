@@ -24,6 +24,7 @@ mode") with the sentence that says which budget and how to raise it, as a messag
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,14 @@ from daemon.acp.budget import BudgetCommand, budget_command, budget_sentence, me
 from daemon.acp.compaction import stored_compaction
 from daemon.acp.config_options import config_options, set_config_option
 from daemon.acp.content import prompt_content, title_for
+from daemon.acp.modes import MODE_IDS, mode_state
+from daemon.acp.plans import plan_update
 from daemon.acp.replay import replay_updates
 from daemon.config.settings import Config
 from daemon.context.budget import tokens_spent
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.jsonrpc.connection import Connection, as_wire_error
+from daemon.jsonrpc.connection import AnswerThen, Connection, as_wire_error
 from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
@@ -222,6 +225,7 @@ class AcpServer:
             "session/close": (t.SessionIdRequest, self.session_close),
             "session/delete": (t.SessionIdRequest, self.session_delete),
             "session/set_config_option": (t.SetConfigOptionRequest, self.session_set_config_option),
+            "session/set_mode": (t.SetSessionModeRequest, self.session_set_mode),
             "session/prompt": (t.PromptRequest, self.session_prompt),
             "session/cancel": (t.SessionIdRequest, self.session_cancel),
             "_ponder/models/list": (t.ModelsListRequest, self.models_list),
@@ -243,6 +247,9 @@ class AcpServer:
             client.version if client else "",
             params.protocol_version,
         )
+        fs = (params.client_capabilities or {}).get("fs")
+        self.bridge.fs_reads = isinstance(fs, dict) and fs.get("readTextFile") is True
+        self.bridge.fs_writes = isinstance(fs, dict) and fs.get("writeTextFile") is True
         session_capabilities = (params.client_capabilities or {}).get("session")
         self.bridge.compaction_updates = (
             isinstance(session_capabilities, dict) and session_capabilities.get("compaction") is not None
@@ -336,22 +343,26 @@ class AcpServer:
         if not same:
             log.info("session %s keeps its directory %s (the client asked for %r)", row.id, row.cwd, requested)
 
-    async def session_new(self, params: t.NewSessionRequest) -> t.NewSessionResponse:
+    async def session_new(self, params: t.NewSessionRequest) -> AnswerThen:
         live = await self.sessions.start(
             model_id=None, thinking_level=None, cwd=params.cwd, title=None, system_prompt=None, approval_policy=None
         )
-        await self._attach_mcp(live.row, params.mcp_servers)
-        self._announce_commands(live.row.id)
-        return t.NewSessionResponse(session_id=live.row.id, config_options=await self._open_fresh(live.row))
+        session_id = live.row.id
+        # Nothing about the session goes out before the answer that names it; its commands follow it.
+        self.bridge.hold_updates(session_id)
+        try:
+            await self._attach_mcp(live.row, params.mcp_servers)
+            options = await self._open_fresh(live.row)
+        except BaseException:
+            self.bridge.release_updates(session_id)
+            raise
+        answer = t.NewSessionResponse(session_id=session_id, config_options=options, modes=mode_state(live.row))
+        return AnswerThen(answer, partial(self._announced, session_id))
 
-    def _announce_commands(self, session_id: str) -> None:
-        """``available_commands_update`` for a new session once its answer is out (the client knows the id
-        by then): queued from a task that runs after this handler returned. A loaded or resumed session,
-        which the client already knows, gets it before the answer."""
-        background = self.sessions.background_task_group()
-        if background is not None:
-            update = t.AvailableCommandsUpdate(available_commands=COMMANDS)
-            background.start_soon(self.bridge.update, session_id, update)
+    async def _announced(self, session_id: str) -> None:
+        """The ``session/new`` answer is out: the session's held updates may follow, then its commands."""
+        self.bridge.release_updates(session_id)
+        await self.bridge.update(session_id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
 
     async def session_load(self, params: t.LoadSessionRequest) -> t.LoadSessionResponse:
         live = await self.sessions.get(params.session_id)
@@ -361,9 +372,10 @@ class AcpServer:
         images = await self.sessions.store.get_attachments(ids) if ids else {}
         for update in self._replay(live.history, live.compactions, live.row.cwd, images):
             await self.bridge.update(live.row.id, update)
+        await self._send_plan(live.row)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
-        return t.LoadSessionResponse(config_options=await self._open_fresh(live.row))
+        return t.LoadSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
 
     def _replay(
         self, history: list[ChatMessage], compactions: list[Compaction], cwd: str, images: dict[str, bytes]
@@ -384,9 +396,15 @@ class AcpServer:
         live = await self.sessions.get(params.session_id)
         self._note_cwd(params.cwd, live.row)
         await self._attach_mcp(live.row, params.mcp_servers)
+        await self._send_plan(live.row)
         await self.bridge.update(live.row.id, t.AvailableCommandsUpdate(available_commands=COMMANDS))
         await self._send_usage(live.row)
-        return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row))
+        return t.ResumeSessionResponse(config_options=await self._open_fresh(live.row), modes=mode_state(live.row))
+
+    async def _send_plan(self, row: SessionRow) -> None:
+        """The session's latest plan, if it has one, after the replayed history."""
+        if row.plan is not None:
+            await self.bridge.update(row.id, plan_update(row.plan.explanation, row.plan.entries))
 
     async def _send_usage(self, row: SessionRow) -> None:
         """Where the reopened session stands: its last context fill and its cost so far."""
@@ -428,6 +446,19 @@ class AcpServer:
         with self.bridge.quiet(params.session_id):  # the answer carries the new options
             row = await set_config_option(self.sessions, params)
         return t.SetConfigOptionResponse(config_options=self._open(row))
+
+    async def session_set_mode(self, params: t.SetSessionModeRequest) -> AnswerThen:
+        """The session's approval policy becomes the mode (stored); ``current_mode_update`` follows the answer."""
+        if params.mode_id not in MODE_IDS:
+            raise InvalidParams(
+                f"Unknown mode {params.mode_id!r}; the modes are {', '.join(MODE_IDS)}.",
+                path="$.params.modeId",
+                allowed=MODE_IDS,
+            )
+        await self.sessions.row(params.session_id)  # an unknown session is an error, not a new row
+        with self.bridge.quiet(params.session_id):
+            row = await self.sessions.update(params.session_id, approval_policy=params.mode_id)
+        return AnswerThen(t.Empty(), partial(self.bridge.show_mode, row.id, row.approval_policy))
 
     # --- prompt turns ---------------------------------------------------------------------
 

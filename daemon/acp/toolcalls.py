@@ -4,11 +4,13 @@ Edits are shown as ``diff`` content: the edited file is read just before the too
 (``snapshot``) and again after it finished, so the diff is what really happened on disk
 (CRLF handling and all), not a re-implementation of the edit. A permission request for an
 edit carries the proposed diff (``preview``). Files that are large, binary or outside the
-session's directory get plain text content instead.
+session's directory get plain text content instead. Where the file tools go through the
+editor (ACP ``fs``), the file is read through it too (``Reader``): the diff is of its buffer.
 """
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,7 +111,14 @@ class Snapshot:
     text: str | None
 
 
-_UNREADABLE = object()
+UNREADABLE = object()
+# A file's text for a diff: the text, None when the file does not exist, ``UNREADABLE`` when it cannot be diffed.
+Reader = Callable[[Path], Awaitable[Any]]
+
+
+async def disk_text(path: Path) -> Any:
+    """A ``Reader`` of the disk."""
+    return await anyio.to_thread.run_sync(_read_text, path)
 
 
 def _read_text(path: Path) -> Any:
@@ -118,35 +127,37 @@ def _read_text(path: Path) -> Any:
         if not path.exists():
             return None
         if not path.is_file() or path.stat().st_size > MAX_DIFF_BYTES:
-            return _UNREADABLE
+            return UNREADABLE
         text = decode_text(path.read_bytes())
     except OSError:
-        return _UNREADABLE
-    return _UNREADABLE if text is None else text
+        return UNREADABLE
+    return UNREADABLE if text is None else text
 
 
-async def snapshot(name: str, arguments: dict[str, Any], cwd: str) -> Snapshot | None:
+async def snapshot(name: str, arguments: dict[str, Any], cwd: str, read: Reader = disk_text) -> Snapshot | None:
     """Read the file an edit tool is about to change (None for other tools or unreadable files)."""
     if name not in EDIT_TOOLS:
         return None
     path = target_path(name, arguments, cwd)
     if path is None:
         return None
-    text = await anyio.to_thread.run_sync(_read_text, path)
-    return None if text is _UNREADABLE else Snapshot(path, text)
+    text = await read(path)
+    return None if text is UNREADABLE else Snapshot(path, text)
 
 
-async def diff_after(before: Snapshot) -> t.DiffToolContent | None:
+async def diff_after(before: Snapshot, read: Reader = disk_text) -> t.DiffToolContent | None:
     """The diff from ``before`` to what the file holds now."""
-    after = await anyio.to_thread.run_sync(_read_text, before.path)
-    if after is None or after is _UNREADABLE:
+    after = await read(before.path)
+    if after is None or after is UNREADABLE:
         return None
     return t.DiffToolContent(path=str(before.path), old_text=before.text, new_text=after)
 
 
-async def preview(name: str, arguments: dict[str, Any], cwd: str) -> list[t.ToolContent] | None:
+async def preview(
+    name: str, arguments: dict[str, Any], cwd: str, read: Reader = disk_text
+) -> list[t.ToolContent] | None:
     """The diff an edit would make, for a permission request (None when it cannot be shown)."""
-    before = await snapshot(name, arguments, cwd)
+    before = await snapshot(name, arguments, cwd, read)
     if before is None:
         return None
     if name == "write_file":

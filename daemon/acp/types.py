@@ -244,13 +244,31 @@ class ConfigOption(_Out, tag_field="type", tag="select"):
     description: str | None = None
 
 
+class SessionMode(_Out):
+    id: str
+    name: str
+    description: str | None = None
+
+
+class SessionModeState(_Out):
+    current_mode_id: str
+    available_modes: list[SessionMode]
+
+
+class SetSessionModeRequest(_In):
+    session_id: str
+    mode_id: str
+
+
 class NewSessionResponse(_Out):
     session_id: str
     config_options: list[ConfigOption]
+    modes: SessionModeState | None = None
 
 
 class LoadSessionResponse(_Out):
     config_options: list[ConfigOption]
+    modes: SessionModeState | None = None
 
 
 ResumeSessionResponse = LoadSessionResponse
@@ -356,6 +374,22 @@ class ToolCallProgress(ToolCallFields, tag_field="sessionUpdate", tag="tool_call
     pass
 
 
+class PlanEntry(_Out):
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdate(_Out, tag_field="sessionUpdate", tag="plan"):
+    """The whole plan each time: the client replaces what it showed."""
+
+    entries: list[PlanEntry]
+
+
+class CurrentModeUpdate(_Out, tag_field="sessionUpdate", tag="current_mode_update"):
+    current_mode_id: str
+
+
 class ConfigOptionUpdate(_Out, tag_field="sessionUpdate", tag="config_option_update"):
     config_options: list[ConfigOption]
 
@@ -409,6 +443,8 @@ SessionUpdate = (
     | ToolCallStart
     | ToolCallProgress
     | ConfigOptionUpdate
+    | CurrentModeUpdate
+    | PlanUpdate
     | SessionInfoUpdate
     | UsageUpdate
     | AvailableCommandsUpdate
@@ -445,6 +481,28 @@ class PermissionOutcome(_In):
 
 class RequestPermissionResponse(_In):
     outcome: PermissionOutcome
+
+
+# --- the client's file system (agent -> client) -------------------------------------------
+
+
+class ReadTextFileRequest(_Out):
+    session_id: str
+    path: str  # absolute
+
+
+class ReadTextFileResponse(_In):
+    content: str
+
+
+class WriteTextFileRequest(_Out):
+    session_id: str
+    path: str  # absolute
+    content: str
+
+
+class WriteTextFileResponse(_In):
+    pass
 
 
 # --- ponder's extension methods (``_ponder/...``) ----------------------------------------

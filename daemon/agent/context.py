@@ -10,10 +10,10 @@ shutting down (``Turn.hurry``).
 
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+import msgspec
 
 from daemon.agent.media import TurnMedia
 from daemon.agent.structured import TurnOutput
@@ -32,8 +32,7 @@ SHUTDOWN_GRACE_S = 2.0
 Emit = Callable[[type[ev.BaseEvent], dict[str, Any]], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class Approval:
+class Approval(msgspec.Struct, frozen=True):
     """Whether a tool call runs: ``message`` is what the model gets when it does not, and
     ``permission`` what ``tool_execution_start`` says about the decision."""
 
@@ -46,15 +45,14 @@ class Approval:
 Approve = Callable[[Part], Awaitable[Approval]]
 
 
-@dataclass(frozen=True)
-class ToolOutcome:
+class ToolOutcome(msgspec.Struct, frozen=True):
     """What one tool call gave: its text, whether it failed, the images it returned (image
     parts with their bytes), and for ``run_command`` how the sandbox ran it
     (``tool_execution_end.sandbox``)."""
 
     text: str
     is_error: bool
-    images: list[Part] = field(default_factory=list)
+    images: list[Part] = msgspec.field(default_factory=list)
     sandbox: ev.ToolSandbox | None = None
 
 
@@ -87,13 +85,12 @@ class AppendParts(Protocol):
     ) -> None: ...
 
 
-@dataclass
-class TurnSettings:
+class TurnSettings(msgspec.Struct):
     max_steps: int = 50
     max_attempts: int = 4
     stall_timeout_s: float = 90.0  # no bytes at all (keep-alives included) from the provider
     no_progress_timeout_s: float = 600.0  # nothing but keep-alives from the provider
-    limits: StreamLimits = field(default_factory=StreamLimits)
+    limits: StreamLimits = msgspec.field(default_factory=StreamLimits)
 
 
 # Room kept for a summary itself: an eighth of the summarizer's window, within these bounds.
@@ -101,8 +98,7 @@ SUMMARY_OUTPUT_MIN = 1024
 SUMMARY_OUTPUT_MAX = 8192
 
 
-@dataclass
-class Summarizer:
+class Summarizer(msgspec.Struct):
     """The model that writes summaries: the session's, or ``[compaction] model``."""
 
     provider: Provider
@@ -126,8 +122,7 @@ class Summarizer:
 SaveCompaction = Callable[[Compaction, Usage | None], Awaitable[Compaction]]
 
 
-@dataclass
-class CompactionSetup:
+class CompactionSetup(msgspec.Struct):
     """What a turn needs to compact: ``[compaction]`` settings, the model's window, the summarizer,
     the session's compaction records (shared with the live session; appended to) and their save."""
 
@@ -144,9 +139,9 @@ class CompactionSetup:
     # (decided, budget, output cap, reason); None for a model whose thinking is not a token budget.
     refit_thinking: Callable[[Thinking, int, int, str], Thinking] | None = None
     # The summarizer's usage goes here too (totals and budgets); see ``_account_summary_call``.
-    on_summary_usage: Callable[[Usage, bool], Awaitable[None]] | None = field(default=None)
+    on_summary_usage: Callable[[Usage, bool], Awaitable[None]] | None = msgspec.field(default=None)
     # How far the provider's token counts are from the estimate (the session's, shared by its turns).
-    calibration: Calibration = field(default_factory=Calibration)
+    calibration: Calibration = msgspec.field(default_factory=Calibration)
     # Summaries paid for and thrown away (they did not shrink the request) for the prompt this turn
     # serves: one is the most, after it no automatic compaction is tried.
     discarded: int = 0
@@ -154,8 +149,7 @@ class CompactionSetup:
     learn_window: Callable[[int], None] | None = None
 
 
-@dataclass(frozen=True)
-class CompactionRequest:
+class CompactionRequest(msgspec.Struct, frozen=True):
     """What a compaction turn (``kind: "compaction"``) does: a manual compaction, or one before a prompt."""
 
     compaction_id: str
@@ -164,8 +158,12 @@ class CompactionRequest:
     pending: int = 0  # messages at the end of the history not yet answered (the prompt that follows)
 
 
-@dataclass
-class Turn:
+class ReplyInProgress(Protocol):
+    def snapshot(self) -> ChatMessage | None:
+        """The reply as it stands (``status: "streaming"``); None before its first event."""
+
+
+class Turn(msgspec.Struct):
     """Everything one turn needs; built by the session actor."""
 
     session_id: str
@@ -186,11 +184,11 @@ class Turn:
     approve: Approve
     run_tool: RunTool
     observe: Observe | None = None
-    tools: list[ToolSpec] = field(default_factory=list)
+    tools: list[ToolSpec] = msgspec.field(default_factory=list)
     # The thinking decision again at another level, consulting ``learned``: how the agent
     # retries a request whose level the provider refused (``agent.level_retry``). None: no retry.
     rethink: Callable[[str], Thinking] | None = None
-    learned: LearnedLevels = field(default_factory=LearnedLevels)  # the daemon's, for the life of the daemon
+    learned: LearnedLevels = msgspec.field(default_factory=LearnedLevels)  # the daemon's, for the life of the daemon
     # Fills in ``tools`` (MCP servers may take a while to start): awaited after
     # ``turn_start`` and inside the turn's cancel scope, so a cancel reaches it.
     prepare: Callable[["Turn"], Awaitable[None]] | None = None
@@ -198,7 +196,9 @@ class Turn:
     max_output_tokens: int | None = None  # the model's output limit: no request asks for more
     record_usage: RecordUsage | None = None
     budget_spent: BudgetSpent | None = None
-    settings: TurnSettings = field(default_factory=TurnSettings)
+    settings: TurnSettings = msgspec.field(default_factory=TurnSettings)
+    # The reply streaming now, if one is: what ``session/resume`` shows of it (``Reply.snapshot``).
+    in_progress: ReplyInProgress | None = None
     # Long sessions: how this session compacts (None: never), and for a compaction turn what it does.
     compaction: CompactionSetup | None = None
     compaction_request: CompactionRequest | None = None
@@ -208,12 +208,12 @@ class Turn:
     media: TurnMedia | None = None
     # The prompt's output_schema as this turn asks for it and judges it (None: any answer will do).
     output: TurnOutput | None = None
-    cancel_scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    usage: Usage = field(default_factory=Usage)
+    cancel_scope: anyio.CancelScope = msgspec.field(default_factory=anyio.CancelScope)
+    usage: Usage = msgspec.field(default_factory=Usage)
     # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).
     reported: Thinking | None = None
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
-    _final_scopes: set[anyio.CancelScope] = field(default_factory=set)
+    _final_scopes: set[anyio.CancelScope] = msgspec.field(default_factory=set)
 
     def hurry(self) -> None:
         """Bound the turn's last writes and events (the daemon is shutting down)."""

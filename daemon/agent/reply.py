@@ -81,6 +81,7 @@ class Reply:
         # how many chunks of each streaming part it has, and which parts it must be given
         # whole at the next checkpoint (started or ended since the last one).
         self.stored = False
+        self.ended = False  # the message has its final status (what ``snapshot`` no longer stands in for)
         self.stored_chunks: dict[int, int] = {}
         self.stored_len: dict[int, int] = {}  # characters of each part's text the store holds
         self.changed_parts: set[int] = set()
@@ -345,6 +346,16 @@ class Reply:
             await self.turn.emit(*self.late_end)
             self.late_end = None
 
+    def snapshot(self) -> ChatMessage | None:
+        """A copy of the reply as it stands, its streaming text joined, ``status: "streaming"``
+        (``session/resume`` of a session whose turn is streaming)."""
+        if self.message is None or self.ended:
+            return None
+        parts = list(self.message.parts)
+        for index, chunks in self.text_chunks.items():
+            parts[index] = msgspec.structs.replace(parts[index], text="".join(chunks))
+        return msgspec.structs.replace(self.message, parts=parts, status="streaming")
+
     def _join_streaming_text(self) -> None:
         assert self.message is not None
         for index, chunks in self.text_chunks.items():
@@ -432,6 +443,7 @@ class Reply:
                 if is_unfinished_call(part):
                     part.provider_data = None
         message.status = status
+        self.ended = True
         message.stop_reason = self.stop if status == "complete" else status
         message.usage = self.usage
         self.turn.usage = add_usage(self.turn.usage, self.usage)

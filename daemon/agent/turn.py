@@ -267,7 +267,7 @@ async def _respond_with_retries(turn: Turn) -> tuple[ChatMessage, str]:
     while True:
         if turn.media is not None:
             await turn.media.ready(compaction.request_messages(turn))
-        reply = Reply(turn)
+        reply = turn.in_progress = Reply(turn)
         try:
             return await reply.stream()
         except ThinkingLevelRejected as exc:

@@ -19,21 +19,66 @@ from typing import TypeVar
 
 import anyio
 
-from daemon.cli import ask, compact, continuing, login, mcp, models, sessions
 from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
 from daemon.jsonrpc.spawn import QUIET_SERVE
 
 Command = Callable[[RpcClient, argparse.Namespace], Awaitable[int]]
+
+
+# Each command's module is imported when it runs, not with this one: the daemon it spawned is
+# starting up beside this process meanwhile, and the others are never needed.
+async def _ask(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.ask import ask
+
+    return await ask(client, args)
+
+
+async def _sessions(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.sessions import sessions
+
+    return await sessions(client, args)
+
+
+async def _compact(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.compact import compact
+
+    return await compact(client, args)
+
+
+async def _continue(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.continuing import continue_session
+
+    return await continue_session(client, args)
+
+
+async def _models(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.models import models
+
+    return await models(client, args)
+
+
+async def _mcp(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.mcp import mcp
+
+    return await mcp(client, args)
+
+
+async def _login(client: RpcClient, args: argparse.Namespace) -> int:
+    from daemon.cli.login import login
+
+    return await login(client, args)
+
+
 COMMANDS: dict[str, Command] = {
-    "ask": ask.ask,
-    "sessions": sessions.sessions,
-    "compact": compact.compact,
-    "continue": continuing.continue_session,
-    "models": models.models,
-    "mcp": mcp.mcp,
-    "login": login.login,
+    "ask": _ask,
+    "sessions": _sessions,
+    "compact": _compact,
+    "continue": _continue,
+    "models": _models,
+    "mcp": _mcp,
+    "login": _login,
 }
 
 

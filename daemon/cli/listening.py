@@ -73,4 +73,18 @@ def build_listener(args: argparse.Namespace, config: Config) -> tuple[Listener, 
         path = Path(given).expanduser().absolute() if given else config.home / SOCKET_FILE
         check_socket_path(path)
         return unix_listener(path, args.max_line_bytes), lambda: f"unix:{path}"
+    if endpoint.startswith(("ws://", "wss://")):
+        from daemon.server.websocket import WebSocketOptions, websocket_listener
+
+        options = WebSocketOptions.from_url(
+            endpoint,
+            home=config.home,
+            allow_remote=args.allow_remote,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            allow_origins=args.allow_origin,
+            allow_hosts=args.allow_host,
+            max_message_bytes=args.max_line_bytes,
+        )
+        return websocket_listener(options), options.shown
     raise ListenRefused(f"--listen takes unix[:PATH] or ws://127.0.0.1:PORT, not {endpoint!r}.")

@@ -81,7 +81,8 @@ class ClientRequestError(PonderError):
 
 class AnswerThen:
     """A handler's result plus what to do once its answer is queued, before anything else the
-    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer."""
+    handler's task sends: ``session/subscribe`` queues the missed events right behind its answer;
+    ACP's ``session/new`` lets the new session's updates go only once the answer naming it is out."""
 
     def __init__(self, result: Any, then: Callable[[], Awaitable[None]]) -> None:
         self.result = result
@@ -263,6 +264,11 @@ class Connection:
             return False
         stats = self._outgoing.statistics()
         return stats.current_buffer_used + 2 <= stats.max_buffer_size
+
+    def send_encoded_nowait(self, data: bytes) -> bool:
+        """``notify_nowait`` for an encoded message: False (nothing queued) when the queue is full
+        or a big message is still being written (``send_encoded`` waits for it)."""
+        return not self._writing_big() and self._send_nowait(data)
 
     async def send_encoded(self, data: bytes) -> None:
         """Queue an encoded message, waiting for room (back-pressure) and for a big one to be written."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from daemon.config.home import open_private
 from daemon.config.settings import table_lines

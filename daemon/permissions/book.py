@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from daemon.config.settings import Config
 from daemon.permissions.always import AlwaysFile, append_rule, load_always

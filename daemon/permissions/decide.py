@@ -9,9 +9,10 @@ puts the steps together).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from daemon.permissions.rules import FILE_TOOLS, Decision, Rule, RuleError, check_rule
 from daemon.permissions.shell import CommandLine, parse_command_line
@@ -21,15 +22,13 @@ from daemon.tools.paths import resolve_in_cwd
 __all__ = ["CallFacts", "RuleVerdict", "accept_answer_rule", "call_facts", "judge", "suggest_rule"]
 
 
-@dataclass(frozen=True)
-class RuleVerdict:
+class RuleVerdict(msgspec.Struct, frozen=True):
     decision: Decision | None  # None: no rule decides the call
     rule: Rule | None = None
     note: str | None = None  # why no rule could allow it, or why an unparsed line was denied
 
 
-@dataclass(frozen=True)
-class CallFacts:
+class CallFacts(msgspec.Struct, frozen=True):
     """What rules look at in a call: its tool, its command line or its real relative path."""
 
     tool: str

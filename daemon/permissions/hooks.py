@@ -23,11 +23,11 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import anyio
+import msgspec
 
 from daemon.config.settings import child_env
 from daemon.tools.procgroup import release_group, terminate_group, watch_group
@@ -47,8 +47,7 @@ _KEYS = {"matcher", "command", "timeout_s", "on_failure"}
 HookDecision = Literal["allow", "deny", "ask"]
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(msgspec.Struct, frozen=True):
     event: str
     command: tuple[str, ...]
     matcher: str | None = None
@@ -66,8 +65,7 @@ class Hook:
         return shlex.join(self.command)
 
 
-@dataclass(frozen=True)
-class HookOutcome:
+class HookOutcome(msgspec.Struct, frozen=True):
     status: HookStatus  # completed | blocked | failed | timed_out
     decision: HookDecision | None  # the hook's answer, or on_failure's "deny" (None: no say)
     reason: str  # one line for the model and the person

@@ -17,9 +17,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from daemon.permissions.shell import Command, CommandLine, parse_command_line
 from protocol.objects import Rule as WireRule
@@ -55,8 +56,7 @@ class RuleError(Exception):
     """A rule that cannot be used, and why (one clause)."""
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     tool: str
     decision: Decision
     pattern: tuple[PatternWord, ...] | None = None

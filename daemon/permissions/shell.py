@@ -30,9 +30,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from daemon.tools.base import ToolError
 from daemon.tools.paths import resolve_in_cwd
@@ -56,8 +57,7 @@ _GLOB = re.compile(r"[*?\[]")
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(msgspec.Struct, frozen=True):
     """One command of a line, wrappers removed: its words (``None`` where unknown)."""
 
     words: tuple[Word, ...]
@@ -72,16 +72,15 @@ class Command:
         return " ".join(w if w is not None else "…" for w in self.words)
 
 
-@dataclass
-class CommandLine:
+class CommandLine(msgspec.Struct):
     """A command line as the rules see it."""
 
     source: str
-    commands: list[Command] = field(default_factory=list)
+    commands: list[Command] = msgspec.field(default_factory=list)
     parsed: bool = True
     opaque: bool = False  # a command name or a ``sh -c`` string known only when it runs
     substitution: bool = False  # ``$(…)``, backticks or ``<(…)``/``>(…)``
-    outside_redirects: list[str] = field(default_factory=list)  # redirection targets outside the cwd
+    outside_redirects: list[str] = msgspec.field(default_factory=list)  # redirection targets outside the cwd
 
     @property
     def not_allowable(self) -> str | None:

@@ -134,18 +134,20 @@ class ProbeRun:
 
 def find_trusted(name: str, path_env: str, daemon_cwd: Path) -> Path | None:
     """The first executable ``name`` on ``path_env``, skipping relative entries and those
-    inside ``daemon_cwd`` (unless that is ``/``, which holds everything); its real path."""
+    inside ``daemon_cwd`` (unless that is ``/``, which holds everything); its real path.
+    (os.path, not pathlib: it runs on the daemon's start path, once per ``PATH`` entry.)"""
+    cwd = _real(daemon_cwd)
     for entry in path_env.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             continue
-        directory = Path(entry)
-        if _inside(directory, daemon_cwd):
+        candidate = os.path.join(entry, name)
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
-        candidate = directory / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            real = candidate.resolve()
-            if not _inside(real, daemon_cwd):
-                return real
+        if _within(_real(entry), cwd):
+            continue
+        real = _real(candidate)
+        if real is not None and not _within(real, cwd):
+            return Path(real)
     return None
 
 
@@ -164,14 +166,22 @@ def landlock_abi() -> int:
 
 
 def _inside(path: Path, directory: Path) -> bool:
+    return _within(_real(path), _real(directory))
+
+
+def _real(path: str | Path) -> str | None:
     try:
-        real_dir = directory.resolve()
-        real = path.resolve()
+        return os.path.realpath(path)
     except OSError:
+        return None
+
+
+def _within(real: str | None, real_dir: str | None) -> bool:
+    """Whether ``real`` is ``real_dir`` or below it (both resolved; "/" holds everything: as a
+    working directory it is nobody's repository)."""
+    if real is None or real_dir is None or real_dir == os.sep:
         return False
-    if real_dir == Path(real_dir.anchor):
-        return False  # "/" holds everything: as a working directory it is nobody's repository
-    return real == real_dir or real_dir in real.parents
+    return real == real_dir or real.startswith(real_dir.rstrip(os.sep) + os.sep)
 
 
 def _bwrap_probe_argv(bwrap: Path, *, network: bool, disable_userns: bool) -> list[str]:

@@ -200,6 +200,11 @@ class Daemon:
         """Where daemon-lifetime background work (the warm-up, a device-login poll) runs; None once shutting down."""
         return None if self.closing else self._task_group
 
+    @property
+    def parts_built(self) -> bool:
+        """Whether the session manager or the MCP manager was built (something ran besides listing)."""
+        return self._sessions is not None or self._mcp is not None
+
     async def close_parts(self) -> None:
         """Cancel the running turns (they persist their last messages), then close the MCP servers."""
         if self._sessions is not None:

@@ -38,7 +38,9 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
                 tg.start_soon(_watch_signals, daemon.shutdown_requested)
             await connection.serve(incoming)
         connection.shutting_down = daemon.closing = True
-        log.info("shutting down")
+        # At info only when sessions or MCP servers ran: the first record opens the log file,
+        # which a daemon that answered initialize and a listing has no other reason to write.
+        log.log(logging.INFO if daemon.parts_built else logging.DEBUG, "shutting down")
         await daemon.close_parts()
         tg.cancel_scope.cancel()
 

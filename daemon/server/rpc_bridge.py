@@ -31,6 +31,7 @@ from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:
+    from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
 log = logging.getLogger("ponder.clients")
@@ -193,6 +194,12 @@ class RpcBridge:
 
     def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         targets = self._targets(event.session_id)
+        if len(targets) == 1 and targets[0].drop is None:  # stdio: one client, waited for
+            data = encode_notification("agent/event", event)
+            if not targets[0].connection.send_encoded_nowait(data):
+                return False
+            self._record(event.session_id, event.seq, data)
+            return True
         for peer in targets:
             if peer.drop is None and not peer.connection.can_send_now():
                 return False  # a waited-for client has no room: the emitter awaits ``emit``
@@ -282,6 +289,9 @@ class RpcBridge:
 
     def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
         return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]
+
+    def files_for(self, session_id: str) -> "ClientFiles | None":
+        return None  # the ponder dialect's file tools use the disk
 
     # --- permission requests --------------------------------------------------------------------
 

@@ -95,6 +95,9 @@ def unix_listener(path: Path, max_line_bytes: int) -> Listener:
 
 async def _serve_one(clients: Clients, stream: SocketStream, max_line_bytes: int) -> None:
     drop = Drop()
-    with drop.scope:
-        async with open_stream(stream, max_line_bytes) as (incoming, outgoing):
-            await clients.serve("unix", incoming, outgoing, drop)
+    try:
+        with drop.scope:
+            async with open_stream(stream, max_line_bytes) as (incoming, outgoing):
+                await clients.serve("unix", incoming, outgoing, drop)
+    except Exception:  # a bug met by one client's connection: it closes, the daemon and the others go on
+        log.exception("a Unix socket connection failed")

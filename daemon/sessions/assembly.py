@@ -21,14 +21,21 @@ from daemon.sandbox.service import Sandbox
 from daemon.sessions.accounts import SessionAccounts
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession, PendingTurn
+from daemon.sessions.plans import SessionPlans
 from daemon.sessions.tool_runner import ToolRunner
 from daemon.store import AsyncStore
 from daemon.tools import Tool, builtin_tools
 from daemon.tools.source import ToolSource
+from daemon.tools.update_plan import PLAN_GUIDANCE
 from protocol import events as ev
 from protocol.objects import Thinking, Usage
 
 log = logging.getLogger("ponder.sessions")
+
+
+def with_plan_guidance(system_prompt: str | None) -> str:
+    """The session's system prompt, then when a plan helps (``update_plan`` is offered with the tools)."""
+    return PLAN_GUIDANCE if not system_prompt else f"{system_prompt}\n\n{PLAN_GUIDANCE}"
 
 
 class TurnAssembly:
@@ -86,6 +93,7 @@ class TurnAssembly:
             self.permissions,
             emit,
             self.sandbox,
+            SessionPlans(self.store, live, emit),
         )
         decided = pending.thinking.decide(self.catalog, spec)
         asked = pending.thinking
@@ -123,7 +131,7 @@ class TurnAssembly:
             run_tool=runner.run,
             observe=runner.observe,
             prepare=runner.prepare,
-            system_prompt=row.system_prompt,
+            system_prompt=with_plan_guidance(row.system_prompt) if spec.supports_tools else row.system_prompt,
             max_output_tokens=spec.max_output_tokens,
             media=agent.TurnMedia(
                 model_id=spec.id,

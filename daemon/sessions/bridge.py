@@ -8,6 +8,7 @@ from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
 
 if TYPE_CHECKING:  # the event types load with the first session, not at start-up
+    from daemon.tools.client_files import ClientFiles
     from protocol import events as ev
 
 
@@ -38,3 +39,6 @@ class ClientBridge(Protocol):
     async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer:
         """The person's answer (a decision, maybe an edited rule) and who gave it; raises ``ClientRequestError``
         when they cannot be asked."""
+
+    def files_for(self, session_id: str) -> "ClientFiles | None":
+        """The client's view of the session's files, when it offers one (ACP ``fs``); None: the disk."""

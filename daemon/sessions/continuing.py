@@ -13,7 +13,7 @@ but are not sent: the adapters send only signed thinking, and ``agent.history`` 
 unfinished calls out of every request.
 """
 
-from dataclasses import dataclass
+import msgspec
 
 from daemon.agent.history import is_unfinished_call
 from daemon.conversation import ChatMessage, Part
@@ -26,8 +26,7 @@ INTERRUPTED_RESULT = (
 CONTINUE_TEXT = "Continue from where you stopped."
 
 
-@dataclass
-class ContinuePlan:
+class ContinuePlan(msgspec.Struct):
     continued_from: str | None  # the turn that wrote the tail (null for messages stored before ponder kept it)
     new_messages: list[ChatMessage]  # to store at the end of the history, in order (seqs not set yet)
     user_message: ChatMessage | None  # the ``continue`` message, when one is added

@@ -6,11 +6,11 @@ Decisions count only for ``pre_tool_use`` and ``user_prompt_submit``; ``post_too
 """
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from daemon import agent
 from daemon.permissions.hooks import Hook, run_hook
@@ -22,8 +22,7 @@ __all__ = ["HookRunner", "HookVerdict"]
 log = logging.getLogger("ponder.hooks")
 
 
-@dataclass(frozen=True)
-class HookVerdict:
+class HookVerdict(msgspec.Struct, frozen=True):
     decision: str | None  # allow | ask | deny, or None when no hook had a say
     reason: str = ""
 

@@ -9,17 +9,16 @@ synchronous, so a check and the change it decides happen without another task in
 """
 
 from collections import deque
-from dataclasses import dataclass
 
 import anyio
+import msgspec
 
 from daemon import agent
 from daemon.conversation import ChatMessage
 from daemon.sessions.thinking_settings import ThinkingRequest
 
 
-@dataclass
-class PendingTurn:
+class PendingTurn(msgspec.Struct):
     turn_id: str
     user_message: ChatMessage | None  # None for a compaction turn, and for a continue with nothing new to say
     # The thinking settings in force when the prompt was sent (a per-turn level included):
@@ -34,8 +33,7 @@ class PendingTurn:
     announced: bool = False  # a queue_update showed it waiting: its leaving is told too
 
 
-@dataclass
-class PendingSteer:
+class PendingSteer(msgspec.Struct):
     """A steer admitted while a turn runs: not stored until it joins that turn."""
 
     message: ChatMessage  # seq 0 until it joins; ``origin: "steer"``

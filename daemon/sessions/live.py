@@ -2,9 +2,8 @@
 (``inbox``: prompts waiting for their turn, steers waiting to join the running one), its lease
 and unsaved messages, and the running turn."""
 
-from dataclasses import dataclass, field
-
 import anyio
+import msgspec
 
 from daemon import agent
 from daemon.context.estimate import Calibration
@@ -16,19 +15,18 @@ from protocol.objects import Compaction, Queue, QueuedTurn, Thinking, WaitingSte
 __all__ = ["LiveSession", "PendingSteer", "PendingTurn", "no_thinking"]
 
 
-@dataclass
-class LiveSession:
+class LiveSession(msgspec.Struct):
     row: SessionRow
     history: list[ChatMessage]
     inbox: Inbox
     # The session's compaction records in seq order; requests fold the history at the last one.
-    compactions: list[Compaction] = field(default_factory=list)
+    compactions: list[Compaction] = msgspec.field(default_factory=list)
     # How far the provider's token counts are from ponder's estimate, learned call by call.
-    calibration: Calibration = field(default_factory=Calibration)
-    emit_lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
+    calibration: Calibration = msgspec.field(default_factory=Calibration)
+    emit_lock: anyio.Lock = msgspec.field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     # Admission (lease, catching up with the store, storing the prompt) is one step per
     # session: two prompts interleaving there could reload the history under each other.
-    admit_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    admit_lock: anyio.Lock = msgspec.field(default_factory=anyio.Lock)
     current: agent.Turn | None = None
     # The turn the actor took from the inbox and runs now (set before ``current`` is built, and
     # also for the compaction turn before a prompt): what a steer is admitted to.
@@ -36,17 +34,17 @@ class LiveSession:
     compacting: str | None = None  # the id of the compaction turn running before a prompt, if one is
     # Set (and replaced) whenever ``current`` goes back to None: what shutdown and delete
     # wait on for a cancelled turn to end.
-    turn_ended: anyio.Event = field(default_factory=anyio.Event)
+    turn_ended: anyio.Event = msgspec.field(default_factory=anyio.Event)
     # Admitted prompts, stored but not yet in ``history``: a running turn must not send
     # them to its provider (they would answer a question asked later, or land between a
     # tool call and its result).
-    waiting: list[ChatMessage] = field(default_factory=list)
+    waiting: list[ChatMessage] = msgspec.field(default_factory=list)
     # Waiting prompts a cancel dropped while a turn ran: they join the history once that
     # turn has written its last messages (a cut-off tool call's results come first).
-    dropped: list[ChatMessage] = field(default_factory=list)
+    dropped: list[ChatMessage] = msgspec.field(default_factory=list)
     lease_held: bool = False
     # Messages the store refused (by id, latest version); written again in seq order.
-    unsaved: dict[str, ChatMessage] = field(default_factory=dict)
+    unsaved: dict[str, ChatMessage] = msgspec.field(default_factory=dict)
     retrying: bool = False  # a retry task is running for this session
     unloaded: bool = False
 

@@ -423,6 +423,7 @@ class SessionManager:
             budget_own=source.budget_own,
             sandbox_mode=source.sandbox_mode,
             sandbox_network=source.sandbox_network,
+            plan=source.plan,
         )
         if message_id is not None:
             messages = await self.store.get_messages(session_id)
@@ -680,8 +681,13 @@ class SessionManager:
             raise SessionBusy(live.row.id)
         if not live.lease_held:
             if not await self.writes.acquire_lease(live):
-                raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+                raise await self._held_elsewhere(live)
             await self._refresh(live)
+
+    async def _held_elsewhere(self, live: LiveSession) -> SessionBusy:
+        """``SessionBusy`` naming the daemon whose turn lease keeps this one out."""
+        holder = await self.store.lease_holder(live.row.id) or "another process"
+        return SessionBusy(live.row.id, f"another ponder daemon ({holder}, sharing this home) is running a turn in it")
 
     async def _lease_and_save(self, live: LiveSession, message: ChatMessage, known_count: int) -> None:
         """Under ``admit_lock``, holding no lease: take the turn lease, catch up and store the
@@ -689,7 +695,7 @@ class SessionManager:
         another daemon added messages meanwhile, catch up first and store it after them."""
         admitted = await self.writes.admit(live, message, known_count)
         if not admitted.leased:
-            raise SessionBusy(live.row.id, "another ponder process is running a turn in it")
+            raise await self._held_elsewhere(live)
         if admitted.saved:
             assert admitted.row is not None
             live.row = admitted.row

@@ -28,8 +28,10 @@ from daemon.store import SessionRow
 from daemon.tools import Tool, ToolError, execute_tool, parse_arguments, tool_specs
 from daemon.tools.base import ToolContext
 from daemon.tools.source import ToolSource
+from daemon.tools.update_plan import PlanKeeper
 from daemon.util.redact import SecretMask
 from daemon.util.redact import known as known_secrets
+from protocol import events as ev
 from protocol.methods import PermissionRequestParams
 
 # The one tool the OS sandbox confines (file tools are confined by their own path checks).
@@ -56,8 +58,10 @@ class ToolRunner:
         permissions: PermissionBook,
         emit: agent.Emit,
         sandbox: Sandbox | None = None,
+        plans: PlanKeeper | None = None,
     ) -> None:
         self.config = config
+        self.plans = plans  # where update_plan keeps the session's plan
         self.sandbox = sandbox
         self.bridge = bridge
         self.live = live
@@ -94,6 +98,8 @@ class ToolRunner:
         tool = self.tools.get(call.name or "")
         if tool is None:
             return agent.Approval(True)  # unknown tools fail in execute_tool with a message the model can use
+        if tool.permission_free:  # update_plan: no rule, hook or policy applies (PROTOCOL.md "Plans")
+            return agent.Approval(True, "", ev.Permission(decision="allow", source="policy"))
         try:
             title = tool.summary(parse_arguments(tool, call.arguments or {}))
         except ToolError:
@@ -180,6 +186,8 @@ class ToolRunner:
             hidden=self._hidden(),
             read_only=self._read_only(),
             sandbox=sandbox,
+            files=self.bridge.files_for(self.live.row.id),
+            plan=self.plans,
         )
         result = await execute_tool(self.tools, name, arguments, context)
         if (rest := mask.flush()) and output is not None:

@@ -20,7 +20,7 @@ from daemon.store.batch import Batch
 from daemon.store.compactions import StoredCompaction
 from daemon.store.sessions import SessionRow
 from daemon.store.store import Admission, Store
-from protocol.objects import Budget, Compaction, ContextFill, Cost, Usage
+from protocol.objects import Budget, Compaction, ContextFill, Cost, SessionPlan, Usage
 
 T = TypeVar("T")
 
@@ -100,6 +100,9 @@ class AsyncStore:
     async def delete_session(self, session_id: str) -> bool:
         return await self._call(self.store.delete_session, session_id)
 
+    async def set_session_plan(self, session_id: str, plan: SessionPlan) -> SessionRow:
+        return await self._call(self.store.set_session_plan, session_id, plan)
+
     async def fork_session(
         self, source_id: str, new_row: SessionRow, up_to_message_id: str | None = None
     ) -> SessionRow:
@@ -153,6 +156,9 @@ class AsyncStore:
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
+
+    async def lease_holder(self, session_id: str) -> str | None:
+        return await self._call(self.store.lease_holder, session_id)
 
     async def admit(self, message: ChatMessage, owner: str, ttl_s: float, known_count: int) -> Admission:
         """``Store.admit``, batched with the writes that arrive with it (a burst of prompts)."""

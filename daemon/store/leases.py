@@ -89,6 +89,16 @@ class LeaseQueries(Database):
 
         return body
 
+    def lease_holder(self, session_id: str) -> str | None:
+        """Who holds the session's turn lease, as a person reads it (``process 4242``); None when nobody."""
+        row = self._read(
+            lambda db: db.execute("SELECT owner FROM turn_leases WHERE session_id = ?", (session_id,)).fetchone()
+        )
+        if row is None:
+            return None
+        pid = str(row[0]).split(":", 1)[0]
+        return f"process {pid}" if pid.isdigit() else "another process"
+
     def release_lease(self, session_id: str, owner: str) -> bool:
         """Drop ``owner``'s lease; False if it did not hold it."""
         return self._write(

@@ -273,6 +273,12 @@ def m009_budget_own(db: sqlite3.Connection) -> None:
     db.execute("UPDATE sessions SET budget_own = 0 WHERE budget_max_cost IS NULL AND budget_max_tokens IS NULL")
 
 
+@migration
+def m010_session_plan(db: sqlite3.Connection) -> None:
+    # The latest plan update_plan kept (PROTOCOL "Plans"): JSON {explanation, entries, updated_at}; null before any.
+    db.execute("ALTER TABLE sessions ADD COLUMN plan_json TEXT")
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

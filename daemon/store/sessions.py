@@ -15,13 +15,13 @@ from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, Sess
 from daemon.store.db import Database, json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
-from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, Usage
+from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, SessionPlan, Usage
 
 _SESSION_COLUMNS = (
     "id, title, cwd, model_id, thinking_level, approval_policy, system_prompt, "
     "parent_id, created_at, updated_at, message_count, thinking_display, thinking_fallback, thinking_budget, "
     "totals_json, cost_amount, cost_currency, context_used, context_size, budget_max_cost, budget_max_tokens, "
-    "sandbox_mode, sandbox_network, budget_own"
+    "sandbox_mode, sandbox_network, budget_own, plan_json"
 )
 _UPDATABLE_SESSION_FIELDS = frozenset(
     {
@@ -38,6 +38,7 @@ _UPDATABLE_SESSION_FIELDS = frozenset(
 )
 _decode_cursor = msgspec.json.Decoder(tuple[str, str]).decode
 _decode_usage = msgspec.json.Decoder(Usage).decode
+_decode_plan = msgspec.json.Decoder(SessionPlan).decode
 
 
 class SessionRow(msgspec.Struct, kw_only=True):
@@ -69,6 +70,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
     # The session's own sandbox settings (session/start {sandbox}); None follows config.toml.
     sandbox_mode: str | None = None
     sandbox_network: bool | None = None
+    plan: SessionPlan | None = None  # the latest update_plan (set by ``set_session_plan``; a fork copies it)
 
     def budget_in_force(self, default: Budget | None) -> Budget | None:
         """The budget that holds: the session's own, else ``default`` (config.toml's ``[budget]``)."""
@@ -93,6 +95,7 @@ class SessionRow(msgspec.Struct, kw_only=True):
             cost=self.cost,
             context=self.context,
             budget=self.budget_in_force(default_budget),
+            plan=self.plan,
         )
 
 
@@ -137,6 +140,7 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
         sandbox_mode=row[21],
         sandbox_network=None if row[22] is None else bool(row[22]),
         budget_own=bool(row[23]),
+        plan=None if row[24] is None else _decode_plan(row[24]),
     )
 
 
@@ -156,8 +160,8 @@ class SessionQueries(Database):
                                       system_prompt, parent_id, created_at, updated_at,
                                       thinking_display, thinking_fallback, thinking_budget,
                                       budget_max_cost, budget_max_tokens, sandbox_mode, sandbox_network,
-                                      budget_own)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      budget_own, plan_json)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 RETURNING {_SESSION_COLUMNS}
                 """,
                 (
@@ -179,6 +183,7 @@ class SessionQueries(Database):
                     row.sandbox_mode,
                     None if row.sandbox_network is None else int(row.sandbox_network),
                     int(row.budget_own),
+                    None if row.plan is None else json_encode(row.plan).decode(),
                 ),
             ).fetchone()
         except sqlite3.IntegrityError as error:
@@ -242,6 +247,20 @@ class SessionQueries(Database):
             row = db.execute(
                 f"UPDATE sessions SET {assignments} WHERE id = ? RETURNING {_SESSION_COLUMNS}",
                 (*fields.values(), session_id),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            return _session_from_row(row)
+
+        return self._write(body)
+
+    def set_session_plan(self, session_id: str, plan: SessionPlan) -> SessionRow:
+        """Keep ``plan`` as the session's latest (``updated_at`` becomes the plan's)."""
+
+        def body(db: sqlite3.Connection) -> SessionRow:
+            row = db.execute(
+                f"UPDATE sessions SET plan_json = ?, updated_at = ? WHERE id = ? RETURNING {_SESSION_COLUMNS}",
+                (json_encode(plan).decode(), plan.updated_at, session_id),
             ).fetchone()
             if row is None:
                 raise SessionNotFound(session_id)

@@ -46,6 +46,7 @@ def builtin_tools(scan_time_limit_s: float = SCAN_TIME_LIMIT_S) -> dict[str, Too
     from daemon.tools.read_file import ReadFile
     from daemon.tools.run_command import RunCommand
     from daemon.tools.search import Search
+    from daemon.tools.update_plan import UpdatePlan
     from daemon.tools.write_file import WriteFile
 
     tools: list[Tool[Any]] = [
@@ -55,6 +56,7 @@ def builtin_tools(scan_time_limit_s: float = SCAN_TIME_LIMIT_S) -> dict[str, Too
         WriteFile(),
         EditFile(),
         RunCommand(),
+        UpdatePlan(),
     ]
     return {tool.name: tool for tool in tools}
 

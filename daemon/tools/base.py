@@ -21,6 +21,8 @@ from protocol.events import ToolSandbox
 
 if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
+    from daemon.tools.client_files import ClientFiles
+    from daemon.tools.update_plan import PlanKeeper
 
 __all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
 
@@ -57,6 +59,11 @@ class ToolContext(msgspec.Struct, frozen=True):
     read_only: tuple[Path, ...] = ()
     # How run_command confines its command (daemon.sandbox); None: no sandbox is involved at all.
     sandbox: CommandSandbox | None = None
+    # The editor's view of the files (ACP fs), which the file tools use instead of the disk
+    # where it offers reads or writes; None: the disk.
+    files: ClientFiles | None = None
+    # Where update_plan keeps the session's plan; None: no plan can be kept.
+    plan: PlanKeeper | None = None
 
     def hidden_strs(self) -> tuple[str, ...]:
         """``hidden`` for a scan child's JSON request."""
@@ -74,6 +81,9 @@ class Tool(Generic[ArgsT]):
     name: ClassVar[str]
     description: ClassVar[str]
     mutating: ClassVar[bool] = False
+    # A tool that changes nothing outside the session (update_plan): no rule, hook or policy
+    # applies to it and it never asks.
+    permission_free: ClassVar[bool] = False
     Args: ClassVar[type[ToolArgs]]
 
     @property

@@ -5,7 +5,9 @@ or several matches are an error that says how many, and the model adds context. 
 result carries a unified diff so the model (and the person watching) sees the change.
 The file is read and replaced through one ``confined_parent`` descriptor (see ``replace``
 for atomicity and the hard-link refusal); files over ``MAX_EDIT_BYTES`` are refused rather
-than loaded whole.
+than loaded whole. With a client that both reads and writes files (``ctx.files``), the text
+is the client's (an editor's unsaved buffer) and the result goes back to it; with only one of
+the two, both happen on disk, so an edit never mixes two versions of a file.
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ class EditFile(Tool[EditFileArgs]):
             raise ToolError("old_string and new_string are identical; there is nothing to change.")
         if path == root:
             raise ToolError(f"'{shown}' is a directory, not a file.")
+        if ctx.files is not None and ctx.files.reads and ctx.files.writes:
+            before = await ctx.files.read_text(path)
+            if len(before) > MAX_EDIT_BYTES:
+                raise ToolError(
+                    f"'{shown}' is over {MAX_EDIT_BYTES // (1024 * 1024)} MiB; edit_file only edits files up to that."
+                )
+            at, old, new = _find_unique(before, shown, args.old_string, args.new_string)
+            after = before[:at] + new + before[at + len(old) :]
+            try:
+                after.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ToolError(f"new_string is not valid Unicode: it has a lone surrogate ({exc.reason}).") from None
+            await ctx.files.write_text(path, after)
+            return ToolResult(f"edited '{shown}'\n{change_diff(before, at, old, new, shown)}")
         return await anyio.to_thread.run_sync(_edit, root, path, shown, args.old_string, args.new_string)
 
 
@@ -72,7 +88,10 @@ def _edit(root: Path, path: Path, shown: str, old: str, new: str) -> ToolResult:
                         f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB."
                     )
                 data = file.read(MAX_EDIT_BYTES + 1)
-            before, at, old, new = _find_unique(data, shown, old, new)
+            before = decode_text(data)
+            if before is None:
+                raise ToolError(f"'{shown}' is binary or not UTF-8 text; edit_file only edits text.")
+            at, old, new = _find_unique(before, shown, old, new)
             after = before[:at] + new + before[at + len(old) :]
             replace_file(dir_fd, name, after.encode("utf-8"), info.st_mode)
     except UnicodeEncodeError as exc:
@@ -86,11 +105,8 @@ def _edit(root: Path, path: Path, shown: str, old: str, new: str) -> ToolResult:
     return ToolResult(f"edited '{shown}'\n{change_diff(before, at, old, new, shown)}")
 
 
-def _find_unique(data: bytes, shown: str, old: str, new: str) -> tuple[str, int, str, str]:
-    """``(text of data, where old occurs in it, old, new)``, old and new given the file's line endings."""
-    before = decode_text(data)
-    if before is None:
-        raise ToolError(f"'{shown}' is binary or not UTF-8 text; edit_file only edits text.")
+def _find_unique(before: str, shown: str, old: str, new: str) -> tuple[int, str, str]:
+    """``(where old occurs in before, old, new)``, old and new given the file's line endings."""
     count = before.count(old)
     if count == 0 and "\r\n" in before and "\r\n" not in old:
         # Models write '\n'; a CRLF file would otherwise never match. Keep its endings.
@@ -106,7 +122,7 @@ def _find_unique(data: bytes, shown: str, old: str, new: str) -> tuple[str, int,
             f"old_string occurs {count} times in '{shown}'; it must occur exactly once. "
             "Include more surrounding lines to make it unique."
         )
-    return before, before.index(old), old, new
+    return before.index(old), old, new
 
 
 def change_diff(before: str, at: int, old: str, new: str, shown: str) -> str:

@@ -6,11 +6,14 @@ whole file, so a range deep into a big log costs a scan, not the memory; the sca
 for cancellation as it goes, and lines are only counted in files up to ``COUNT_LINES_BYTES``
 (a sparse terabyte must not keep a thread, and so shutdown, busy for minutes). The file is
 opened through ``confined_parent``, so the file read is the one checked to be inside.
+With a client that reads files (``ctx.files``), the checked path's text comes from the client
+(an editor's unsaved buffer) and is numbered and capped the same way.
 """
 
 from __future__ import annotations
 
 import codecs
+import io
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -51,7 +54,16 @@ class ReadFile(Tool[ReadFileArgs]):
         shown = display_path(path, ctx.cwd)
         if path == root:
             raise ToolError(f"'{shown}' is a directory; use list_files to see its contents.")
+        if ctx.files is not None and ctx.files.reads:
+            text = await ctx.files.read_text(path)
+            return _numbered_text(text, shown, args.offset or 1, args.limit)
         return await anyio.to_thread.run_sync(_read, root, path, shown, args.offset or 1, args.limit)
+
+
+def _numbered_text(text: str, shown: str, first: int, limit: int | None) -> ToolResult:
+    """The client's text of a file, numbered as a file on disk is."""
+    data = text.encode("utf-8", errors="surrogatepass")
+    return _numbered_lines(io.BytesIO(data), shown, first, limit, countable=len(data) <= COUNT_LINES_BYTES)
 
 
 def _read(root: Path, path: Path, shown: str, first: int, limit: int | None) -> ToolResult:

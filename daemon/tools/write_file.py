@@ -3,7 +3,9 @@
 The path is confined to the session cwd before anything is created, and directories are
 made and the file replaced through ``confined_parent`` (no symlink followed), so they are
 only ever made inside it. The write is atomic and refuses hard-linked files (``replace``).
-Content is written exactly as given (no newline translation).
+Content is written exactly as given (no newline translation). With a client that writes
+files (``ctx.files``), the checked path's new text is handed to the client (it lands in the
+editor's buffer) instead.
 """
 
 from __future__ import annotations
@@ -43,16 +45,31 @@ class WriteFile(Tool[WriteFileArgs]):
         shown = display_path(path, ctx.cwd)
         if path == root:
             raise ToolError(f"'{shown}' is a directory; give a file path.")
+        if ctx.files is not None and ctx.files.writes:
+            _encoded(args.content)
+            existed = await anyio.to_thread.run_sync(path.exists)
+            await ctx.files.write_text(path, args.content)
+            return _written(shown, args.content, existed)
         return await anyio.to_thread.run_sync(_write, root, path, shown, args.content)
 
 
-def _write(root: Path, path: Path, shown: str, content: str) -> ToolResult:
+def _encoded(content: str) -> bytes:
     try:
-        data = content.encode("utf-8")
+        return content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ToolError(
             f"content is not valid Unicode: it has a lone surrogate at position {exc.start}; send plain UTF-8 text."
         ) from None
+
+
+def _written(shown: str, content: str, existed: bool) -> ToolResult:
+    lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+    verb = "overwrote" if existed else "created"
+    return ToolResult(f"{verb} '{shown}' ({len(content.encode())} bytes, {lines} lines)")
+
+
+def _write(root: Path, path: Path, shown: str, content: str) -> ToolResult:
+    data = _encoded(content)
     try:
         with confined_parent(root, path, create=True) as (dir_fd, name):
             try:
@@ -68,6 +85,4 @@ def _write(root: Path, path: Path, shown: str, content: str) -> ToolResult:
         raise ToolError(f"'{shown}' is a directory; give a file path.") from None
     except OSError as exc:
         raise ToolError(f"cannot write '{shown}': {exc.strerror or exc}.") from None
-    lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
-    verb = "overwrote" if existing is not None else "created"
-    return ToolResult(f"{verb} '{shown}' ({len(data)} bytes, {lines} lines)")
+    return _written(shown, content, existing is not None)

@@ -40,6 +40,28 @@ def verdict(ok: bool | None) -> str:
 def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(measure, ponder, reference, target, verdict) rows."""
     rows: list[tuple[str, str, str, str, str]] = []
+    f = r.get("fanout")
+    if f:
+        per_k = ", ".join(f"{run['subscribers']}: {us(run['cpu_us_per_event'])}" for run in f["runs"])
+        ring = f["ring"]
+        rows.append(
+            (
+                "7 fan-out: daemon CPU per event per extra subscriber (unix socket, mock turns)",
+                us(f["us_per_event_per_extra_subscriber"]),
+                f"per event by subscribers {per_k}; queueing alone {us(f['queueing']['slope_us'])}",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"   event ring of one session, full ({ring['events']} events)",
+                f"{ring['traced_bytes'] / 1e6:.1f} MB",
+                f"{ring['encoded_bytes'] / 1e6:.1f} MB encoded, {ring['mean_event_bytes']:.0f} B/event",
+                "",
+                "",
+            )
+        )
     c = r.get("cold_start")
     if c:
         ratio = c["ratios_to_floor"]
@@ -331,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs and smaller sizes (about a minute)")
     parser.add_argument("--peers", action="store_true", help="also measure codex app-server and pi's RPC mode")
     parser.add_argument(
-        "--only", help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,peers", default=""
+        "--only",
+        help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,fanout,peers",
+        default="",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
     parser.add_argument(
@@ -396,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
             4,
         )
         step("streams", "5d hostile and huge streams", M.measure_streams, 20 if quick else 100, 256 if quick else 2048)
+        if wanted("fanout"):
+            from scripts.bench import fanout
+
+            step("fanout", "7 fan-out to subscribers", fanout.measure_fanout, 20 if quick else 40, 1 if quick else 3)
         if wanted("peers"):
             from scripts.bench import peers
 

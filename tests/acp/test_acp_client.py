@@ -116,6 +116,7 @@ async def ponder_acp(
     delay_ms: int = 0,
     sent: SentRecorder | None = None,
     extra_env: dict[str, str] | None = None,
+    capabilities: ClientCapabilities | None = None,
 ) -> AsyncIterator[Any]:
     observer = SchemaObserver()
     env = subprocess_env(
@@ -138,7 +139,7 @@ async def ponder_acp(
     ) as (conn, process):
         init = await conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
-            client_capabilities=ClientCapabilities(),
+            client_capabilities=capabilities or ClientCapabilities(),
             client_info=Implementation(name="ponder-tests", version="0"),
         )
         assert init.protocol_version == 1

@@ -117,7 +117,7 @@ async def test_initialize_negotiates_version_and_advertises_capabilities(home: P
 
 async def test_unknown_methods_and_ponder_extensions(home: Path, work: Path) -> None:
     async with acp_daemon(home) as (client, _daemon):
-        for method in ("_ponder/nope", "_zed/whatever", "models/list", "session/start", "session/set_mode", "logout"):
+        for method in ("_ponder/nope", "_zed/whatever", "models/list", "session/start", "logout"):
             with pytest.raises(RpcError) as error:
                 await client.request(method, {})
             assert error.value.code == -32601, method

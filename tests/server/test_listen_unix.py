@@ -236,3 +236,113 @@ async def test_garbage_and_many_dropped_connections_do_not_disturb_a_client(home
             assert refused.value.code == -32601
             assert await steady.request("session/list", {}) is not None
         assert daemon.process.poll() is None
+
+
+async def test_resume_mid_turn_shows_the_reply_as_it_stands_and_a_second_daemon_names_the_holder(home, anyio_backend):
+    from tests.support.harness import subprocess_daemon
+
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "20"}) as d:
+        async with unix_client(path) as driver:
+            session_id = (await driver.request("session/start", LONG))["session"]["session_id"]
+            turn = await driver.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+            deltas = []
+            async with aclosing(driver.events(turn["turn_id"])) as events:
+                async for event in events:
+                    if event["type"] == "thinking_delta":
+                        deltas.append(event["delta"])
+                        if len(deltas) == 10:
+                            break
+            async with unix_client(path, role="observer") as late:
+                resumed = await late.request("session/resume", {"session_id": session_id})
+                streaming = resumed["messages"][-1]
+                assert streaming["role"] == "assistant" and streaming["status"] == "streaming"
+                assert streaming["thinking"].startswith("".join(deltas)), "the reply as it stands, not as checkpointed"
+                assert resumed["last_seq"] >= 10
+                # Another daemon on the same home cannot run a turn in it, and says who holds it.
+                async with subprocess_daemon(home, backend=anyio_backend) as other:
+                    with pytest.raises(RpcError) as busy:
+                        await other.request("session/prompt", {"session_id": session_id, "text": "me too"})
+                    assert busy.value.code == -32004
+                    assert f"process {d.process.pid}" in busy.value.message
+                rest = await _events_until_turn_end(late, turn["turn_id"])
+                assert rest[0]["seq"] == resumed["last_seq"] + 1, "live events go on right after last_seq"
+
+
+async def test_nobody_to_answer_then_a_late_controller_gets_the_waiting_request(home, anyio_backend, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (home / "config.toml").write_text("[serve]\napproval_timeout_s = 2\n")
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        prompt = 'tool: write_file {"path": "x.txt", "content": "hi"}'
+        async with unix_client(path, name="no-asks") as driver:
+            started = await driver.request("session/start", {"model_id": "mock/tools", "cwd": str(work)})
+            session_id = started["session"]["session_id"]
+            # Nobody takes permission requests: the request waits, then is denied.
+            turn = await driver.request("session/prompt", {"session_id": session_id, "text": prompt})
+            events = await _events_until_turn_end(driver, turn["turn_id"])
+            resolved = [e for e in events if e["type"] == "permission_resolved"]
+            assert resolved == [resolved[0]] and resolved[0]["decision"] == "deny"
+            assert resolved[0]["resolved_by"] is None
+            start = next(e for e in events if e["type"] == "tool_execution_start")
+            assert start["permission"]["decision"] == "deny"
+            assert not (work / "x.txt").exists()
+            # Again; this time a controller that answers attaches while the request waits.
+            turn = await driver.request("session/prompt", {"session_id": session_id, "text": prompt})
+            async with aclosing(driver.events(turn["turn_id"])) as stream:
+                async for event in stream:
+                    if event["type"] == "tool_call_end":
+                        call_id = event["call_id"]
+                        break
+            await anyio.sleep(0.5)  # the request is waiting now (for up to 2 s)
+            async with unix_client(path, permission_requests=True, name="late") as late:
+                asked = []
+
+                async def answer(method, params):
+                    asked.append(params)
+                    return {"decision": "allow_once"}
+
+                late.on_request = answer
+                subscribed = await late.request("session/subscribe", {"session_id": session_id})
+                assert [r["call_id"] for r in subscribed["pending_requests"]] == [call_id]
+                events = await _events_until_turn_end(late, turn["turn_id"])
+            assert asked and asked[0]["tool"] == "write_file"
+            resolved = [e for e in events if e["type"] == "permission_resolved"]
+            assert resolved[-1]["resolved_by"]["client_name"] == "late"
+            assert (work / "x.txt").read_text() == "hi"
+
+
+def test_ponder_attach_bridges_stdio_to_the_listening_daemon(home):
+    import json
+
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}"):
+        env = {**os.environ, **subprocess_env(home)}
+        lines = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol_version": 1}},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/start", "params": {"model_id": "mock/echo"}},
+            {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        ]
+        result = subprocess.run(
+            [sys.executable, "-m", "daemon", "attach", "--socket", str(path)],
+            input="".join(json.dumps(line) + "\n" for line in lines),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        answers = {m["id"]: m for m in map(json.loads, result.stdout.splitlines()) if "id" in m}
+        assert answers[1]["result"]["capabilities"]["transport"]["kind"] == "unix"
+        assert answers[2]["result"]["session"]["model_id"] == "mock/echo"
+        assert answers[3]["result"] == {}
+    missing = subprocess.run(
+        [sys.executable, "-m", "daemon", "attach", "--socket", str(path)],
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "cannot reach a daemon" in missing.stderr

@@ -19,6 +19,7 @@ from daemon.context.estimate import message_tokens, request_estimate
 from daemon.context.pricing import cost_of
 from daemon.jsonrpc.client import RpcClient, RpcError
 from daemon.sessions import persistence
+from daemon.sessions.assembly import with_plan_guidance
 from daemon.store import SessionRow, Store
 from daemon.store import db as store_db
 from daemon.tools import tool_specs
@@ -334,7 +335,8 @@ async def test_a_reply_without_usage_still_reports_its_estimated_context(
         got = (await client.request("session/get", {"session_id": session_id}))["session"]
         live = await daemon.sessions.get(session_id)
         # The request as sent (the tools offered, the prompt), and the reply.
-        sent = request_estimate(None, tool_specs(daemon.sessions.tools), live.history[:1])
+        # (The system prompt is the line on when a plan helps: the model is offered tools.)
+        sent = request_estimate(with_plan_guidance(None), tool_specs(daemon.sessions.tools), live.history[:1])
         reply = message_tokens(live.history[1])
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     [usage] = of_type(events, "usage")

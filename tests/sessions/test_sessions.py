@@ -86,6 +86,12 @@ def slow_mock(config):
     config.mock_delay_ms = 10
 
 
+def slower_mock(config):
+    # The first turn must still be running when the queue is full and the cancel arrives, also
+    # on a loaded machine where admitting 18 prompts takes longer than a 10 ms-a-chunk reply.
+    config.mock_delay_ms = 100
+
+
 async def test_cancel_mid_thinking(home):
     async with in_memory_daemon(home, configure=slow_mock) as (client, _):
         session_id, _ = await start(client, thinking_level="max")
@@ -112,7 +118,7 @@ async def test_cancel_mid_thinking(home):
 
 
 async def test_queue_runs_in_order_and_overflows_with_session_busy(home):
-    async with in_memory_daemon(home, configure=slow_mock) as (client, _):
+    async with in_memory_daemon(home, configure=slower_mock) as (client, _):
         session_id, _ = await start(client, thinking_level="low")
         turns = []
         with pytest.raises(RpcError) as busy:

@@ -130,3 +130,65 @@ async def unix_client(
             client.notifications.close()
             tg.cancel_scope.cancel()
     await stream.aclose()
+
+
+def read_token(home: Path) -> str:
+    return (home / "serve.token").read_text().strip()
+
+
+@asynccontextmanager
+async def ws_client(
+    url: str,
+    token: str | None,
+    *,
+    role: str | None = None,
+    permission_requests: bool = False,
+    name: str = "tests",
+    initialize: bool = True,
+) -> AsyncIterator[RpcClient]:
+    """An ``RpcClient`` over a real third-party WebSocket client (``websockets``' threaded one,
+    driven from worker threads so that it runs under asyncio and trio alike)."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    # Entered as its context manager wants (websockets warns otherwise), left with close() below.
+    connection = await anyio.to_thread.run_sync(
+        lambda: connect(url, additional_headers=headers, max_size=None).__enter__()
+    )
+    lock = anyio.Lock()
+
+    async def send_line(line: bytes) -> None:
+        async with lock:
+            await anyio.to_thread.run_sync(connection.send, line.decode())
+
+    client = RpcClient(send_line)
+    client.on_message = validate_message
+    async with anyio.create_task_group() as tg:
+        client.task_group = tg
+
+        async def read() -> None:
+            try:
+                while True:
+                    message = await anyio.to_thread.run_sync(connection.recv, abandon_on_cancel=True)
+                    await client.dispatch(message.encode() if isinstance(message, str) else message)
+            except ConnectionClosed:
+                pass
+            finally:
+                client.notify_send.close()
+
+        tg.start_soon(read)
+        try:
+            if initialize:
+                capabilities: dict[str, Any] = {"permission_requests": permission_requests}
+                if role is not None:
+                    capabilities["role"] = role
+                await client.request(
+                    "initialize",
+                    {"protocol_version": 1, "client_info": {"name": name}, "capabilities": capabilities},
+                )
+            yield client
+        finally:
+            client.notifications.close()
+            tg.cancel_scope.cancel()
+    await anyio.to_thread.run_sync(connection.close)

@@ -36,8 +36,9 @@ class Sleepy(Tool[ToolArgs]):
 
 def test_builtin_tools() -> None:
     tools = builtin_tools()
-    assert list(tools) == ["read_file", "list_files", "search", "write_file", "edit_file", "run_command"]
+    assert list(tools) == ["read_file", "list_files", "search", "write_file", "edit_file", "run_command", "update_plan"]
     assert {name for name, tool in tools.items() if tool.mutating} == {"write_file", "edit_file", "run_command"}
+    assert {name for name, tool in tools.items() if tool.permission_free} == {"update_plan"}
     for name, tool in tools.items():
         assert tool.name == name
         assert tool.description and "\n" not in tool.description
@@ -98,7 +99,7 @@ async def test_unknown_tool_lists_the_available_ones(tmp_path: Path) -> None:
     assert result.is_error
     assert result.text == (
         "unknown tool 'delete_everything'; available tools: "
-        "edit_file, list_files, read_file, run_command, search, write_file."
+        "edit_file, list_files, read_file, run_command, search, update_plan, write_file."
     )
 
 

@@ -119,7 +119,12 @@ class SessionHandlers:
         from daemon.context.history import history_items  # with the session manager: off the start path
 
         live = await self.sessions.get(params.session_id)
-        messages = [message.to_wire() for message in live.stored_messages]
+        # A reply still streaming is shown as it stands (``streaming``), not as last checkpointed.
+        streaming = live.current.in_progress.snapshot() if live.current and live.current.in_progress else None
+        messages = [
+            (streaming if streaming is not None and message.message_id == streaming.message_id else message).to_wire()
+            for message in live.stored_messages
+        ]
         # No await from here to the answer: the events after last_seq reach the caller live.
         self._follow(live.row.id)
         return m.SessionResumeResult(
