@@ -109,7 +109,7 @@ class Reply:
             model=turn.model_name,
             thinking=turn.thinking,  # replaced by this call's own (call_thinking.for_request)
             messages=for_provider(self._with_media(messages), turn.provider_name),
-            system_prompt=turn.system_prompt,
+            system_prompt=turn.system_prompt if turn.output is None else turn.output.system_prompt(turn.system_prompt),
             tools=turn.tools if turn.output is None else turn.output.tools(turn.tools),
             output_cap=turn.max_output_tokens,
             limits=turn.settings.limits,

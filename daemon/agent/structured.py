@@ -11,6 +11,7 @@ given (``output_schema.validate``); an invalid one is sent back with its errors 
 ``retries`` times, then the turn ends ``schema_failed``.
 """
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,20 +59,36 @@ class TurnOutput:
     model_id: str
     refusals: NativeRefusals
     native: dict[str, Any] | None = None  # the schema the provider's native mode is sent; None: the tool
+    # False for a model that takes no tools: without native mode it is asked for the JSON as its reply.
+    takes_tools: bool = True
     invalid: int = 0
     answered: bool = False
     value: Any = None
     sent: dict[str, Any] = field(default_factory=dict)  # the schema as the model is asked for it
 
     @classmethod
-    def start(cls, request: OutputRequest, provider: Provider, model_id: str, refusals: NativeRefusals) -> "TurnOutput":
+    def start(
+        cls, request: OutputRequest, provider: Provider, model_id: str, refusals: NativeRefusals, *, takes_tools: bool
+    ) -> "TurnOutput":
         sent = output_schema.wrap(request.schema)
         native = None if model_id in refusals else provider.structured_output(sent)
-        return cls(request=request, model_id=model_id, refusals=refusals, native=native, sent=sent)
+        return cls(
+            request=request, model_id=model_id, refusals=refusals, native=native, sent=sent, takes_tools=takes_tools
+        )
 
     @property
     def tool_mode(self) -> bool:
-        return self.native is None
+        """Whether the answer is asked for through the ``final_output`` tool."""
+        return self.native is None and self.takes_tools
+
+    def system_prompt(self, system_prompt: str | None) -> str | None:
+        """The system prompt a request sends: without native mode or the tool (a model that takes no
+        tools) the schema is said there, since nothing else carries it to the model."""
+        if self.native is not None or self.tool_mode:
+            return system_prompt
+        schema = json.dumps(self.request.schema, ensure_ascii=False)
+        said = f"Your final answer must be only JSON (no prose, no code fence) valid against this JSON Schema: {schema}"
+        return f"{system_prompt}\n\n{said}" if system_prompt else said
 
     def fall_back(self) -> None:
         """The provider refused native mode for this model: the tool from now on, and for its later turns."""
@@ -99,8 +116,8 @@ class TurnOutput:
             if self.tool_mode:
                 errors = [{"path": "$", "message": f"No answer was given: call {FINAL_OUTPUT} with it."}, *errors]
             return errors
-        if self.tool_mode:
-            # In tool mode a reply may still answer with the JSON itself: as the schema asks, or wrapped.
+        if self.native is None:
+            # Not constrained natively: the JSON itself, as the schema asks, is an answer too (or wrapped).
             direct = output_schema.validate(self.request.schema, value)
             if not direct:
                 self.answered, self.value = True, value

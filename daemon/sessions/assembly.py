@@ -99,7 +99,9 @@ class TurnAssembly:
         max_steps = pending.max_turns if pending.max_turns is not None else self.config.max_tool_steps
         output = None
         if pending.output is not None:
-            output = agent.TurnOutput.start(pending.output, provider, spec.id, self.native_refusals)
+            output = agent.TurnOutput.start(
+                pending.output, provider, spec.id, self.native_refusals, takes_tools=spec.supports_tools
+            )
 
         return agent.Turn(
             session_id=row.id,

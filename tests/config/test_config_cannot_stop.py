@@ -49,6 +49,13 @@ base_url = "http://127.0.0.1:9/v1"
 
 [mcp_servers]
 docs = "npx docs"
+
+[providers.third]
+api = "openai-chat"
+base_url = 5
+
+[serve]
+approval_timeout_s = "never"
 """
 
 
@@ -76,6 +83,8 @@ async def test_every_wrong_value_is_one_sentence_with_its_line_and_the_rest_appl
         "line 21: [providers.local] api_key_env must be a string",
         "line 22: [providers.local] models must be a list of tables",
         "[mcp_servers.docs] must be a table",
+        "line 36: [providers.third] base_url must be a string, not 5",
+        "line 39: [serve] approval_timeout_s must be a number of at least 0, not 'never'; using 300.",
     ):
         assert expected in text, (expected, problems)
     # The rest still applies: [budget] max_tokens, [defaults] thinking_level.

@@ -42,7 +42,9 @@ def children_in(cwd: Path) -> list[str]:
 async def test_shutdown_while_twenty_sessions_stream(home, tmp_path, anyio_backend, trigger):
     streamed: dict[str, list[str]] = {}  # turn id -> thinking deltas seen
     ends: dict[str, dict] = {}
-    async with subprocess_daemon(home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "20"}) as client:
+    # 100 ms a delta: a thinker's turn lasts about ten seconds, so on a loaded machine none ends
+    # while the twenty sessions are still being started (at 20 ms the first ones could).
+    async with subprocess_daemon(home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "100"}) as client:
         process = process_of(client)
         turns: dict[str, str] = {}  # turn id -> session id
         tool_turns: set[str] = set()
@@ -79,7 +81,7 @@ async def test_shutdown_while_twenty_sessions_stream(home, tmp_path, anyio_backe
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_until_eof)
-            with anyio.fail_after(10):  # every session is streaming, some for a while
+            with anyio.fail_after(20):  # every session is streaming, some for a while
                 while not all(t in running_tools if t in tool_turns else len(streamed[t]) >= 5 for t in turns):
                     await anyio.sleep(0.02)
             assert not ends, "the turns were still running when shutdown began"

@@ -389,3 +389,28 @@ async def test_continue_keeps_the_prompts_output_schema_across_a_restart(home, r
     assert final_output_tool("anthropic", replay_server.requests[-1].json()) == schema
     assert events[-1]["stop_reason"] == "schema_failed", events[-1]
     assert events[-1]["error"]["errors"][0]["path"] == "$.items"
+
+
+async def test_a_model_without_tools_is_told_the_schema_and_answers_with_the_json(home, replay_server):
+    (home / "config.toml").write_text(
+        f'[providers.local]\napi = "openai-chat"\nbase_url = "{replay_server.url}"\n'
+        '[[providers.local.models]]\nmodel = "tiny"\nsupports_tools = false\nthinking_levels = []\n'
+    )
+    family = FAMILIES["openai-chat"]
+    family.enqueue_text(replay_server, "It is INV-7.")  # prose: sent back
+    family.enqueue_text(replay_server, json.dumps(ANSWER))
+    async with in_memory_daemon(home) as (client, _):
+        started = await client.request("session/start", {"model_id": "local/tiny", "cwd": str(home)})
+        turn = await client.request(
+            "session/prompt",
+            {"session_id": started["session"]["session_id"], "text": "Extract.", "output_schema": INVOICES},
+        )
+        with anyio.fail_after(30):
+            events = await client.collect_turn(turn["turn_id"])
+    assert events[-1]["stop_reason"] == "end_turn" and events[-1]["structured_output"] == ANSWER
+    first, retry = (r.json() for r in replay_server.requests)
+    assert "tools" not in first and "response_format" not in first
+    system = first["messages"][0]
+    assert system["role"] == "system" and json.dumps(INVOICES, ensure_ascii=False) in system["content"]
+    assert "Answer again with only the corrected JSON" in retry["messages"][-1]["content"]
+    assert "final_output" not in json.dumps(retry)
