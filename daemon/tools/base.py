@@ -22,7 +22,7 @@ from protocol.events import ToolSandbox
 if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
     from daemon.tools.client_files import ClientFiles
-    from daemon.tools.update_plan import PlanKeeper
+    from daemon.tools.plan_keeper import PlanKeeper
 
 __all__ = ["MCP_TOOL_PREFIX", "Tool", "ToolArgs", "ToolContext", "ToolError", "ToolResult", "inline_schema"]
 

@@ -9,11 +9,12 @@ an unknown status is refused by the arguments' validation the same way; ``plan: 
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import Annotated
 
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from daemon.tools.plan_keeper import PlanKeeper
 from protocol.objects import PlanEntry, PlanStatus
 
 __all__ = ["PLAN_GUIDANCE", "PlanKeeper", "UpdatePlan", "UpdatePlanArgs"]
@@ -25,12 +26,6 @@ PLAN_GUIDANCE = (
     "at a time, and update it as each step is done. Do not make a plan for a question, a one-line answer or a "
     "single small change."
 )
-
-
-class PlanKeeper(Protocol):
-    """Where a session keeps its plan and tells its client."""
-
-    async def set_plan(self, explanation: str | None, entries: list[PlanEntry]) -> None: ...
 
 
 class PlanStep(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
