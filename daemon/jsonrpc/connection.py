@@ -495,7 +495,9 @@ class Connection:
                 except BaseExceptionGroup as group:
                     raise _shutdown_part(group, f"notification {method}") from None
             return None
-        if request_id in self._in_flight:
+        # A null id names nothing a client could cancel or tell apart, so two of them in one
+        # batch are two requests, not a duplicate (only real ids are tracked in flight).
+        if request_id is not None and request_id in self._in_flight:
             return encode_error(
                 request_id,
                 InvalidRequest(
@@ -506,7 +508,8 @@ class Connection:
             return encode_error(request_id, ShuttingDown())
 
         scope = anyio.CancelScope()
-        self._in_flight[request_id] = scope
+        if request_id is not None:
+            self._in_flight[request_id] = scope
         try:
             with scope:
                 result = await self._call(method, message.get("params", _UNSET))
@@ -527,7 +530,8 @@ class Connection:
             cut_short.append(encode_error(request_id, ShuttingDown()))
             raise cancelled from None
         finally:
-            self._in_flight.pop(request_id, None)
+            if request_id is not None:
+                self._in_flight.pop(request_id, None)
 
     async def _call(self, method: str, raw_params: Any) -> Any:
         entry = self._methods.get(method)
