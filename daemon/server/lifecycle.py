@@ -35,7 +35,7 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
 
             tg.start_soon(stop_serving_on_request)
             if handle_signals:
-                tg.start_soon(_watch_signals, daemon.shutdown_requested)
+                tg.start_soon(watch_signals, daemon.shutdown_requested)
             await connection.serve(incoming)
         connection.shutting_down = daemon.closing = True
         # At info only when sessions or MCP servers ran: the first record opens the log file,
@@ -45,7 +45,8 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
         tg.cancel_scope.cancel()
 
 
-async def _watch_signals(shutdown_requested: anyio.Event) -> None:
+async def watch_signals(shutdown_requested: anyio.Event) -> None:
+    """Set ``shutdown_requested`` at the first SIGTERM or SIGINT (stdio and listening daemons alike)."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("received %s", signal.Signals(signum).name)

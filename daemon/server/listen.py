@@ -12,7 +12,6 @@ imported only when listened on.
 """
 
 import logging
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +24,7 @@ from daemon.config.settings import Config
 from daemon.jsonrpc.connection import Connection
 from daemon.jsonrpc.framing import Outgoing, _Overlong
 from daemon.server.core import Daemon, open_daemon
+from daemon.server.lifecycle import watch_signals
 from daemon.server.routes import SharedHandlers, register_methods
 from daemon.server.rpc_bridge import Peer, RpcBridge, TransportKind
 
@@ -117,7 +117,7 @@ async def serve_listening(config: Config, listen: Listener, *, on_ready: Callabl
 
         async with anyio.create_task_group() as tg:
             daemon.attach(tg)  # the parts (session manager, MCP) run here once built
-            tg.start_soon(_watch_signals, daemon.shutdown_requested)
+            tg.start_soon(watch_signals, daemon.shutdown_requested)
             await tg.start(listen_until_cancelled)
             if on_ready is not None:
                 on_ready()
@@ -128,11 +128,3 @@ async def serve_listening(config: Config, listen: Listener, *, on_ready: Callabl
             listening.cancel()
             await daemon.close_parts()
             tg.cancel_scope.cancel()
-
-
-async def _watch_signals(shutdown_requested: anyio.Event) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("received %s", signal.Signals(signum).name)
-            shutdown_requested.set()
-            return
