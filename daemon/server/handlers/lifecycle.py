@@ -75,7 +75,10 @@ class LifecycleHandlers:
         meanwhile must not wait for the warm-up to finish before the process exits.
         """
         connection = self.peer.connection
-        while (idle := connection.idle_for()) < WARM_UP_AFTER_S:
+        while True:  # a poll, not an event: quiet is the absence of events
+            idle = connection.idle_for()
+            if idle >= WARM_UP_AFTER_S:
+                break
             await anyio.sleep(WARM_UP_AFTER_S - idle)
 
         def load() -> None:
