@@ -8,8 +8,6 @@ Neither write touches ``updated_at``: spending is not an edit of the session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from daemon.errors import SessionNotFound
 from daemon.store.backend import Body, SqlConnection, StoreBackend
 from daemon.store.db import json_encode

@@ -55,6 +55,21 @@ class AsyncStore:
         except StoreUnavailable as error:
             return cls(Store.unavailable(path, error.message))
 
+    @classmethod
+    async def open_url(cls, url: str, **options: Any) -> AsyncStore:
+        """The PostgreSQL store at ``url``; one that answers every call with why (and keeps trying to
+        connect) when the server cannot be reached or refuses the login."""
+        from daemon.store import postgres  # psycopg loads only when a PostgreSQL URL is configured
+
+        return cls(await anyio.to_thread.run_sync(functools.partial(postgres.open_store, url, **options)))
+
+    @classmethod
+    async def open_configured(cls, db_path: str | os.PathLike[str], url: str | None) -> AsyncStore:
+        """The store the configuration names: the PostgreSQL store at ``url``, else ``db_path``'s."""
+        if url:
+            return await cls.open_url(url)
+        return await cls.open_or_unavailable(db_path)
+
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:
             raise StoreClosed()

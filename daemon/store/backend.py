@@ -68,6 +68,9 @@ class StoreBackend(ABC):
     serialized by a lock), but each call blocks."""
 
     backend_name: str = ""
+    # Why the store cannot be used (it could not be opened, or its server cannot be reached):
+    # initialize reports it; None when it can.
+    problem: str | None = None
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock

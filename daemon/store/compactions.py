@@ -6,8 +6,6 @@ session removes them (ON DELETE CASCADE).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import msgspec
 
 from daemon.store.backend import Body, SqlConnection, StoreBackend
@@ -43,9 +41,7 @@ def _from_row(row: tuple[object, ...]) -> StoredCompaction:
 
 
 class CompactionQueries(StoreBackend):
-    def _save_compaction_body(
-        self, session_id: str, compaction: Compaction, usage: Usage | None
-    ) -> Body[Compaction]:
+    def _save_compaction_body(self, session_id: str, compaction: Compaction, usage: Usage | None) -> Body[Compaction]:
         def body(db: SqlConnection) -> Compaction:
             self._require_session(db, session_id)
             self._check_fence(db, session_id)

@@ -286,4 +286,3 @@ class Database(StoreBackend):
     @property
     def closed(self) -> bool:
         return self._db is None
-

@@ -81,6 +81,9 @@ class LeaseQueries(StoreBackend):
         def body(db: SqlConnection) -> bool:
             if self._fences.get(session_id, (owner,))[0] == owner:
                 self._fences.pop(session_id, None)
-            return db.execute("DELETE FROM turn_leases WHERE session_id = ? AND owner = ?", (session_id, owner)).rowcount > 0
+            return (
+                db.execute("DELETE FROM turn_leases WHERE session_id = ? AND owner = ?", (session_id, owner)).rowcount
+                > 0
+            )
 
         return self._write(body)

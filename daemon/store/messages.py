@@ -6,7 +6,7 @@ read and by the next whole save). Owns the mapping between rows and ``ChatMessag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec

@@ -235,7 +235,8 @@ def p001_initial(db: SqlConnection) -> None:
         "FOR EACH ROW EXECUTE FUNCTION ponder_notify_change()"
     )
     db.execute(
-        "CREATE TRIGGER compactions_notify AFTER INSERT ON compactions FOR EACH ROW EXECUTE FUNCTION ponder_notify_change()"
+        "CREATE TRIGGER compactions_notify AFTER INSERT ON compactions "
+        "FOR EACH ROW EXECUTE FUNCTION ponder_notify_change()"
     )
 
 
@@ -251,11 +252,19 @@ class PgSchemaTooNew(StoreUnavailable):
 
 
 def pg_schema_version(db: SqlConnection) -> int:
-    """The schema's version; 0 before the first migration."""
-    found = db.execute("SELECT to_regclass('ponder_schema') IS NOT NULL").fetchone()
-    if not found[0]:
+    """The schema's version; 0 before the first migration. Inside a transaction."""
+    # Not to_regclass(): it looks the name up without a lock, so it may miss a table another
+    # daemon's migration just committed; reading the table takes a lock, which sees it.
+    db.execute("SAVEPOINT version")
+    try:
+        row = db.execute("SELECT version FROM ponder_schema").fetchone()
+    except Exception as error:
+        if "ponder_schema" not in str(error):
+            raise
+        db.execute("ROLLBACK TO SAVEPOINT version")
         return 0
-    row = db.execute("SELECT version FROM ponder_schema").fetchone()
+    finally:
+        db.execute("RELEASE SAVEPOINT version")
     return 0 if row is None else int(row[0])
 
 
@@ -264,7 +273,11 @@ def pg_migrate(db: SqlConnection, lock_key: int, migrations: list[PgMigration] |
     return the version. ``db`` must be in autocommit mode (no transaction open)."""
     chain = PG_MIGRATIONS if migrations is None else migrations
     while True:
-        version = pg_schema_version(db)  # cheap check first: usually nothing to do
+        db.execute("BEGIN")  # cheap check first: usually nothing to do
+        try:
+            version = pg_schema_version(db)
+        finally:
+            db.execute("COMMIT")
         if version > len(chain):
             raise PgSchemaTooNew(version, len(chain))
         if version == len(chain):

@@ -49,7 +49,7 @@ RECONNECT_INTERVAL_S = 0.5
 def is_postgres_url(url: str) -> bool:
     """Whether ``url`` names a PostgreSQL server (a URL, or libpq's key=value form)."""
     text = url.strip()
-    return text.startswith(("postgresql://", "postgres://")) or "=" in text and "://" not in text
+    return text.startswith(("postgresql://", "postgres://")) or ("=" in text and "://" not in text)
 
 
 def url_password(url: str) -> str | None:
@@ -60,7 +60,7 @@ def url_password(url: str) -> str | None:
         found = parsed.password
         if found is None:
             query = urllib.parse.parse_qs(parsed.query)
-            found = (query.get("password") or [None])[0]
+            found = query["password"][0] if query.get("password") else None
         return urllib.parse.unquote(found) if found else None
     match = re.search(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", text)
     if match is None:
@@ -128,15 +128,15 @@ class _PgConnection:
 
     def execute(self, sql: str, parameters: Any = (), /) -> SqlCursor:
         if not parameters:
-            return self.connection.execute(sql.encode())  # type: ignore[return-value]
-        return self.connection.execute(_dialect(sql).encode(), parameters)  # type: ignore[return-value]
+            return self.connection.execute(sql.encode())
+        return self.connection.execute(_dialect(sql).encode(), parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> SqlCursor:
         cursor = self.connection.cursor()
         rows = list(parameters)
         if rows:
             cursor.executemany(_dialect(sql).encode(), rows)
-        return cursor  # type: ignore[return-value]
+        return cursor
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -146,6 +146,10 @@ def _cause(error: psycopg.Error) -> str:
     """The server's or libpq's own words, on one line, never the password."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return redact.scrub(text)
+
+
+class _BrokenBeforeBegin(Exception):
+    """The connection was found dead before the call's transaction began."""
 
 
 class PostgresDatabase(StoreBackend):
@@ -186,7 +190,10 @@ class PostgresDatabase(StoreBackend):
     # --- connecting ----------------------------------------------------------------------
 
     def _unreachable(self, error: psycopg.Error) -> StoreUnavailable:
-        return StoreUnavailable(f"The PostgreSQL store at {self.location} cannot be reached: {_cause(error)}.")
+        cause = _cause(error)
+        if "authentication failed" in cause or "password" in cause.lower():
+            return StoreUnavailable(f"The PostgreSQL store at {self.location} refused the login: {cause}.")
+        return StoreUnavailable(f"The PostgreSQL store at {self.location} cannot be reached: {cause}.")
 
     def _connect(self) -> None:
         self._last_attempt = time.monotonic()
@@ -307,28 +314,41 @@ class PostgresDatabase(StoreBackend):
 
     def _transaction(self, body: Body[T], *, write: bool) -> T:
         with self._lock:
-            connection = self._connection()
-            db = _PgConnection(connection)
             try:
-                db.execute("BEGIN")
-                if write:
-                    # One writer at a time per store, as SQLite's BEGIN IMMEDIATE: the read-then-write
-                    # queries (a lease, totals, a seq) keep their meaning across daemons.
-                    db.execute("SELECT pg_advisory_xact_lock(?)", (self._write_key,))
-                result = body(db)
-                db.execute("COMMIT")
-                return result
-            except BaseException as error:
-                if not connection.closed and not connection.broken:
-                    try:
-                        db.execute("ROLLBACK")
-                    except psycopg.Error:
-                        pass
-                if isinstance(error, Exception):
-                    converted = self._converted(error, write=write)
-                    if converted is not error:
-                        raise converted from None
-                raise
+                return self._attempt(body, write=write)
+            except _BrokenBeforeBegin:
+                # The connection died while idle (a server restart, a killed backend): nothing of
+                # this call ran, so it runs once more on a new connection.
+                self._db, self.problem = None, None
+                return self._attempt(body, write=write)
+
+    def _attempt(self, body: Body[T], *, write: bool) -> T:
+        connection = self._connection()
+        db = _PgConnection(connection)
+        began = False
+        try:
+            db.execute("BEGIN")
+            began = True
+            if write:
+                # One writer at a time per store, as SQLite's BEGIN IMMEDIATE: the read-then-write
+                # queries (a lease, totals, a seq) keep their meaning across daemons.
+                db.execute("SELECT pg_advisory_xact_lock(?)", (self._write_key,))
+            result = body(db)
+            db.execute("COMMIT")
+            return result
+        except BaseException as error:
+            if not connection.closed and not connection.broken:
+                try:
+                    db.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
+            elif not began and isinstance(error, psycopg.OperationalError):
+                raise _BrokenBeforeBegin() from error
+            if isinstance(error, Exception):
+                converted = self._converted(error, write=write)
+                if converted is not error:
+                    raise converted from None
+            raise
 
     def _is_unique_violation(self, error: Exception) -> bool:
         return isinstance(error, psycopg.errors.UniqueViolation)

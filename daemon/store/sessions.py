@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, SessionNotFound, StoreError
-from daemon.store.backend import Body, SqlConnection, StoreBackend
+from daemon.store.backend import SqlConnection, StoreBackend
 from daemon.store.db import json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id

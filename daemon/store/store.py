@@ -10,7 +10,6 @@ Blocking: from async code use ``daemon.store.async_store.AsyncStore``.
 
 from __future__ import annotations
 
-
 import msgspec
 
 from daemon.conversation import ChatMessage
@@ -47,9 +46,7 @@ class StoreQueries(SessionQueries, MessageQueries, LeaseQueries, AccountQueries,
         ``known_count`` messages the caller has, store ``message``: one transaction."""
         return self._write(self._admit_body(message, owner, ttl_s, known_count))
 
-    def _admit_body(
-        self, message: ChatMessage, owner: str, ttl_s: float, known_count: int
-    ) -> Body[Admission]:
+    def _admit_body(self, message: ChatMessage, owner: str, ttl_s: float, known_count: int) -> Body[Admission]:
         take_lease = self._acquire_lease_body(message.session_id, owner, ttl_s)
         save = self._save_message_body(message)
 

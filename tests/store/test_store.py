@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from daemon.errors import (
     InvalidCursor,
     InvalidLimit,
     InvalidParams,
+    LeaseLost,
     MessageNotInSession,
     SessionNotFound,
     StoreUnavailable,
@@ -24,12 +26,12 @@ from daemon.errors import (
 from daemon.jsonrpc.client import RpcError
 from daemon.jsonrpc.connection import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
-from daemon.store.store import StoreQueries
 from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
-from protocol.objects import Usage
+from daemon.store.store import StoreQueries
+from protocol.objects import SessionPlan, Usage
+from tests.store.conftest import FakeClock
 from tests.support.acp_harness import acp_daemon
 from tests.support.harness import in_memory_daemon
-from tests.store.conftest import FakeClock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -605,6 +607,42 @@ def test_admit_takes_the_lease_and_stores_the_prompt_in_one_transaction(store: S
     assert store.acquire_lease("s1", theirs, 30)
     with pytest.raises(SessionNotFound):
         store.admit(text_message("m5", 1, session_id="missing"), mine, 30, known_count=0)
+
+
+def test_fencing_refuses_every_write_of_a_stale_holder(reopen, clock: FakeClock) -> None:
+    """Two daemons on one store: the first's lease expires and the second takes the session over;
+    each write of the first's turn is then refused (``LeaseLost``), the second's go through."""
+    stale, fresh = reopen(clock=clock), reopen(clock=clock)
+    stale.create_session(session())
+    old, new = new_lease_owner(), new_lease_owner()
+    assert stale.admit(text_message("m1", 1), old, 0.3, known_count=0).saved
+    reply = text_message("m2", 2)
+    reply.role = "assistant"
+    stale.save_message(reply)  # still ours
+    first_epoch = stale.lease_epoch("s1")
+    clock.tick(1)  # SQLite's expiry is the store's clock,
+    time.sleep(0.4)  # PostgreSQL's the server's
+    assert fresh.acquire_lease("s1", new, 30)
+    assert fresh.lease_epoch("s1") == first_epoch + 1  # type: ignore[operator]
+    for write in (
+        lambda: stale.save_message(text_message("m3", 3)),
+        lambda: stale.append_to_message("m2", {}, {0: " more"}),
+        lambda: stale.record_usage("s1", Usage(input_tokens=1), None, None),
+        lambda: stale.set_session_plan(
+            "s1", SessionPlan(explanation=None, entries=[], updated_at="2030-01-01T00:00:00.000000Z")
+        ),
+    ):
+        with pytest.raises(LeaseLost, match=r"^Another daemon took session 's1' over"):
+            write()
+    assert [m.message_id for m in fresh.get_messages("s1")] == ["m1", "m2"]
+    assert fresh.get_messages("s1")[1].parts[0].text == "hi"
+    fresh.save_message(text_message("m3", 3, text="the new holder's"))
+    assert not stale.acquire_lease("s1", old, 30)  # held, alive, unexpired
+    # Once the new holder lets go, the old daemon may take the session again, at a new epoch.
+    assert fresh.release_lease("s1", new)
+    assert stale.acquire_lease("s1", old, 30)
+    assert stale.lease_epoch("s1") == first_epoch + 2  # type: ignore[operator]
+    stale.save_message(text_message("m4", 4))
 
 
 def test_expired_lease_is_taken_over(sqlite_store: Store, clock: FakeClock) -> None:

@@ -62,9 +62,7 @@ class ThrowawayPostgres:
             try:
                 pwd.getpwnam("postgres")
             except KeyError:
-                subprocess.run(
-                    ["useradd", "--system", "--no-create-home", "postgres"], check=True, capture_output=True
-                )
+                subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True, capture_output=True)
             self._as_user = "postgres"
         self.root = Path(tempfile.mkdtemp(prefix="ponder-pg-"))
         self.data = self.root / "data"
@@ -84,7 +82,18 @@ class ThrowawayPostgres:
 
     def _initdb(self) -> None:
         done = self._run_as_owner(
-            [str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-E", "UTF8", "--no-sync", "-U", self.owner]
+            [
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-U",
+                self.owner,
+            ]
         )
         if done.returncode != 0:
             raise PostgresUnavailable(f"initdb failed: {done.stderr.decode(errors='replace').strip()[-400:]}")
@@ -93,7 +102,7 @@ class ThrowawayPostgres:
 
     def start(self) -> None:
         """Start (or restart) the server; returns once it accepts connections."""
-        log = open(self.root / "server.log", "ab")  # noqa: SIM115 (the server's own stderr, for a failed start)
+        log = open(self.root / "server.log", "ab")
         self.process = subprocess.Popen(
             [
                 str(self.bindir / "postgres"),
@@ -128,11 +137,12 @@ class ThrowawayPostgres:
             time.sleep(0.05)
         raise PostgresUnavailable("postgres did not accept connections within 30 s")
 
-    def stop(self, *, fast: bool = True) -> None:
-        """Stop the server (immediate shutdown: connections are cut as a crash would)."""
+    def stop(self) -> None:
+        """Stop the server: a fast shutdown, which cuts every connection at once (what clients see of
+        a server going away) and keeps what was committed."""
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.send_signal(3 if fast else 15)  # SIGQUIT: immediate shutdown; SIGTERM: smart
+        self.process.send_signal(2)  # SIGINT: fast shutdown
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
