@@ -115,13 +115,12 @@ async def connect_websocket(url: str, token: str | None) -> WebSocketClient:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host_header = parts.netloc.rpartition("@")[2]
     with anyio.fail_after(CONNECT_S):
-        stream: ByteStream = await anyio.connect_tcp(
-            parts.hostname,
-            port,
-            # The system's trust store (SSL_CERT_FILE and SSL_CERT_DIR are honoured).
-            ssl_context=ssl.create_default_context() if secure else None,
-            tls_standard_compatible=False,
-        )
+        stream: ByteStream
+        if secure:  # the system's trust store (SSL_CERT_FILE and SSL_CERT_DIR are honoured)
+            context = ssl.create_default_context()
+            stream = await anyio.connect_tcp(parts.hostname, port, ssl_context=context, tls_standard_compatible=False)
+        else:
+            stream = await anyio.connect_tcp(parts.hostname, port)
         try:
             ws = WSConnection(ConnectionType.CLIENT)
             headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
