@@ -314,3 +314,65 @@ async def test_ponder_attach_url_relays_stdio_and_says_why_it_is_refused(home, a
         assert d.process.poll() is None
     gone = await anyio.to_thread.run_sync(_attach_once, ["attach", "--url", url], env, [ping])
     assert gone.returncode == 1 and "cannot reach a daemon" in gone.stderr, gone.stderr
+
+
+async def test_a_websocket_client_that_never_reads_is_dropped_and_the_others_go_on(home, anyio_backend):
+    env = {"PONDER_MOCK_DELAY_MS": "0"}
+    with listening_daemon(home, "ws://127.0.0.1:0", backend=anyio_backend, env=env) as d:
+        token = read_token(home)
+        port = int(d.endpoint.rsplit(":", 1)[1])
+        async with ws_client(d.endpoint, token, name="driver") as driver:
+            session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+            # A real WebSocket client that subscribes, then never reads again: a small receive
+            # buffer, and the library stops reading its socket once a message is waiting.
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.connect(("127.0.0.1", port))
+            stuck = await anyio.to_thread.run_sync(
+                lambda: connect(
+                    d.endpoint, sock=raw, additional_headers={"Authorization": f"Bearer {token}"}, max_queue=1
+                ).__enter__()
+            )
+            try:
+                stuck.send('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}')
+                stuck.send(
+                    '{"jsonrpc":"2.0","id":2,"method":"session/subscribe","params":{"session_id":"' + session_id + '"}}'
+                )
+                await anyio.sleep(0.3)
+                # Each turn echoes 1 MB in 200 deltas (~4 MB on the wire): the loopback socket's
+                # buffers (a few MB) fill within a few turns, the stuck client's queue (4,096
+                # messages) some 20 turns later. The driver reads every turn to its end meanwhile.
+                log_path = home / "logs" / "ponder.log"
+                turns = 0
+                with anyio.fail_after(300):
+                    while "does not read its messages" not in log_path.read_text():
+                        assert turns < 60, "the client that never reads was not dropped"
+                        text = f"{turns} " + ("y" * 5000 + " ") * 200
+                        turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
+                        events = await driver.collect_turn(turn["turn_id"])
+                        assert events[-1]["stop_reason"] == "end_turn"
+                        turns += 1
+                    for _ in range(2):  # and the turns after it go on as before
+                        turn = await driver.request("session/prompt", {"session_id": session_id, "text": "after"})
+                        assert (await driver.collect_turn(turn["turn_id"]))[-1]["stop_reason"] == "end_turn"
+                log = log_path.read_text()
+                assert log.count("does not read its messages") == 2  # dropping it, then its connection closed
+                assert "connection c2 closed: the client does not read its messages" in log
+                # What reached it, then the end of the connection (a close frame, if it got through).
+                from websockets.exceptions import ConnectionClosed
+
+                def drain() -> int:
+                    received = 0
+                    try:
+                        while True:
+                            stuck.recv(timeout=20)
+                            received += 1
+                    except ConnectionClosed:
+                        return received
+
+                received = await anyio.to_thread.run_sync(drain)
+                assert received < turns * 205
+            finally:
+                await anyio.to_thread.run_sync(stuck.close)
+            assert await driver.request("ping") == {}
+        assert d.process.poll() is None
