@@ -119,10 +119,15 @@ class ContextFill(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Budget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
-    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind."""
+    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind.
+
+    ``cost_enforced`` is false when ``max_cost`` is set but the session's model has no known
+    price: the budget is kept, and the session's turns end ``budget`` with a sentence saying how
+    to set a price, since the cost could never be counted against it."""
 
     max_cost: Annotated[float, msgspec.Meta(ge=0)] | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    cost_enforced: bool = True
 
 
 CompactionTrigger = Literal["manual", "threshold", "overflow"]

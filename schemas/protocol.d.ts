@@ -116,10 +116,15 @@ export interface AuthStatusResult {
 export type Block = TextBlock | ThinkingBlock | ToolCallBlock | ToolResultBlock | ImageBlock | ResourceBlock | ResourceLinkBlock;
 
 /** A session's limits: ``max_cost`` in USD against ``totals_cost``, ``max_tokens`` against
-    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind. */
+    ``totals.input_tokens + totals.output_tokens``; null means no limit of that kind.
+
+    ``cost_enforced`` is false when ``max_cost`` is set but the session's model has no known
+    price: the budget is kept, and the session's turns end ``budget`` with a sentence saying how
+    to set a price, since the cost could never be counted against it. */
 export interface Budget {
   max_cost: number | null;
   max_tokens: number | null;
+  cost_enforced: boolean;
 }
 
 /** A budget as a client sends it (``session/start``, ``session/budget``); an omitted limit is no limit.

@@ -68,6 +68,8 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
+    from daemon.cli.attach import add_attach_options
+
     parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
     parser.add_argument("--version", action="version", version=f"ponder {__version__}")
     parser.add_argument(
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--new-token", action="store_true", help="replace serve.token in the home before listening")
 
     attach = sub.add_parser("attach", help="bridge stdio to a running daemon (ponder serve --listen)")
-    _attach_options(attach)
+    add_attach_options(attach)
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
+    acp.add_argument(
+        "--attach",
+        action="store_true",
+        help="speak ACP through a running daemon (ponder serve --listen) instead of starting one",
+    )
+    add_attach_options(acp)
 
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
@@ -206,10 +214,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _attach_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default <home>/serve.sock)")
-
-
 class Serve(NamedTuple):
     """What ``serve`` and ``acp`` run with."""
 
@@ -291,10 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         from daemon.cli.listening import run_listening
 
         return run_listening(args, os.environ.get(BACKEND_ENV, "asyncio"))
-    if args.command == "attach":
+    if args.command == "attach" or (args.command == "acp" and args.attach):
         from daemon.cli.attach import run_attach
 
-        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"))
+        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"), "acp" if args.command == "acp" else None)
+    if args.command == "acp" and (args.socket or args.url or args.token_file):
+        build_parser().error("--socket, --url and --token-file go with ponder acp --attach")
     if args.command == "store":
         from daemon.cli.store import run_store
 

@@ -237,7 +237,16 @@ class SessionManager:
             session = msgspec.structs.replace(session, queue=live.queue())
         if self.sandbox is not None:
             session.sandbox = self.sandbox.wire(row.id, row.cwd, sandbox_override(row))
+        if session.budget is not None and session.budget.max_cost is not None and not self._priced(row.model_id):
+            session.budget = msgspec.structs.replace(session.budget, cost_enforced=False)
         return session
+
+    def _priced(self, model_id: str) -> bool:
+        """Whether ponder knows a price for ``model_id`` (an unknown model has none)."""
+        try:
+            return self.catalog.price(self.catalog.get(model_id)) is not None
+        except ModelNotFound:
+            return False
 
     def thinking_request(self, row: SessionRow, turn_level: RequestedThinkingLevel | None = None) -> ThinkingRequest:
         """What ``row`` asks of thinking now; ``turn_level`` is a prompt's own level."""

@@ -88,7 +88,7 @@ async def test_every_wrong_value_is_one_sentence_with_its_line_and_the_rest_appl
     ):
         assert expected in text, (expected, problems)
     # The rest still applies: [budget] max_tokens, [defaults] thinking_level.
-    assert started["session"]["budget"] == {"max_cost": None, "max_tokens": 5000}
+    assert started["session"]["budget"] == {"max_cost": None, "max_tokens": 5000, "cost_enforced": True}
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling", "loop", "nested"])

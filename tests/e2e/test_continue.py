@@ -247,6 +247,30 @@ async def test_ponder_continue_session_on_the_command_line(home, tmp_path, repla
     assert body["messages"][-1] == {"role": "user", "content": CONTINUE_TEXT}
 
 
+async def test_ponder_continue_json_is_framed_like_ask_json(home, tmp_path, replay_server, anyio_backend):
+    replay_server.enqueue(ScriptedResponse(body=anthropic_text("The first half", stop="max_tokens"), headers=SSE))
+    async with daemon(home, anyio_backend, replay_server) as (client, log):
+        session_id = await start(client, tmp_path)
+        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Answer."})
+        await log.turn_end(turn["turn_id"])
+    replay_server.enqueue(ScriptedResponse(body=anthropic_text(" and the rest."), headers=SSE))
+    env = {
+        **os.environ,
+        **subprocess_env(home, {"ANTHROPIC_API_KEY": "sk-ant-fake", "ANTHROPIC_BASE_URL": replay_server.url}),
+    }
+    with anyio.fail_after(60):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "daemon", "continue", "--json", session_id], env=env, check=False
+        )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["session_id"] == session_id
+    assert lines[0]["protocol_version"] == 1
+    assert lines[1]["type"] == "turn_start" and lines[-2]["type"] == "turn_end"
+    assert lines[-1]["type"] == "result" and lines[-1]["status"] == "success" and lines[-1]["exit_code"] == 0
+    assert lines[-1]["result"] == " and the rest." and lines[-1]["session_id"] == session_id
+
+
 @pytest.mark.parametrize("family_name", sorted(FAMILIES))
 async def test_every_provider_gets_an_answer_for_each_interrupted_call(
     family_name, home, tmp_path, replay_server, anyio_backend

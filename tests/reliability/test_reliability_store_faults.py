@@ -21,9 +21,10 @@ import shutil
 import sqlite3
 import stat
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -525,10 +526,20 @@ def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None, r
 # --- the same, against a real ponder serve ---------------------------------------------------
 
 
-def serve(home: Path, backend: str, **env: str) -> Any:
-    """``ponder serve`` on ``backend`` (the daemon's own event loop), its stderr discarded."""
-    env = {"PONDER_ASYNC_BACKEND": backend, **env}
-    return spawn_daemon(home=home, env=subprocess_env(home, env), stderr=subprocess.DEVNULL)
+@asynccontextmanager
+async def serve(home: Path, backend: str, **env: str) -> AsyncIterator[Any]:
+    """``ponder serve`` on ``backend`` (the daemon's own event loop). Its stderr is kept off
+    the home's disk (some homes here are full on purpose) and shown if the daemon does not
+    exit with 0, so an exit that only fails now and then says why."""
+    env = {"PONDER_ASYNC_BACKEND": backend, "PYTHONFAULTHANDLER": "1", **env}
+    with tempfile.TemporaryFile() as stderr:
+        async with spawn_daemon(home=home, env=subprocess_env(home, env), stderr=stderr.fileno()) as client:
+            yield client
+        assert client.process is not None
+        if (code := client.process.returncode) != 0:
+            stderr.seek(0)
+            tail = stderr.read()[-4000:].decode(errors="replace")
+            pytest.fail(f"ponder serve exited with {code}; its stderr ended:\n{tail}")
 
 
 @pytest.mark.slow

@@ -44,8 +44,8 @@ async def test_config_budget_changes_reach_the_sessions_that_never_set_their_own
     async with subprocess_daemon(home, backend=anyio_backend) as client:
         follows = (await start(client, tmp_path))["session_id"]
         own = await start(client, tmp_path, budget={"max_tokens": BIG})
-        assert await budget_of(client, follows) == {"max_cost": None, "max_tokens": 1}
-        assert own["budget"] == {"max_cost": None, "max_tokens": BIG}
+        assert await budget_of(client, follows) == {"max_cost": None, "max_tokens": 1, "cost_enforced": True}
+        assert own["budget"] == {"max_cost": None, "max_tokens": BIG, "cost_enforced": True}
         assert (await ask(client, follows))[-1]["stop_reason"] == "end_turn"  # within it before the call
         spent = (await ask(client, follows))[-1]
         assert spent["stop_reason"] == "budget" and spent["error"]["code"] == -32011, spent
@@ -53,16 +53,20 @@ async def test_config_budget_changes_reach_the_sessions_that_never_set_their_own
 
     (home / "config.toml").write_text(f"[budget]\nmax_tokens = {BIG}\n")  # the person raises it in the file
     async with subprocess_daemon(home, backend=anyio_backend) as client:
-        assert await budget_of(client, follows) == {"max_cost": None, "max_tokens": BIG}
+        assert await budget_of(client, follows) == {"max_cost": None, "max_tokens": BIG, "cost_enforced": True}
         assert (await ask(client, follows))[-1]["stop_reason"] == "end_turn"
 
     (home / "config.toml").write_text("[budget]\nmax_tokens = 1\n")  # and lowers it again
     async with subprocess_daemon(home, backend=anyio_backend) as client:
         assert (await ask(client, follows))[-1]["stop_reason"] == "budget"
         assert (await ask(client, own["session_id"]))[-1]["stop_reason"] == "end_turn"  # its own budget holds
-        assert await budget_of(client, own["session_id"]) == {"max_cost": None, "max_tokens": BIG}
+        assert await budget_of(client, own["session_id"]) == {
+            "max_cost": None,
+            "max_tokens": BIG,
+            "cost_enforced": True,
+        }
         forked = await client.request("session/fork", {"session_id": follows})  # a fork follows the file too
-        assert forked["session"]["budget"] == {"max_cost": None, "max_tokens": 1}
+        assert forked["session"]["budget"] == {"max_cost": None, "max_tokens": 1, "cost_enforced": True}
 
     (home / "config.toml").write_text("")  # no [budget]: no budget for the sessions that follow it
     async with subprocess_daemon(home, backend=anyio_backend) as client:

@@ -115,6 +115,9 @@ async def test_a_cost_budget_without_a_price_is_refused_or_ends_the_turn_before_
             assert "config.toml" in refused.value.message
             # config.toml's [budget] gives it one anyway: the turn ends "budget" before any request.
             session_id = await start(client, tmp_path, "big")
+            # The session says so: the cost budget is kept but cannot be counted (no price).
+            shown = (await client.request("session/get", {"session_id": session_id}))["session"]["budget"]
+            assert shown == {"max_cost": 5.0, "max_tokens": None, "cost_enforced": False}
             events = await prompt(client, session_id, "Hello")
             assert events[-1]["stop_reason"] == "budget", events[-1]
             assert "no price for local/big" in events[-1]["error"]["message"]
@@ -122,7 +125,10 @@ async def test_a_cost_budget_without_a_price_is_refused_or_ends_the_turn_before_
                 await client.request("session/budget", {"session_id": session_id, "budget": {"max_cost": 2.0}})
             assert again.value.code == -32602
             # A token budget instead: the session works.
-            await client.request("session/budget", {"session_id": session_id, "budget": {"max_tokens": 100_000}})
+            changed = await client.request(
+                "session/budget", {"session_id": session_id, "budget": {"max_tokens": 100_000}}
+            )
+            assert changed["session"]["budget"] == {"max_cost": None, "max_tokens": 100_000, "cost_enforced": True}
             events = await prompt(client, session_id, "Hello")
             assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert len(server.requests) == 1

@@ -10,7 +10,7 @@ then retry, ``auto = false``, and fork/delete with compactions.
 import json
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from daemon.jsonrpc.client import RpcClient
+from tests.support.compaction_turns import compact, of_type, prompt
 from tests.support.harness import in_memory_daemon, subprocess_env
 from tests.support.replay import ReplayServer
 from tests.support.small_window import SmallWindowChat, small_window_config
@@ -44,42 +45,6 @@ async def start(client: RpcClient, cwd: Path) -> str:
         "session/start", {"model_id": "local/small", "cwd": str(cwd), "approval_policy": "auto"}
     )
     return result["session"]["session_id"]
-
-
-async def events_until(client: RpcClient, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-    """Every event (any turn: a compaction turn before a prompt has its own id) until ``done(events)``."""
-    events = []
-    async with aclosing(client.events()) as stream:
-        async for event in stream:
-            events.append(event)
-            if done(events):
-                return events
-    raise AssertionError("the event stream ended")
-
-
-async def prompt(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    turn_id = (await client.request("session/prompt", {"session_id": session_id, "text": text}))["turn_id"]
-    return await events_until(
-        client, lambda events: events[-1]["type"] == "turn_end" and events[-1]["turn_id"] == turn_id
-    )
-
-
-async def compact(client: RpcClient, session_id: str, instructions: str | None = None) -> list[dict[str, Any]]:
-    """The events up to the end of the compaction's turn."""
-    params = {"session_id": session_id} | ({"instructions": instructions} if instructions else {})
-    compaction_id = (await client.request("session/compact", params))["compaction_id"]
-
-    def ended(events: list[dict[str, Any]]) -> bool:
-        end = events[-1]
-        return end["type"] == "turn_end" and any(
-            e.get("compaction_id") == compaction_id and e["turn_id"] == end["turn_id"] for e in events
-        )
-
-    return await events_until(client, ended)
-
-
-def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == kind]
 
 
 def write_config(home: Path, url: str, **options: Any) -> None:

@@ -11,24 +11,20 @@ A model on a local OpenAI-compatible server (real HTTP on 127.0.0.1):
 """
 
 import json
-from collections.abc import Callable
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from daemon.context.summary import SYSTEM_PROMPT as SUMMARIZER_SYSTEM_PROMPT
 from daemon.jsonrpc.client import RpcClient
+from tests.support.compaction_turns import compact, of_type, prompt
 from tests.support.file_reader import FileReaderChat, big_files, reader_config
 from tests.support.harness import subprocess_daemon
 from tests.support.replay import RecordedRequest, ReplayServer, ScriptedResponse
 from tests.support.small_window import SmallWindowChat, small_window_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-TURN_TIMEOUT_S = 120
 
 
 def project(tmp_path: Path, modules: int) -> Path:
@@ -45,41 +41,6 @@ async def start(client: RpcClient, cwd: Path, model: str = "local/small", **para
         "session/start", {"model_id": model, "cwd": str(cwd), "approval_policy": "auto", **params}
     )
     return started["session"]["session_id"]
-
-
-async def events_until(client: RpcClient, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    with anyio.fail_after(TURN_TIMEOUT_S):
-        async with aclosing(client.events()) as stream:
-            async for event in stream:
-                events.append(event)
-                if done(events):
-                    return events
-    raise AssertionError("the event stream ended")
-
-
-async def prompt(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    """Every event until this prompt's turn ends (a compaction turn before it included)."""
-    turn_id = (await client.request("session/prompt", {"session_id": session_id, "text": text}))["turn_id"]
-    return await events_until(
-        client, lambda events: events[-1]["type"] == "turn_end" and events[-1]["turn_id"] == turn_id
-    )
-
-
-async def compact(client: RpcClient, session_id: str) -> list[dict[str, Any]]:
-    compaction_id = (await client.request("session/compact", {"session_id": session_id}))["compaction_id"]
-
-    def ended(events: list[dict[str, Any]]) -> bool:
-        end = events[-1]
-        return end["type"] == "turn_end" and any(
-            e.get("compaction_id") == compaction_id and e["turn_id"] == end["turn_id"] for e in events
-        )
-
-    return await events_until(client, ended)
-
-
-def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == kind]
 
 
 def is_summary(body: dict[str, Any]) -> bool:

@@ -8,59 +8,19 @@ session must stay usable (a later prompt, a manual compaction, a restart); every
 stays whole in the store; and no summary is paid for and then thrown away.
 """
 
-from collections.abc import Callable
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from daemon.jsonrpc.client import RpcClient
+from tests.support.compaction_turns import compact, of_type, prompt
 from tests.support.file_reader import FileReaderChat, big_files, reader_config
 from tests.support.harness import subprocess_daemon
 from tests.support.replay import ReplayServer
 from tests.support.small_window import SmallWindowChat, small_window_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-TURN_TIMEOUT_S = 120
-
-
-async def events_until(client: RpcClient, done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    with anyio.fail_after(TURN_TIMEOUT_S):
-        async with aclosing(client.events()) as stream:
-            async for event in stream:
-                events.append(event)
-                if done(events):
-                    return events
-    raise AssertionError("the event stream ended")
-
-
-async def prompt(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    """Every event until this prompt's turn ends (a compaction turn before it included)."""
-    turn_id = (await client.request("session/prompt", {"session_id": session_id, "text": text}))["turn_id"]
-    return await events_until(
-        client, lambda events: events[-1]["type"] == "turn_end" and events[-1]["turn_id"] == turn_id
-    )
-
-
-async def compact(client: RpcClient, session_id: str) -> list[dict[str, Any]]:
-    """The events up to the end of a manual compaction's turn."""
-    compaction_id = (await client.request("session/compact", {"session_id": session_id}))["compaction_id"]
-
-    def ended(events: list[dict[str, Any]]) -> bool:
-        end = events[-1]
-        return end["type"] == "turn_end" and any(
-            e.get("compaction_id") == compaction_id and e["turn_id"] == end["turn_id"] for e in events
-        )
-
-    return await events_until(client, ended)
-
-
-def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == kind]
 
 
 def compactions_of(events: list[dict[str, Any]]) -> list[tuple[str, str, int, int | None]]:

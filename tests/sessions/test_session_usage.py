@@ -168,7 +168,7 @@ async def test_a_token_budget_ends_the_tool_loop_before_its_next_model_call_unti
     replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use")
     async with in_memory_daemon(home, env=env_for(replay_server)) as (client, _):
         session = await start(client, tmp_path, budget={"max_tokens": 500})
-        assert session["budget"] == {"max_tokens": 500, "max_cost": None}
+        assert session["budget"] == {"max_tokens": 500, "max_cost": None, "cost_enforced": True}
         session_id = session["session_id"]
         events = await prompt(client, session_id, "Should I bring an umbrella in Lyon today?")
         # The first call (769 tokens) spent the budget: its tool ran, the next call was not made.
@@ -186,7 +186,7 @@ async def test_a_token_budget_ends_the_tool_loop_before_its_next_model_call_unti
         assert len(replay_server.requests) == 1
 
         raised = await client.request("session/budget", {"session_id": session_id, "budget": {"max_tokens": 100_000}})
-        assert raised["session"]["budget"] == {"max_tokens": 100_000, "max_cost": None}
+        assert raised["session"]["budget"] == {"max_tokens": 100_000, "max_cost": None, "cost_enforced": True}
         assert raised["session"]["totals"]["input_tokens"] == 642
         replay_server.enqueue_fixture("anthropic", "thinking-text")
         resumed = await prompt(client, session_id, "And now?")
@@ -223,7 +223,7 @@ async def test_a_cost_budget_ends_the_turn_before_its_next_model_call(
         )
         replay_server.enqueue_fixture("anthropic", "adaptive-thinking-tool-use-turn2")
         raised = await client.request("session/budget", {"session_id": session_id, "budget": {"max_cost": 1.0}})
-        assert raised["session"]["budget"] == {"max_cost": 1.0, "max_tokens": None}
+        assert raised["session"]["budget"] == {"max_cost": 1.0, "max_tokens": None, "cost_enforced": True}
         events = await prompt(client, session_id, "Go on.")
     assert events[-1]["stop_reason"] == "end_turn" and len(replay_server.requests) == 2
 
@@ -232,9 +232,9 @@ async def test_budget_defaults_come_from_config_and_bad_budgets_are_refused(home
     (home / "config.toml").write_text("[budget]\nmax_tokens = 1000\nmax_cost = 2.5\n")
     async with in_memory_daemon(home) as (client, _):
         default = await start(client, tmp_path, "mock/thinker")
-        assert default["budget"] == {"max_cost": 2.5, "max_tokens": 1000}
+        assert default["budget"] == {"max_cost": 2.5, "max_tokens": 1000, "cost_enforced": False}  # mock: no price
         own = await start(client, tmp_path, "mock/thinker", budget={"max_tokens": 10})
-        assert own["budget"] == {"max_cost": None, "max_tokens": 10}
+        assert own["budget"] == {"max_cost": None, "max_tokens": 10, "cost_enforced": True}
         none = await start(client, tmp_path, "mock/thinker", budget={})  # no limits at all: no budget
         assert none["budget"] is None
 
@@ -245,7 +245,11 @@ async def test_budget_defaults_come_from_config_and_bad_budgets_are_refused(home
             await client.request("session/budget", {"session_id": "ses_nope", "budget": None})
         assert missing.value.code == -32001
         got = (await client.request("session/get", {"session_id": own["session_id"]}))["session"]
-        assert got["budget"] == {"max_cost": None, "max_tokens": 10}  # a refused change changes nothing
+        assert got["budget"] == {
+            "max_cost": None,
+            "max_tokens": 10,
+            "cost_enforced": True,
+        }  # a refused change changes nothing
 
         # A budget of 0 is spent before the first call: no model call, the sentence says so.
         zero = await start(client, tmp_path, "mock/thinker", budget={"max_tokens": 0})
