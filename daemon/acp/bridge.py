@@ -34,7 +34,7 @@ Translation, event by event:
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +149,14 @@ class AcpBridge:
         # ``clientCapabilities.fs``: the file tools read and write through the editor (``files_for``).
         self.fs_reads = False
         self.fs_writes = False
+        self.client_name: str | None = None  # clientInfo.name from initialize
+        # Attached to a listening daemon (``ponder acp --attach``): the file tools use the disk
+        # (PROTOCOL.md "ACP mode"), ``following`` subscribes the connection to a session it opens
+        # or prompts, and once the client has left (``detached``) its open prompts cancel nothing.
+        self.attached = False
+        self.following: Callable[[str], None] | None = None
+        self.unfollowing: Callable[[str], None] | None = None
+        self.detached = False
 
     def attach(self, sessions: SessionManager) -> None:
         self.sessions = sessions
@@ -165,7 +173,7 @@ class AcpBridge:
         await self.connection.notify("session/update", t.SessionNotification(session_id=session_id, update=update))
 
     def files_for(self, session_id: str) -> EditorFiles | None:
-        if not (self.fs_reads or self.fs_writes):
+        if self.attached or not (self.fs_reads or self.fs_writes):
             return None
         return EditorFiles(self.connection, session_id, reads=self.fs_reads, writes=self.fs_writes)
 
@@ -199,6 +207,8 @@ class AcpBridge:
     def open_session(self, row: SessionRow, options: list[t.ConfigOption]) -> None:
         self._open[row.id] = (row.title, msgspec.json.encode(options))
         self._modes[row.id] = row.approval_policy
+        if self.following is not None:
+            self.following(row.id)
 
     def is_open(self, session_id: str) -> bool:
         return session_id in self._open
@@ -206,6 +216,8 @@ class AcpBridge:
     def close_session(self, session_id: str) -> None:
         self._open.pop(session_id, None)
         self._modes.pop(session_id, None)
+        if self.unfollowing is not None and not self.waiting(session_id):
+            self.unfollowing(session_id)
 
     @contextmanager
     def quiet(self, session_id: str) -> Iterator[None]:
@@ -264,6 +276,8 @@ class AcpBridge:
         handled while the prompt is still being admitted then applies to it too."""
         waiter = PromptWaiter(session_id)
         self._prompts.add(waiter)
+        if self.following is not None:  # its turn's events must reach this connection from turn_start on
+            self.following(session_id)
         self._prompt_begun.set()
         self._prompt_begun = anyio.Event()
         return waiter

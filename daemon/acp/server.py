@@ -247,6 +247,7 @@ class AcpServer:
             client.version if client else "",
             params.protocol_version,
         )
+        self.bridge.client_name = client.name if client else None
         fs = (params.client_capabilities or {}).get("fs")
         self.bridge.fs_reads = isinstance(fs, dict) and fs.get("readTextFile") is True
         self.bridge.fs_writes = isinstance(fs, dict) and fs.get("writeTextFile") is True
@@ -429,7 +430,10 @@ class AcpServer:
 
     async def session_close(self, params: t.SessionIdRequest) -> t.Empty:
         await self.sessions.row(params.session_id)  # unknown ids are an error
-        await self.cancel(params.session_id)
+        if self.bridge.attached:  # a shared daemon: only this client's prompts, not another's turn
+            await self.bridge.cancel_turns(params.session_id)
+        else:
+            await self.cancel(params.session_id)
         self.bridge.close_session(params.session_id)
         await self._detach_mcp(params.session_id)
         return t.Empty()
@@ -497,8 +501,9 @@ class AcpServer:
                 message = t.AgentMessageChunk(content=t.TextContent(text=acp_wording(outcome.error.message)))
                 await self.bridge.update(session_id, message)
         except anyio.get_cancelled_exc_class():
-            # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn.
-            if waiter.turn_id is not None:
+            # $/cancel_request (or shutdown): the client stopped waiting, so stop the turn; but a
+            # client that left a shared daemon cancels nothing (PROTOCOL.md "Transports").
+            if waiter.turn_id is not None and not self.bridge.detached:
                 with anyio.CancelScope(shield=True):
                     await self.bridge.cancel_turns(session_id, [waiter.turn_id])
             raise

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
+    from anyio.streams.memory import MemoryObjectSendStream
+
     from daemon.config.settings import Config
-    from daemon.server.listen import Listener
+    from daemon.jsonrpc.framing import Outgoing
+    from daemon.server.listen import Clients, DialectServer, Drop, FirstAgain, Incoming, Listener
+    from daemon.server.rpc_bridge import TransportKind
 
 
 def run_listening(args: argparse.Namespace, backend: str) -> int:
@@ -54,11 +58,25 @@ def run_listening(args: argparse.Namespace, backend: str) -> int:
         print(f"ponder: listening on {shown()}", file=sys.stderr, flush=True)
 
     try:
-        anyio.run(lambda: serve_listening(config, listener, on_ready=ready), backend=backend)
+        dialects: dict[str, DialectServer] = {"acp": _serve_acp}
+        anyio.run(lambda: serve_listening(config, listener, on_ready=ready, dialects=dialects), backend=backend)
     except OSError as exc:  # the bind itself failed (address in use...)
         print(f"ponder serve: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return 0
+
+
+async def _serve_acp(
+    clients: Clients,
+    kind: TransportKind,
+    incoming: FirstAgain | Incoming,
+    outgoing: MemoryObjectSendStream[Outgoing],
+    drop: Drop,
+) -> None:
+    """A connection that chose ACP (``ponder acp --attach``); the ACP adapter loads with the first one."""
+    from daemon.acp.attached import serve_attached_acp
+
+    await serve_attached_acp(clients, kind, incoming, outgoing, drop)
 
 
 def build_listener(args: argparse.Namespace, config: Config) -> tuple[Listener, Callable[[], str]]:

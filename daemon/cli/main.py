@@ -1,5 +1,5 @@
 """The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
-``compact``, ``models``.
+``compact``, ``models``, ``store`` (status, copy: the store itself, no daemon).
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
@@ -68,6 +68,8 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
+    from daemon.cli.attach import add_attach_options
+
     parser = argparse.ArgumentParser(prog="ponder", description="An agent daemon for editors, IDEs and scripts.")
     parser.add_argument("--version", action="version", version=f"ponder {__version__}")
     parser.add_argument(
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--new-token", action="store_true", help="replace serve.token in the home before listening")
 
     attach = sub.add_parser("attach", help="bridge stdio to a running daemon (ponder serve --listen)")
-    _attach_options(attach)
+    add_attach_options(attach)
 
     acp = sub.add_parser(
         "acp", help="run the daemon on stdio speaking the Agent Client Protocol (for Zed and other ACP clients)"
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     acp.add_argument(
         "--login", choices=["copilot"], help="sign in (device login) in this terminal and exit: ACP terminal auth"
     )
+    acp.add_argument(
+        "--attach",
+        action="store_true",
+        help="speak ACP through a running daemon (ponder serve --listen) instead of starting one",
+    )
+    add_attach_options(acp)
 
     ask = sub.add_parser("ask", help="ask a question in a session and stream the answer")
     ask.add_argument("prompt", nargs="?", help="the prompt (default: read from stdin)")
@@ -195,11 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
     mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
+    store = sub.add_parser("store", help="the session store: which one and its schema; copy sessions to PostgreSQL")
+    store_commands = store.add_subparsers(dest="store_command", metavar="{status,copy}", required=True)
+    status = store_commands.add_parser("status", help="which store is in use, its schema version, its sessions")
+    status.add_argument("--json", action="store_true", help="print it as JSON")
+    copy = store_commands.add_parser(
+        "copy", help="copy the home's SQLite sessions into a PostgreSQL store (again: only what is missing)"
+    )
+    copy.add_argument("--to", required=True, metavar="URL", help="the PostgreSQL store (postgresql://…)")
     return parser
-
-
-def _attach_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default <home>/serve.sock)")
 
 
 class Serve(NamedTuple):
@@ -283,10 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         from daemon.cli.listening import run_listening
 
         return run_listening(args, os.environ.get(BACKEND_ENV, "asyncio"))
-    if args.command == "attach":
+    if args.command == "attach" or (args.command == "acp" and args.attach):
         from daemon.cli.attach import run_attach
 
-        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"))
+        return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"), "acp" if args.command == "acp" else None)
+    if args.command == "acp" and (args.socket or args.url or args.token_file):
+        build_parser().error("--socket, --url and --token-file go with ponder acp --attach")
+    if args.command == "store":
+        from daemon.cli.store import run_store
+
+        return run_store(args)
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:

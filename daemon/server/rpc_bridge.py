@@ -8,6 +8,12 @@ they subscribed to (``session/subscribe``, or a method that subscribes the calle
 encoded once and queued to each without waiting: a peer whose bounded queue is full is dropped
 with a reason, so one client that stops reading never stalls the others or the turn.
 
+A peer may speak another dialect on the same core (ACP, through ``ponder acp --attach``): its
+events are handed, unencoded, to its own ``DialectClient`` (the dialect's bridge) through a
+bounded queue that a task of its connection drains (so its translation never holds up the turn
+or the others; a full queue drops it like a ponder peer), and its permission requests are asked
+through that bridge, in the same first-answer-wins race.
+
 Every event also goes into its session's ring (``daemon.server.ring``), from which a subscriber
 catches up after a reconnect. A permission request goes to every following controller that
 takes them; the first answer wins, the others' later answers get ``already_resolved``
@@ -19,11 +25,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
 
+from daemon.errors import PonderError
 from daemon.jsonrpc.connection import ClientRequestError, Connection, encode_notification, encode_request
 from daemon.server.ring import Catchup, EventRing
 from daemon.sessions.bridge import PermissionAnswer
@@ -39,6 +47,18 @@ log = logging.getLogger("ponder.clients")
 MAX_RINGS = 256  # sessions whose recent events are kept (the least recently active are let go)
 Role = Literal["controller", "observer"]
 TransportKind = Literal["stdio", "unix", "websocket"]
+
+
+class DialectClient(Protocol):
+    """A connection in another dialect (ACP): its bridge translates the events, asks for approval."""
+
+    client_name: str | None
+
+    async def emit(self, event: "ev.BaseEvent") -> None: ...
+
+    async def session_updated(self, session: Session) -> None: ...
+
+    async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer: ...
 
 
 @dataclass(eq=False)
@@ -58,6 +78,13 @@ class Peer:
     gone: bool = False
     # ``shutdown`` on a listening daemon: this connection closes, the daemon stays.
     close_requested: anyio.Event = field(default_factory=anyio.Event)
+    # Another dialect's connection: its bridge, and the queue its connection's task translates from.
+    dialect: DialectClient | None = None
+    relay: MemoryObjectSendStream[Any] | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self.dialect.client_name if self.dialect is not None else self.client_name
 
     def follows(self, session_id: str) -> bool:
         return self.everything or session_id in self.sessions
@@ -78,6 +105,9 @@ class _Ask:
     answer: dict[str, Any] | None = None
     answered_by: Peer | None = None
     changed: anyio.Event = field(default_factory=anyio.Event)
+    # Where the asks through another dialect's bridge run (open while the request waits), and each one's scope.
+    task_group: anyio.abc.TaskGroup | None = None
+    relayed: dict[Peer, anyio.CancelScope] = field(default_factory=dict)
 
     def wake(self) -> None:
         self.changed.set()
@@ -97,8 +127,18 @@ class RpcBridge:
 
     # --- peers ------------------------------------------------------------------------------
 
-    def add_peer(self, connection: Connection, kind: TransportKind, drop: Callable[[str], None] | None = None) -> Peer:
+    def add_peer(
+        self,
+        connection: Connection,
+        kind: TransportKind,
+        drop: Callable[[str], None] | None = None,
+        *,
+        dialect: DialectClient | None = None,
+        relay: MemoryObjectSendStream[Any] | None = None,
+    ) -> Peer:
         peer = Peer(connection, f"c{next(self._ids)}", kind, drop, everything=kind == "stdio")
+        if dialect is not None:
+            peer.dialect, peer.relay, peer.can_ask = dialect, relay, True
         self.peers.append(peer)
         if peer.everything:
             self._everyone.append(peer)
@@ -117,10 +157,19 @@ class RpcBridge:
             self._unfollow(peer, session_id)
         for asks in self._asks.values():
             for ask in asks.values():
-                if peer in ask.asked:
-                    ask.asked.discard(peer)
-                    peer.connection.forget_request(ask.request_id, resolved_elsewhere=False)
-                    ask.wake()
+                self._withdraw(ask, peer)
+        if peer.relay is not None:
+            peer.relay.close()
+
+    def _withdraw(self, ask: "_Ask", peer: Peer) -> None:
+        """``peer`` is no longer asked (it left or unsubscribed): others may still answer."""
+        if peer in ask.asked:
+            ask.asked.discard(peer)
+            peer.connection.forget_request(ask.request_id, resolved_elsewhere=False)
+            scope = ask.relayed.pop(peer, None)
+            if scope is not None:
+                scope.cancel()
+            ask.wake()
 
     def _drop(self, peer: Peer, reason: str) -> None:
         log.warning("dropping connection %s: %s", peer.connection_id, reason)
@@ -139,11 +188,28 @@ class RpcBridge:
 
     def unfollow(self, peer: Peer, session_id: str) -> None:
         self._unfollow(peer, session_id)
-        for ask in self._asks.get(session_id, {}).values():
-            if peer in ask.asked:
-                ask.asked.discard(peer)
-                peer.connection.forget_request(ask.request_id, resolved_elsewhere=False)
-                ask.wake()
+        for ask in list(self._asks.get(session_id, {}).values()):
+            self._withdraw(ask, peer)
+
+    def follow_in_dialect(self, peer: Peer, session_id: str) -> None:
+        """Another dialect's peer follows a session it opened or prompted, and is asked what the
+        session waits for."""
+        assert peer.dialect is not None
+        self.follow(peer, session_id)
+        if peer.asks(session_id):
+            for ask in list(self._asks.get(session_id, {}).values()):
+                if peer not in ask.asked and ask.answer is None:
+                    self._ask_through_dialect(peer, ask)
+
+    def unfollow_in_dialect(self, peer: Peer, session_id: str) -> None:
+        if session_id in peer.sessions:
+            self.unfollow(peer, session_id)
+
+    async def _ask_waiting(self, peer: Peer, session_id: str) -> None:
+        if peer.asks(session_id):
+            for ask in list(self._asks.get(session_id, {}).values()):
+                if peer not in ask.asked and ask.answer is None:
+                    await self._send_ask(peer, ask)
 
     def _unfollow(self, peer: Peer, session_id: str) -> None:
         peer.sessions.discard(session_id)
@@ -192,6 +258,16 @@ class RpcBridge:
         if not peer.connection.queue_nowait(data):
             self._drop(peer, "the client does not read its messages (its outgoing queue is full)")
 
+    def _relay(self, peer: Peer, item: Any) -> None:
+        """Hand an event (or a changed session) to another dialect's peer; a full queue drops it."""
+        assert peer.relay is not None
+        try:
+            peer.relay.send_nowait(item)
+        except anyio.WouldBlock:
+            self._drop(peer, "the client does not read its messages (its queue of events is full)")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # its connection is closing
+
     def emit_nowait(self, event: "ev.BaseEvent") -> bool:
         targets = self._targets(event.session_id)
         if len(targets) == 1 and targets[0].drop is None:  # stdio: one client, waited for
@@ -206,7 +282,12 @@ class RpcBridge:
         data = encode_notification("agent/event", event)
         self._record(event.session_id, event.seq, data)
         for peer in targets:
-            self._queue(peer, data) if peer.drop is not None else peer.connection.queue_nowait(data)
+            if peer.relay is not None:
+                self._relay(peer, event)
+            elif peer.drop is not None:
+                self._queue(peer, data)
+            else:
+                peer.connection.queue_nowait(data)
         return True
 
     async def emit(self, event: "ev.BaseEvent") -> None:
@@ -219,21 +300,29 @@ class RpcBridge:
                 await peer.connection.send_encoded(data)
         self._record(event.session_id, event.seq, data)
         for peer in targets:
-            if peer.drop is not None and not peer.gone:
+            if peer.gone:
+                continue
+            if peer.relay is not None:
+                self._relay(peer, event)
+            elif peer.drop is not None:
                 self._queue(peer, data)
 
-    async def _send_to(self, targets: list[Peer], data: bytes) -> None:
+    async def _send_to(self, targets: list[Peer], data: bytes, relayed: Any = None) -> None:
+        """``data`` to each ponder peer; ``relayed`` (if any) to each peer of another dialect."""
         for peer in list(targets):
             if peer.gone:
                 continue
-            if peer.drop is None:
+            if peer.relay is not None:
+                if relayed is not None:
+                    self._relay(peer, relayed)
+            elif peer.drop is None:
                 await peer.connection.send_encoded(data)
             else:
                 self._queue(peer, data)
 
     async def session_updated(self, session: Session) -> None:
         data = encode_notification("session/updated", {"session": session})
-        await self._send_to(self._targets(session.session_id), data)
+        await self._send_to(self._targets(session.session_id), data, session)
 
     async def broadcast(self, method: str, params: Any) -> None:
         """A notification for every connection (``auth/completed``)."""
@@ -280,10 +369,7 @@ class RpcBridge:
                 elif newly:
                     missed = ring.since(last_seq)
             await self.replay(peer, missed)
-            if peer.asks(session_id):
-                for ask in list(self._asks.get(session_id, {}).values()):
-                    if peer not in ask.asked and ask.answer is None:
-                        await self._send_ask(peer, ask)
+            await self._ask_waiting(peer, session_id)
 
         return then
 
@@ -301,7 +387,16 @@ class RpcBridge:
         before the timeout); on stdio, whether its client takes permission requests."""
         return self.listening or any(peer.can_ask and peer.role == "controller" for peer in self._everyone)
 
+    def _ask_through_dialect(self, peer: Peer, ask: _Ask) -> None:
+        assert ask.task_group is not None
+        ask.asked.add(peer)
+        scope = ask.relayed[peer] = anyio.CancelScope()
+        ask.task_group.start_soon(self._ask_in_dialect, peer, ask, scope)
+
     async def _send_ask(self, peer: Peer, ask: _Ask) -> None:
+        if peer.dialect is not None:
+            self._ask_through_dialect(peer, ask)
+            return
         ask.asked.add(peer)
         peer.connection.expect_answer(ask.request_id, self._answered(ask, peer))
         if peer.drop is None:
@@ -314,25 +409,22 @@ class RpcBridge:
         request_id = f"ponder-permission-{next(self._ask_ids)}"
         ask = _Ask(request_id, params, encode_request(request_id, "permission/request", params))
         self._asks.setdefault(session_id, {})[request_id] = ask
-        deadline = anyio.current_time() + self.approval_timeout_s
+        failure: ClientRequestError | None = None
         try:
-            for peer in list(self._targets(session_id)):
-                if peer.asks(session_id):
-                    await self._send_ask(peer, ask)
-            while ask.answer is None:
-                ask.changed = anyio.Event()
-                if ask.asked:
-                    await ask.changed.wait()
-                    continue
-                if not self.listening:
-                    raise ClientRequestError("No client can answer permission requests.")
-                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                    await ask.changed.wait()
-                if ask.answer is None and not ask.asked and anyio.current_time() >= deadline:
-                    raise ClientRequestError(f"No client able to answer attached within {self.approval_timeout_s:g} s.")
+            async with anyio.create_task_group() as tg:
+                ask.task_group = tg
+                try:
+                    await self._wait_for_answer(ask)
+                except ClientRequestError as exc:  # raised below, not as a task group's exception group
+                    failure = exc
+                tg.cancel_scope.cancel()  # the asks through other dialects still open are withdrawn
+            if failure is not None:
+                raise failure
         except anyio.get_cancelled_exc_class():
             # Withdrawn (the turn was cancelled): the clients asked are told; late answers are ignored.
             for peer in ask.asked:
+                if peer.dialect is not None:
+                    continue  # its ask was cancelled with the task group (the dialect tells its client)
                 peer.connection.forget_request(request_id, resolved_elsewhere=False)
                 if not peer.gone:
                     peer.connection.queue_nowait(
@@ -355,7 +447,38 @@ class RpcBridge:
             raise ClientRequestError(f"The client's answer to permission/request is invalid: {exc}") from None
         from protocol.events import ResolvedBy  # the event types load with the session manager, off the start path
 
-        return PermissionAnswer(result, ResolvedBy(connection_id=winner.connection_id, client_name=winner.client_name))
+        return PermissionAnswer(result, ResolvedBy(connection_id=winner.connection_id, client_name=winner.name))
+
+    async def _wait_for_answer(self, ask: _Ask) -> None:
+        session_id = ask.params.session_id
+        deadline = anyio.current_time() + self.approval_timeout_s
+        for peer in list(self._targets(session_id)):
+            if peer.asks(session_id):
+                await self._send_ask(peer, ask)
+        while ask.answer is None:
+            ask.changed = anyio.Event()
+            if ask.asked:
+                await ask.changed.wait()
+                continue
+            if not self.listening:
+                raise ClientRequestError("No client can answer permission requests.")
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await ask.changed.wait()
+            if ask.answer is None and not ask.asked and anyio.current_time() >= deadline:
+                raise ClientRequestError(f"No client able to answer attached within {self.approval_timeout_s:g} s.")
+
+    async def _ask_in_dialect(self, peer: Peer, ask: _Ask, scope: anyio.CancelScope) -> None:
+        """Ask through a dialect's bridge; its answer enters the race like a ponder client's."""
+        assert peer.dialect is not None
+        answered = self._answered(ask, peer)
+        with scope:
+            try:
+                answer = await peer.dialect.ask_permission(ask.params)
+            except PonderError as exc:  # could not be asked, or answered with an error: as a ponder client's error
+                log.info("connection %s could not answer a permission request: %s", peer.connection_id, exc.message)
+                answered({"error": {"message": exc.message}})
+                return
+            answered({"result": msgspec.to_builtins(answer.result)})
 
     def _answered(self, ask: _Ask, peer: Peer) -> Callable[[dict[str, Any]], None]:
         def answered(message: dict[str, Any]) -> None:
@@ -369,6 +492,9 @@ class RpcBridge:
             for other in ask.asked:
                 if other is not peer:
                     other.connection.forget_request(ask.request_id, resolved_elsewhere=True)
+                    scope = ask.relayed.pop(other, None)
+                    if scope is not None:
+                        scope.cancel()  # the dialect withdraws its question
             ask.wake()
 
         return answered

@@ -180,3 +180,199 @@ def test_listen_mistakes_are_usage_errors(home):
     assert plain_remote.returncode == 2 and "wss://" in plain_remote.stderr
     nonsense = serve("--listen", "tcp://127.0.0.1:1")
     assert nonsense.returncode == 2 and "unix[:PATH]" in nonsense.stderr
+
+
+class _Attached:
+    """A ``ponder attach`` subprocess, driven line by line (its stdout read on a worker thread)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daemon", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+
+    async def send(self, message: dict) -> None:
+        import json
+
+        assert self.process.stdin is not None
+        await anyio.to_thread.run_sync(self.process.stdin.write, (json.dumps(message) + "\n").encode())
+        await anyio.to_thread.run_sync(self.process.stdin.flush)
+
+    async def receive(self) -> dict:
+        import json
+
+        assert self.process.stdout is not None
+        with anyio.fail_after(30):
+            line = await anyio.to_thread.run_sync(self.process.stdout.readline, abandon_on_cancel=True)
+        assert line, (
+            "ponder attach ended early: " + (self.process.stderr.read() if self.process.stderr else b"").decode()
+        )
+        return json.loads(line)
+
+    async def answer(self, request_id: int) -> dict:
+        while True:
+            message = await self.receive()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+
+
+def _attach_once(args: list[str], env: dict[str, str], lines: list[dict]) -> subprocess.CompletedProcess[str]:
+    import json
+
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+async def test_ponder_attach_url_relays_stdio_and_says_why_it_is_refused(home, anyio_backend, tmp_path):
+    import json
+
+    env = {**os.environ, **subprocess_env(home, {"PONDER_ASYNC_BACKEND": anyio_backend})}
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol_version": 1}}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    with listening_daemon(home, "ws://127.0.0.1:0", backend=anyio_backend) as d:
+        url = d.endpoint
+        # The home's token, found by itself; a turn's events come through, and a second client sees them too.
+        attached = _Attached(["attach", "--url", url], env)
+        try:
+            await attached.send({**initialize, "params": {"protocol_version": 1, "client_info": {"name": "relay"}}})
+            assert (await attached.answer(1))["result"]["capabilities"]["transport"]["kind"] == "websocket"
+            await attached.send(
+                {"jsonrpc": "2.0", "id": 2, "method": "session/start", "params": {"model_id": "mock/echo"}}
+            )
+            session_id = (await attached.answer(2))["result"]["session"]["session_id"]
+            async with ws_client(url, read_token(home), role="observer") as watcher:
+                await watcher.request("session/subscribe", {"session_id": session_id})
+                prompt = {"session_id": session_id, "text": "hello over the relay"}
+                await attached.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+                relayed = []
+                while not relayed or relayed[-1].get("type") != "turn_end":
+                    message = await attached.receive()
+                    if message.get("method") == "agent/event":
+                        relayed.append(message["params"])
+                with anyio.fail_after(30):
+                    watched = await watcher.collect_turn(relayed[0]["turn_id"])
+            assert relayed[-1]["stop_reason"] == "end_turn"
+            assert [e["seq"] for e in watched] == [e["seq"] for e in relayed]
+            # The end of stdin: the relay's last request is answered, then it exits 0.
+            await attached.send(ping | {"id": 4})
+            assert attached.process.stdin is not None
+            attached.process.stdin.close()
+            with anyio.fail_after(30):
+                code = await anyio.to_thread.run_sync(attached.process.wait)
+            assert code == 0
+            assert attached.process.stdout is not None
+            rest = [json.loads(line) for line in attached.process.stdout.read().splitlines()]
+            assert {"jsonrpc": "2.0", "id": 4, "result": {}} in rest
+        finally:
+            if attached.process.poll() is None:
+                attached.process.kill()
+            attached.process.wait()
+            for pipe in (attached.process.stdin, attached.process.stdout, attached.process.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+        # From another home (no serve.token there): the token from a file, or from the environment.
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        token_file = tmp_path / "token"
+        token_file.write_text(read_token(home) + "\n")
+        for extra, more_env in (
+            (["--token-file", str(token_file)], {}),
+            ([], {"PONDER_SERVE_TOKEN": read_token(home)}),
+        ):
+            done = await anyio.to_thread.run_sync(
+                _attach_once,
+                ["--home", str(other), "attach", "--url", url, *extra],
+                {**env, **more_env},
+                [initialize, ping],
+            )
+            assert done.returncode == 0, done.stderr
+            answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+            assert answers[2]["result"] == {}
+
+        # Refusals: no token, a wrong one (401), a Host the daemon does not serve (403).
+        none = await anyio.to_thread.run_sync(_attach_once, ["--home", str(other), "attach", "--url", url], env, [ping])
+        assert none.returncode == 1 and "(401)" in none.stderr and "no token was found" in none.stderr, none.stderr
+        assert not none.stdout
+        wrong = await anyio.to_thread.run_sync(
+            _attach_once, ["attach", "--url", url], {**env, "PONDER_SERVE_TOKEN": "guess"}, [ping]
+        )
+        assert wrong.returncode == 1 and "refused the token (401)" in wrong.stderr, wrong.stderr
+        # 127.1 reaches 127.0.0.1, but it is not a Host name the daemon takes for loopback.
+        odd_host = url.replace("127.0.0.1", "127.1")
+        forbidden = await anyio.to_thread.run_sync(_attach_once, ["attach", "--url", odd_host], env, [ping])
+        assert forbidden.returncode == 1 and "refused the connection (403)" in forbidden.stderr, forbidden.stderr
+        assert d.process.poll() is None
+    gone = await anyio.to_thread.run_sync(_attach_once, ["attach", "--url", url], env, [ping])
+    assert gone.returncode == 1 and "cannot reach a daemon" in gone.stderr, gone.stderr
+
+
+async def test_a_websocket_client_that_never_reads_is_dropped_and_the_others_go_on(home, anyio_backend):
+    env = {"PONDER_MOCK_DELAY_MS": "0"}
+    with listening_daemon(home, "ws://127.0.0.1:0", backend=anyio_backend, env=env) as d:
+        token = read_token(home)
+        port = int(d.endpoint.rsplit(":", 1)[1])
+        async with ws_client(d.endpoint, token, name="driver") as driver:
+            session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+            # A real WebSocket client that subscribes, then never reads again: a small receive
+            # buffer, and the library stops reading its socket once a message is waiting.
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.connect(("127.0.0.1", port))
+            stuck = await anyio.to_thread.run_sync(
+                lambda: connect(
+                    d.endpoint, sock=raw, additional_headers={"Authorization": f"Bearer {token}"}, max_queue=1
+                ).__enter__()
+            )
+            try:
+                stuck.send('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}')
+                stuck.send(
+                    '{"jsonrpc":"2.0","id":2,"method":"session/subscribe","params":{"session_id":"' + session_id + '"}}'
+                )
+                await anyio.sleep(0.3)
+                # Each turn echoes 1 MB in 200 deltas (~4 MB on the wire): the loopback socket's
+                # buffers (a few MB) fill within a few turns, the stuck client's queue (4,096
+                # messages) some 20 turns later. The driver reads every turn to its end meanwhile.
+                log_path = home / "logs" / "ponder.log"
+                turns = 0
+                with anyio.fail_after(300):
+                    while "does not read its messages" not in log_path.read_text():
+                        assert turns < 60, "the client that never reads was not dropped"
+                        text = f"{turns} " + ("y" * 5000 + " ") * 200
+                        turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
+                        events = await driver.collect_turn(turn["turn_id"])
+                        assert events[-1]["stop_reason"] == "end_turn"
+                        turns += 1
+                    for _ in range(2):  # and the turns after it go on as before
+                        turn = await driver.request("session/prompt", {"session_id": session_id, "text": "after"})
+                        assert (await driver.collect_turn(turn["turn_id"]))[-1]["stop_reason"] == "end_turn"
+                log = log_path.read_text()
+                assert log.count("does not read its messages") == 2  # dropping it, then its connection closed
+                assert "connection c2 closed: the client does not read its messages" in log
+                # What reached it, then the end of the connection (a close frame, if it got through).
+                from websockets.exceptions import ConnectionClosed
+
+                def drain() -> int:
+                    received = 0
+                    try:
+                        while True:
+                            stuck.recv(timeout=20)
+                            received += 1
+                    except ConnectionClosed:
+                        return received
+
+                received = await anyio.to_thread.run_sync(drain)
+                assert received < turns * 205
+            finally:
+                await anyio.to_thread.run_sync(stuck.close)
+            assert await driver.request("ping") == {}
+        assert d.process.poll() is None
