@@ -328,16 +328,6 @@ class RpcBridge:
         """A notification for every connection (``auth/completed``)."""
         await self._send_to(self.peers, encode_notification(method, params))
 
-    async def replay(self, peer: Peer, events: list[bytes]) -> None:
-        """Queue missed events to one peer, in order (``session/subscribe``)."""
-        for data in events:
-            if peer.gone:
-                return
-            if peer.drop is None:
-                await peer.connection.send_encoded(data)
-            else:
-                self._queue(peer, data)
-
     # --- subscribing ------------------------------------------------------------------------------
 
     def catchup(self, session_id: str, after_seq: int | None) -> tuple[int, Catchup]:
@@ -350,28 +340,53 @@ class RpcBridge:
     def subscribe_then(
         self, peer: Peer, session_id: str, after_seq: int | None, last_seq: int, catchup: Catchup
     ) -> Callable[[], Awaitable[None]]:
-        """What runs right behind the ``session/subscribe`` answer: the peer follows the session
-        from then on, and gets the held events it missed (``after_seq < seq``; also those that
-        arrived since the answer was made, ``seq > last_seq``, which it would otherwise lack), then
-        the requests waiting for an answer if it takes them."""
+        """What runs right behind the ``session/subscribe`` answer: the peer gets the held events it
+        missed (``after_seq < seq``, and those that arrived since the answer was made, ``seq >
+        last_seq``, which it would otherwise lack), then follows the session, then is asked what
+        the session waits for if it takes permission requests."""
 
         async def then() -> None:
             if peer.gone:
                 return
-            newly = self.follow(peer, session_id)
-            ring = self._rings.get(session_id)
-            missed: list[bytes] = []
-            if ring is not None:
-                if catchup == "events":
+            if peer.follows(session_id):
+                # Already following: the live ones after last_seq reached it live.
+                ring = self._rings.get(session_id)
+                if catchup == "events" and ring is not None:
                     assert after_seq is not None
-                    # Already following: the live ones after last_seq reached it live.
-                    missed = ring.since(after_seq) if newly else ring.since_until(after_seq, last_seq)
-                elif newly:
-                    missed = ring.since(last_seq)
-            await self.replay(peer, missed)
+                    for data in ring.since_until(after_seq, last_seq):
+                        await peer.connection.send_encoded(data)
+            elif not await self._catch_up(
+                peer, session_id, after_seq if after_seq is not None and catchup == "events" else last_seq
+            ):
+                return
             await self._ask_waiting(peer, session_id)
 
         return then
+
+    async def _catch_up(self, peer: Peer, session_id: str, after: int) -> bool:
+        """Send ``peer`` the held events after ``after``, waiting for room in its queue (a catch-up
+        may be longer than the queue), then make it follow the session. Events that arrive while
+        it waits join the ring and are sent in the next round; the last look at the ring and the
+        follow happen with no await between them, so nothing is missed and nothing sent twice.
+        False when it was dropped meanwhile, or fell so far behind that the ring let go of events
+        it still lacked (then it is dropped, with that reason: it subscribes again and is told
+        ``snapshot_required``)."""
+        while True:
+            if peer.gone:
+                return False
+            ring = self._rings.get(session_id)
+            if ring is not None and after < ring.floor:
+                self._drop(peer, "it fell behind while catching up (the session's held events moved on)")
+                return False
+            pending = [] if ring is None else ring.since_pairs(after)
+            if not pending:
+                self.follow(peer, session_id)
+                return True
+            for _seq, data in pending:
+                if peer.gone:
+                    return False
+                await peer.connection.send_encoded(data)
+            after = pending[-1][0]
 
     def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
         return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]

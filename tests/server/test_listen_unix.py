@@ -93,6 +93,32 @@ async def test_reconnect_catches_up_without_gap_or_duplicate(home, anyio_backend
             assert answer["replay"] == "none"
 
 
+async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as driver:
+            session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+            seqs = []
+            for i in range(2):  # each echo streams a delta a word: ~2,600 events a turn
+                text = f"{i} " + " ".join(f"w{j}" for j in range(2600))
+                turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
+                with anyio.fail_after(60):
+                    seqs += [e["seq"] for e in await driver.collect_turn(turn["turn_id"])]
+        assert len(seqs) > 4096 + 500, "more events than a connection's queue holds (4,096)"
+        async with unix_client(path, role="observer") as late:
+            answer = await late.request("session/subscribe", {"session_id": session_id, "after_seq": 0})
+            assert answer["replay"] == "events" and answer["last_seq"] == seqs[-1]
+            got = []
+            with anyio.fail_after(60):
+                async with aclosing(late.events()) as events:
+                    async for event in events:
+                        got.append(event["seq"])
+                        if event["seq"] == seqs[-1]:
+                            break
+            assert got == list(range(1, seqs[-1] + 1)), "all of it, in order, no duplicate"
+            assert await late.request("ping") == {}, "still connected: a catch-up waits for room, it is not dropped"
+
+
 async def test_first_answer_wins_and_everyone_hears_how_it_was_resolved(home, anyio_backend, tmp_path):
     path = short_socket_dir() / "s.sock"
     work = tmp_path / "work"
