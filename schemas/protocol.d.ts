@@ -1039,6 +1039,7 @@ export interface SessionResumeResult {
   messages: Message[];
   items: (MessageItem | CompactionItem)[];
   last_seq: number;
+  epoch: string;
 }
 
 /** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
@@ -1089,6 +1090,7 @@ export interface SessionSubscribeMethod {
 export interface SessionSubscribeParams {
   session_id: string;
   after_seq?: number | null;
+  epoch?: string | null;
 }
 
 /** The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
@@ -1097,6 +1099,7 @@ export interface SessionSubscribeResult {
   session: Session;
   thinking: Thinking;
   last_seq: number;
+  epoch: string;
   replay: Replay;
   pending_requests: PermissionRequestParams[];
 }
@@ -1359,6 +1362,7 @@ export interface TransportCapability {
   connection_id: string;
   subscribe: boolean;
   ring_events: number;
+  epoch: string;
   roles: string[];
 }
 

@@ -22,6 +22,7 @@ takes them; the first answer wins, the others' later answers get ``already_resol
 
 import itertools
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class RpcBridge:
         self._followers: dict[str, list[Peer]] = {}  # session -> peers that subscribed to it
         self._everyone: list[Peer] = []  # peers that follow every session (stdio)
         self._rings: OrderedDict[str, EventRing] = OrderedDict()
+        self._let_go: dict[str, int] = {}  # the last seq of each session whose ring was let go
+        # This daemon run's event numbering: the emitter counts each session's events from 1 in
+        # every daemon run, so a seq from another run names other events (PROTOCOL.md notes).
+        self.epoch = os.urandom(8).hex()  # (not secrets: it is not on the start path)
         self._asks: dict[str, dict[str, _Ask]] = {}  # session -> request id -> waiting request
         self._ids = itertools.count(1)
         self._ask_ids = itertools.count(1)
@@ -235,13 +240,16 @@ class RpcBridge:
         ring = self._rings.get(session_id)
         if ring is None:
             ring = self._rings[session_id] = EventRing()
+            self._let_go.pop(session_id, None)  # the new ring knows where it starts (its floor)
             while len(self._rings) > MAX_RINGS:
-                self._rings.popitem(last=False)
+                gone_id, gone = self._rings.popitem(last=False)
+                self._let_go[gone_id] = gone.last_seq
         return ring
 
     def last_seq(self, session_id: str) -> int:
+        """The session's latest event seq in this daemon run (0: none yet)."""
         ring = self._rings.get(session_id)
-        return 0 if ring is None else ring.last_seq
+        return self._let_go.get(session_id, 0) if ring is None else ring.last_seq
 
     def _record(self, session_id: str, seq: int, data: bytes) -> None:
         ring = self._rings.get(session_id)
@@ -330,12 +338,23 @@ class RpcBridge:
 
     # --- subscribing ------------------------------------------------------------------------------
 
-    def catchup(self, session_id: str, after_seq: int | None) -> tuple[int, Catchup]:
-        """(last_seq, what a subscriber that saw everything up to ``after_seq`` gets)."""
+    def catchup(self, session_id: str, after_seq: int | None, epoch: str | None = None) -> tuple[int, Catchup]:
+        """(last_seq, what a subscriber that saw everything up to ``after_seq`` of ``epoch`` gets).
+
+        ``snapshot_required`` also when the seq cannot be of this daemon run: another ``epoch``,
+        or an ``after_seq`` beyond anything this run numbered (a client that saw a daemon before a
+        restart); else nothing would tell it that it holds another run's events."""
         ring = self._rings.get(session_id)
+        last = self.last_seq(session_id)
+        if after_seq is None:
+            return last, "none"
+        if (epoch is not None and epoch != self.epoch) or after_seq > last:
+            return last, "snapshot_required"
+        if after_seq == last:
+            return last, "none"
         if ring is None:
-            return 0, "none"
-        return ring.last_seq, ring.catchup(after_seq)
+            return last, "snapshot_required"  # events it lacks were numbered, and let go
+        return last, ring.catchup(after_seq)
 
     def subscribe_then(
         self, peer: Peer, session_id: str, after_seq: int | None, last_seq: int, catchup: Catchup

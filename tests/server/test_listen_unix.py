@@ -372,3 +372,48 @@ def test_ponder_attach_bridges_stdio_to_the_listening_daemon(home):
         timeout=60,
     )
     assert missing.returncode == 1 and "cannot reach a daemon" in missing.stderr
+
+
+async def test_a_restarted_daemon_never_passes_its_events_off_as_the_old_ones(home, anyio_backend):
+    """Event seqs restart with each daemon run; the epoch says which run a seq counts in, so a
+    client that saw the daemon before a restart is told ``snapshot_required`` instead of being
+    sent (or spared) the wrong events."""
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as client:
+            session_id = (await client.request("session/start", LONG))["session"]["session_id"]
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+            with anyio.fail_after(60):
+                seen = await client.collect_turn(turn["turn_id"])
+            resumed = await client.request("session/resume", {"session_id": session_id})
+            old_epoch, old_seq = resumed["epoch"], seen[-1]["seq"]
+            assert resumed["last_seq"] == old_seq
+            same_run = await client.request(
+                "session/subscribe", {"session_id": session_id, "after_seq": old_seq, "epoch": old_epoch}
+            )
+            assert same_run["replay"] == "none" and same_run["epoch"] == old_epoch
+    # The daemon stopped (SIGTERM); a new one starts on the same home and socket.
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as driver, unix_client(path, role="observer") as back:
+            # Nothing numbered yet in this run: the old seq is beyond anything it knows.
+            fresh = await back.request("session/subscribe", {"session_id": session_id, "after_seq": old_seq})
+            assert fresh["replay"] == "snapshot_required" and fresh["last_seq"] == 0
+            assert fresh["epoch"] != old_epoch
+            await back.request("session/unsubscribe", {"session_id": session_id})
+            # Two turns later this run's seqs have passed the old one: only the epoch can tell them apart.
+            for i in range(2):
+                turn = await driver.request("session/prompt", {"session_id": session_id, "text": f"Think again {i}"})
+                with anyio.fail_after(60):
+                    await driver.collect_turn(turn["turn_id"])
+            later = await back.request(
+                "session/subscribe", {"session_id": session_id, "after_seq": old_seq, "epoch": old_epoch}
+            )
+            assert later["replay"] == "snapshot_required" and later["last_seq"] > old_seq
+            resumed = await back.request("session/resume", {"session_id": session_id})
+            assert resumed["epoch"] == fresh["epoch"] and resumed["last_seq"] == later["last_seq"]
+            assert [m["role"] for m in resumed["messages"]] == ["user", "assistant"] * 3
+            again = await back.request(
+                "session/subscribe",
+                {"session_id": session_id, "after_seq": resumed["last_seq"], "epoch": resumed["epoch"]},
+            )
+            assert again["replay"] == "none"

@@ -133,16 +133,18 @@ class SessionHandlers:
             messages=messages,
             items=history_items(messages, live.compactions),
             last_seq=self.bridge.last_seq(live.row.id),
+            epoch=self.bridge.epoch,
         )
 
     async def session_subscribe(self, params: m.SessionSubscribeParams) -> AnswerThen:
         row = await self.sessions.row(params.session_id)
         # No await from here to the answer; the missed events follow it (``subscribe_then``).
-        last_seq, replay = self.bridge.catchup(row.id, params.after_seq)
+        last_seq, replay = self.bridge.catchup(row.id, params.after_seq, params.epoch)
         result = m.SessionSubscribeResult(
             session=self.sessions.wire_session(row),
             thinking=self.sessions.thinking_for(row),
             last_seq=last_seq,
+            epoch=self.bridge.epoch,
             replay=replay,
             pending_requests=self.bridge.pending_requests(row.id),
         )
