@@ -18,6 +18,7 @@ from protocol.objects import (
     SandboxMechanism,
     SandboxMode,
     Session,
+    SessionListRow,
     Thinking,
 )
 
@@ -289,7 +290,7 @@ class SessionListParams(msgspec.Struct, kw_only=True):
 
 
 class SessionListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    sessions: list[Session]
+    sessions: list[SessionListRow]
     next_cursor: str | None
 
 

@@ -930,8 +930,32 @@ export interface SessionListParams {
 }
 
 export interface SessionListResult {
-  sessions: Session[];
+  sessions: SessionListRow[];
   next_cursor: string | null;
+}
+
+/** A ``session/list`` row: the session, and how this daemon holds it. */
+export interface SessionListRow {
+  session_id: string;
+  title: string | null;
+  cwd: string;
+  model_id: string;
+  thinking_level: RequestedThinkingLevel;
+  approval_policy: ApprovalPolicy;
+  created_at: string;
+  updated_at: string;
+  message_count: number;
+  parent_id: string | null;
+  status: SessionStatus;
+  totals: Usage;
+  cost: Cost | null;
+  context: ContextFill | null;
+  budget: Budget | null;
+  sandbox: SessionSandbox | null;
+  queue: Queue;
+  plan: SessionPlan | null;
+  loaded: boolean;
+  subscribers: number;
 }
 
 /** `session/messages`: its params and result. */

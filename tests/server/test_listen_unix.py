@@ -39,7 +39,11 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
                 with pytest.raises(RpcError) as refused:
                     await watcher.request("session/prompt", {"session_id": session_id, "text": "hi"})
                 assert refused.value.code == -32008 and refused.value.data == {"reason": "observer"}
+                listed = (await watcher.request("session/list", {}))["sessions"]
+                assert [(r["session_id"], r["subscribers"]) for r in listed] == [(session_id, 2)]
                 turn = await editor.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+                [row] = (await watcher.request("session/list", {}))["sessions"]
+                assert row["loaded"] is True and row["status"] == "running"
                 seen_by_editor = []
                 async with aclosing(editor.events(turn["turn_id"])) as events:
                     async for event in events:
@@ -54,6 +58,8 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
         assert [e["seq"] for e in seen_by_editor] == seqs[:5], "both saw the same events"
         # The daemon stays up without clients; a new one finds the session with its reply.
         async with unix_client(path) as later:
+            [row] = (await later.request("session/list", {}))["sessions"]
+            assert row["subscribers"] == 0, "the clients that followed it are gone"
             resumed = await later.request("session/resume", {"session_id": session_id})
             assert [m["role"] for m in resumed["messages"]] == ["user", "assistant"]
             assert resumed["messages"][1]["status"] == "complete"

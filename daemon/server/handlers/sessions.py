@@ -12,6 +12,7 @@ from daemon.server.core import Daemon
 from daemon.server.params import optional
 from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
+from protocol.objects import SessionListRow
 
 if TYPE_CHECKING:
     from daemon.agent.structured import OutputRequest
@@ -161,7 +162,15 @@ class SessionHandlers:
             raise InvalidParams("limit must be between 1 and 1000.", path="$.params.limit")
         rows, cursor = await self.daemon.list_sessions(params.cwd, params.limit, params.cursor)
         # Served without the session manager (``ponder sessions`` never loads it): live status only once built.
-        return m.SessionListResult(sessions=[self.daemon.wire_session(row) for row in rows], next_cursor=cursor)
+        listed = [
+            SessionListRow(
+                **msgspec.structs.asdict(self.daemon.wire_session(row)),
+                loaded=self.daemon.is_loaded(row.id),
+                subscribers=self.bridge.subscribers(row.id),
+            )
+            for row in rows
+        ]
+        return m.SessionListResult(sessions=listed, next_cursor=cursor)
 
     async def session_messages(self, params: m.SessionMessagesParams) -> m.SessionMessagesResult:
         from daemon.context.history import history_items  # with the session manager: off the start path
