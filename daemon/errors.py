@@ -404,6 +404,19 @@ class StoreUnavailable(StoreError):
     sentence naming the cause, never raw bytes from the file."""
 
 
+class LeaseLost(StoreError):
+    """A write of a turn refused by its fence: another daemon took the session's turn lease over
+    (this daemon's lease expired, or its store connection was gone), so this one may not write
+    the session until it takes the lease again."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Another daemon took session {session_id!r} over; this daemon's turn in it stopped and "
+            "wrote nothing more (prompt again to continue there).",
+            session_id=session_id,
+        )
+
+
 class ReplyNotSaved(StoreUnavailable):
     """A turn's messages could not be written; the session keeps them and saves them later."""
 

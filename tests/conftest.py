@@ -38,3 +38,25 @@ def restore_logging():
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One throwaway PostgreSQL server for the whole test run (``tests/support/postgres``); each
+    test makes its own schema. Skips where PostgreSQL cannot be started, except in CI: fails there."""
+    from tests.support.postgres import PostgresUnavailable, ThrowawayPostgres, required
+
+    try:
+        server = ThrowawayPostgres()
+    except (PostgresUnavailable, OSError) as error:
+        if required():
+            pytest.fail(f"PostgreSQL is required here (CI) but could not be started: {error}")
+        pytest.skip(f"PostgreSQL could not be started: {error}")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A PostgreSQL store URL on a schema of this test's own."""
+    return postgres_server.url(postgres_server.new_schema())

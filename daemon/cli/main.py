@@ -1,5 +1,5 @@
 """The ``ponder`` command: ``serve`` (the daemon on stdio), ``acp`` (the same in ACP), ``ask``, ``sessions``,
-``compact``, ``models``.
+``compact``, ``models``, ``store`` (status, copy: the store itself, no daemon).
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
 real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
@@ -203,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = sub.add_parser("mcp", help="start the MCP servers from config.toml and show their status and tools")
     mcp.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
+    store = sub.add_parser("store", help="the session store: which one and its schema; copy sessions to PostgreSQL")
+    store_commands = store.add_subparsers(dest="store_command", metavar="{status,copy}", required=True)
+    status = store_commands.add_parser("status", help="which store is in use, its schema version, its sessions")
+    status.add_argument("--json", action="store_true", help="print it as JSON")
+    copy = store_commands.add_parser(
+        "copy", help="copy the home's SQLite sessions into a PostgreSQL store (again: only what is missing)"
+    )
+    copy.add_argument("--to", required=True, metavar="URL", help="the PostgreSQL store (postgresql://…)")
     return parser
 
 
@@ -293,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_attach(args, os.environ.get(BACKEND_ENV, "asyncio"), "acp" if args.command == "acp" else None)
     if args.command == "acp" and (args.socket or args.url or args.token_file):
         build_parser().error("--socket, --url and --token-file go with ponder acp --attach")
+    if args.command == "store":
+        from daemon.cli.store import run_store
+
+        return run_store(args)
     if args.command in ("serve", "acp"):
         return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
     if daemon is None:

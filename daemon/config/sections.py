@@ -93,6 +93,16 @@ class ServeSection(Section):
     approval_timeout_s: AtLeastZero = 300.0  # how long a permission request waits for a controller to attach
 
 
+class StoreSection(Section):
+    """``[store]``: where the sessions are (PROTOCOL.md "Store backends"): ``url`` a PostgreSQL server
+    (``postgresql://…`` or libpq's key=value form); none, ``sessions.db`` in the home.
+    ``PONDER_STORE_URL`` wins over it."""
+
+    url: str | None = None
+
+    expected = {"url": "a string"}
+
+
 class ToolsSection(Section):
     """``[tools]``: a scan's time limit, and the credential variables commands get anyway."""
 

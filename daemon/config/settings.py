@@ -35,6 +35,7 @@ from daemon.config.sections import (
     ReliabilitySection,
     SandboxSection,
     ServeSection,
+    StoreSection,
     ToolsSection,
     read_section,
 )
@@ -61,8 +62,12 @@ def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[
     return {
         name: value
         for name, value in environ.items()
-        if name in passed or (name not in CREDENTIAL_ENV_VARS and value not in secrets)
+        if name in passed or (name not in CREDENTIAL_ENV_VARS and name not in STORE_ENV_VARS and value not in secrets)
     }
+
+
+# The store's URL may carry a password (and libpq reads one from PGPASSWORD): never a child's.
+STORE_ENV_VARS = ("PONDER_STORE_URL", "PGPASSWORD")
 
 
 # Structs, not dataclasses: making a dataclass compiles its methods at import, a cost paid
@@ -147,6 +152,10 @@ class Config(msgspec.Struct):
     problems: list[str] = field(default_factory=list)
     text: str = ""  # config.toml as read (for the lines of problems found later, e.g. by the catalogue)
 
+    # [store] url or PONDER_STORE_URL: a PostgreSQL store; None, sessions.db in the home. May hold a
+    # password (masked by util.redact wherever text leaves the daemon).
+    store_url: str | None = None
+
     @property
     def db_path(self) -> Path:
         return self.home / "sessions.db"
@@ -204,6 +213,10 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
         reliability.no_progress_timeout_s,
     )
     config.max_event_bytes, config.max_response_bytes = reliability.max_event_bytes, reliability.max_response_bytes
+    store = read_section(raw.get("store"), "store", StoreSection, problems)
+    config.store_url = (env.get("PONDER_STORE_URL") or store.url or "").strip() or None
+    if config.store_url:
+        _remember_url_password(config.store_url)
     tools = read_section(raw.get("tools"), "tools", ToolsSection, problems)
     config.scan_time_limit_s, config.pass_env = tools.scan_time_limit_s, tuple(tools.pass_env)
     config.compaction = _compaction(
@@ -245,6 +258,16 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config.text = text or ""
     config.problems[:] = [with_line(problem, config.text) for problem in config.problems]
     return config
+
+
+def _remember_url_password(url: str) -> None:
+    """Mask the password a store URL carries (``user:PASSWORD@`` or ``password=``) everywhere."""
+    match = re.search(r"://[^/@:]*:([^@/]+)@", url) or re.search(r"(?:^|[\s?&])password=([^\s&]+)", url)
+    if match:
+        from urllib.parse import unquote
+
+        redact.remember(unquote(match.group(1)))
+        redact.remember(match.group(1))
 
 
 _PROBLEM_KEY = re.compile(r"^config\.toml: \[\[?([\w.-]+)\]\]?(?: ([\w-]+))?")

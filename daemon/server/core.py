@@ -296,7 +296,7 @@ async def open_daemon(
     # The sandbox probe (a bwrap run, ~10 ms) overlaps opening the store; it is done before the
     # first request is read, so initialize answers at once and in order.
     sandbox = Sandbox(config.sandbox, config.home, probing=sandbox_probe)
-    store = await AsyncStore.open_or_unavailable(config.db_path)
+    store = await AsyncStore.open_configured(config.db_path, config.store_url)
     daemon = None
     try:
         daemon = Daemon(config, connection, store, bridge, sandbox)

@@ -8,16 +8,14 @@ Neither write touches ``updated_at``: spending is not an edit of the session.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-
 from daemon.errors import SessionNotFound
-from daemon.store.db import Database, json_encode
+from daemon.store.backend import Body, SqlConnection, StoreBackend
+from daemon.store.db import json_encode
 from daemon.store.sessions import _SESSION_COLUMNS, SessionRow, _decode_usage, _session_from_row
 from protocol.objects import Budget, ContextFill, Cost, Usage
 
 
-class AccountQueries(Database):
+class AccountQueries(StoreBackend):
     def record_usage(
         self, session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
     ) -> SessionRow:
@@ -25,18 +23,18 @@ class AccountQueries(Database):
         fill (None keeps the last one); return the row as stored."""
         return self._write(self._record_usage_body(session_id, usage, cost, context))
 
-    @staticmethod
     def _record_usage_body(
-        session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
-    ) -> Callable[[sqlite3.Connection], SessionRow]:
+        self, session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
+    ) -> Body[SessionRow]:
         from daemon.context.budget import add_cost, add_usage  # with the first model call: off the start path
 
-        def body(db: sqlite3.Connection) -> SessionRow:
+        def body(db: SqlConnection) -> SessionRow:
             found = db.execute(
                 "SELECT totals_json, cost_amount, cost_currency FROM sessions WHERE id = ?", (session_id,)
             ).fetchone()
             if found is None:
                 raise SessionNotFound(session_id)
+            self._check_fence(db, session_id)  # a write of the turn
             totals = add_usage(_decode_usage(found[0]), usage)
             stored_cost = None if found[1] is None else Cost(amount=found[1], currency=found[2] or "USD")
             totals_cost = add_cost(stored_cost, cost)
@@ -62,7 +60,7 @@ class AccountQueries(Database):
         """Replace the session's budget with one of its own (None, or a budget without limits: none,
         whatever config.toml's ``[budget]`` says); return the row."""
 
-        def body(db: sqlite3.Connection) -> SessionRow:
+        def body(db: SqlConnection) -> SessionRow:
             row = db.execute(
                 f"UPDATE sessions SET budget_max_cost = ?, budget_max_tokens = ?, budget_own = 1 WHERE id = ? "
                 f"RETURNING {_SESSION_COLUMNS}",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,10 +15,11 @@ import anyio
 
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import StoreClosed, StoreUnavailable
+from daemon.store.backend import Body, StoreStatus
 from daemon.store.batch import Batch
 from daemon.store.compactions import StoredCompaction
 from daemon.store.sessions import SessionRow
-from daemon.store.store import Admission, Store
+from daemon.store.store import Admission, Store, StoreQueries
 from protocol.objects import Budget, Compaction, ContextFill, Cost, SessionPlan, Usage
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class AsyncStore:
     cancellation while waiting for the previous call still takes effect.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreQueries) -> None:
         self.store = store  # the sync store; blocking, so not for use on the event loop
         self._limiter = anyio.CapacityLimiter(1)
         self._closing = False
@@ -55,12 +55,27 @@ class AsyncStore:
         except StoreUnavailable as error:
             return cls(Store.unavailable(path, error.message))
 
+    @classmethod
+    async def open_url(cls, url: str, **options: Any) -> AsyncStore:
+        """The PostgreSQL store at ``url``; one that answers every call with why (and keeps trying to
+        connect) when the server cannot be reached or refuses the login."""
+        from daemon.store import postgres  # psycopg loads only when a PostgreSQL URL is configured
+
+        return cls(await anyio.to_thread.run_sync(functools.partial(postgres.open_store, url, **options)))
+
+    @classmethod
+    async def open_configured(cls, db_path: str | os.PathLike[str], url: str | None) -> AsyncStore:
+        """The store the configuration names: the PostgreSQL store at ``url``, else ``db_path``'s."""
+        if url:
+            return await cls.open_url(url)
+        return await cls.open_or_unavailable(db_path)
+
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:
             raise StoreClosed()
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
 
-    async def _together(self, batch: Batch, body: Callable[[sqlite3.Connection], T]) -> T:
+    async def _together(self, batch: Batch, body: Body[T]) -> T:
         if self._closing:
             raise StoreClosed()
         return await batch.call(body)
@@ -87,7 +102,7 @@ class AsyncStore:
         return await self._call(self.store.create_session, row)
 
     async def get_session(self, session_id: str) -> SessionRow | None:
-        return await self._together(self._reads, functools.partial(Store._fetch_session, session_id=session_id))
+        return await self._together(self._reads, functools.partial(StoreQueries._fetch_session, session_id=session_id))
 
     async def list_sessions(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
@@ -146,7 +161,7 @@ class AsyncStore:
         self, session_id: str, usage: Usage | None, cost: Cost | None, context: ContextFill | None
     ) -> SessionRow:
         # Batched with the writes that arrive with it (the reply's own save, another session's).
-        return await self._together(self._writes, Store._record_usage_body(session_id, usage, cost, context))
+        return await self._together(self._writes, self.store._record_usage_body(session_id, usage, cost, context))
 
     async def set_budget(self, session_id: str, budget: Budget | None) -> SessionRow:
         return await self._call(self.store.set_budget, session_id, budget)
@@ -156,6 +171,9 @@ class AsyncStore:
 
     async def acquire_lease(self, session_id: str, owner: str, ttl_s: float) -> bool:
         return await self._together(self._writes, self.store._acquire_lease_body(session_id, owner, ttl_s))
+
+    async def status(self) -> StoreStatus:
+        return await self._call(self.store.status)
 
     async def lease_holder(self, session_id: str) -> str | None:
         return await self._call(self.store.lease_holder, session_id)

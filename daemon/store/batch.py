@@ -6,7 +6,6 @@ for reads.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ from typing import Any, TypeVar
 import anyio
 
 from daemon.errors import StoreClosed
+from daemon.store.backend import Body
 
 T = TypeVar("T")
 
@@ -21,7 +21,7 @@ T = TypeVar("T")
 class _Pending:
     """One store call waiting in a ``Batch``, and then its outcome."""
 
-    def __init__(self, body: Callable[[sqlite3.Connection], Any]) -> None:
+    def __init__(self, body: Body[Any]) -> None:
         self.body = body
         self.taken = False  # by the store thread: it will run, even if its caller is cancelled
         self.done = False
@@ -44,7 +44,7 @@ class Batch:
 
     def __init__(
         self,
-        run: Callable[[list[Callable[[sqlite3.Connection], Any]]], list[tuple[Any, Exception | None]]],
+        run: Callable[[list[Body[Any]]], list[tuple[Any, Exception | None]]],
         limiter: anyio.CapacityLimiter,
     ) -> None:
         self._run = run
@@ -54,7 +54,7 @@ class Batch:
         self._in_flight: list[_Pending] = []  # the batch on the store thread
         self._flushing = False
 
-    async def call(self, body: Callable[[sqlite3.Connection], T]) -> T:
+    async def call(self, body: Body[T]) -> T:
         """``body``'s result, once the transaction it ran in has committed."""
         call = _Pending(body)
         with self._lock:

@@ -6,12 +6,10 @@ session removes them (ON DELETE CASCADE).
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-
 import msgspec
 
-from daemon.store.db import Database, json_encode
+from daemon.store.backend import Body, SqlConnection, StoreBackend
+from daemon.store.db import json_encode
 from protocol.objects import Compaction, Usage
 
 _COLUMNS = "id, seq, trigger, summary, first_kept_seq, tokens_before, tokens_after, model_id, usage_json, created_at"
@@ -42,12 +40,11 @@ def _from_row(row: tuple[object, ...]) -> StoredCompaction:
     return StoredCompaction(compaction=compaction, usage=usage)
 
 
-class CompactionQueries(Database):
-    def _save_compaction_body(
-        self, session_id: str, compaction: Compaction, usage: Usage | None
-    ) -> Callable[[sqlite3.Connection], Compaction]:
-        def body(db: sqlite3.Connection) -> Compaction:
+class CompactionQueries(StoreBackend):
+    def _save_compaction_body(self, session_id: str, compaction: Compaction, usage: Usage | None) -> Body[Compaction]:
+        def body(db: SqlConnection) -> Compaction:
             self._require_session(db, session_id)
+            self._check_fence(db, session_id)
             created_at = compaction.created_at or self._now()
             db.execute(
                 f"INSERT INTO compactions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -14,16 +14,16 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import msgspec
 
-from daemon.errors import SessionNotFound, StoreClosed, StoreError, StoreUnavailable
-from daemon.store.migrations import check_not_too_new, migrate
-from daemon.util.clock import rfc3339
+from daemon.errors import StoreClosed, StoreError, StoreUnavailable
+from daemon.store.backend import Body, SqlConnection, StoreBackend, StoreStatus
+from daemon.store.migrations import MIGRATIONS, check_not_too_new, migrate, schema_version
+from daemon.store.owners import owner_alive
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ def _store_error(error: sqlite3.Error, *, write: bool) -> StoreError:
 
 
 def _as_store_error(error: Exception) -> Exception:
-    """What ``Store._transaction`` would have raised for ``error`` (a body's own errors pass through)."""
+    """What ``Database._transaction`` would have raised for ``error`` (a body's own errors pass through)."""
     converted: Exception = error
     if isinstance(error, sqlite3.Error):
         converted = _store_error(error, write=True)
@@ -122,11 +122,13 @@ def _restrict_files(path: str) -> None:
             pass  # absent (no WAL yet) or not ours to change
 
 
-class Database:
+class Database(StoreBackend):
     """One SQLite connection and its transactions; the query classes build ``Store`` on it.
 
     Safe to call from any thread (calls are serialized by a lock), but each call blocks.
     """
+
+    backend_name = "sqlite"
 
     def __init__(
         self,
@@ -135,9 +137,8 @@ class Database:
         clock: Callable[[], float] = time.time,
         problem: str | None = None,
     ) -> None:
+        super().__init__(clock)
         self.path = os.fspath(path)
-        self._clock = clock
-        self._lock = threading.RLock()
         self.problem = problem  # why it could not be opened (see ``unavailable``)
         self._db: sqlite3.Connection | None = None
         if problem is not None:
@@ -208,7 +209,7 @@ class Database:
             time.sleep(LOCK_RETRY_DELAY_S * (LOCK_RETRIES - remaining + 1))
         raise AssertionError("unreachable")
 
-    def _transaction(self, body: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+    def _transaction(self, body: Body[T], *, write: bool) -> T:
         def attempt() -> T:
             with self._lock:
                 db = self._db
@@ -235,42 +236,36 @@ class Database:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise _damaged("a stored JSON value is malformed") from error
 
-    def run_together(
-        self, bodies: list[Callable[[sqlite3.Connection], Any]], *, write: bool
-    ) -> list[tuple[Any, Exception | None]]:
-        """Run ``bodies`` in one transaction, each in its own savepoint, and return each one's
-        (result, error): a body that fails rolls back only its own writes, the others commit
-        together. An error of the transaction itself (closed, locked, disk full) raises."""
+    def _as_store_error(self, error: Exception) -> Exception:
+        return _as_store_error(error)
 
-        def body(db: sqlite3.Connection) -> list[tuple[Any, Exception | None]]:
-            outcomes: list[tuple[Any, Exception | None]] = []
-            for item in bodies:
-                db.execute("SAVEPOINT together")
-                try:
-                    outcomes.append((item(db), None))
-                except Exception as error:
-                    db.execute("ROLLBACK TO together")
-                    outcomes.append((None, _as_store_error(error)))
-                db.execute("RELEASE together")
-            return outcomes
+    def _is_unique_violation(self, error: Exception) -> bool:
+        return isinstance(error, sqlite3.IntegrityError)
 
-        return self._transaction(body, write=write)
+    # --- leases: one machine, its clock, its processes ----------------------------------
 
-    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        return self._transaction(body, write=True)
+    def _lease_now(self, db: SqlConnection) -> float:
+        return self._clock()
 
-    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        # A read transaction gives multi-query reads one consistent snapshot.
-        return self._transaction(body, write=False)
+    def _holder_alive(self, db: SqlConnection, session_id: str, owner: str) -> bool:
+        return owner_alive(owner)
 
-    def _now(self) -> str:
-        return rfc3339(self._clock())
+    def _stamp_holder(self, db: SqlConnection, session_id: str) -> None:
+        pass  # the owner string names the process already
 
-    @staticmethod
-    def _require_session(db: sqlite3.Connection, session_id: str) -> None:
-        """The check a write naming a session makes first: ``SessionNotFound`` if it is gone."""
-        if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
-            raise SessionNotFound(session_id)
+    def status(self) -> StoreStatus:
+        def body(db: SqlConnection) -> StoreStatus:
+            version = schema_version(db)  # type: ignore[arg-type]
+            count = int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+            return StoreStatus(
+                backend="sqlite",
+                location=self.path,
+                schema_version=version,
+                schema_latest=len(MIGRATIONS),
+                sessions=count,
+            )
+
+        return self._read(body)
 
     # --- lifetime -----------------------------------------------------------------------
 
@@ -291,9 +286,3 @@ class Database:
     @property
     def closed(self) -> bool:
         return self._db is None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

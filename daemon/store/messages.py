@@ -6,15 +6,15 @@ read and by the next whole save). Owns the mapping between rows and ``ChatMessag
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidLimit, StoreError
-from daemon.store.db import Database, json_encode
+from daemon.store.backend import Body, SqlConnection, StoreBackend
+from daemon.store.db import json_encode
 from protocol.objects import Usage
 
 _MESSAGE_COLUMNS = (
@@ -77,7 +77,9 @@ def _null_if_empty(value: str | None) -> str | None:
 
 
 def _part_from_row(row: tuple[Any, ...]) -> Part:
-    return Part(
+    # Every part of a history passes here (a resume reads tens of thousands). Most have no
+    # media, and a call without ``**`` costs half as much: media are laid over afterwards.
+    part = Part(
         type=row[2],
         text=row[3],
         redacted=bool(row[4]),
@@ -90,8 +92,10 @@ def _part_from_row(row: tuple[Any, ...]) -> Part:
         signature=row[11],
         provider_data=None if row[12] is None else _decode_object(row[12]),
         attachment_id=row[13],
-        **({} if row[14] is None else msgspec.structs.asdict(_decode_media(row[14]))),
     )
+    if row[14] is None:
+        return part
+    return msgspec.structs.replace(part, **msgspec.structs.asdict(_decode_media(row[14])))
 
 
 def _media_json(part: Part) -> str | None:
@@ -145,7 +149,7 @@ def _part_params(message_id: str, parts: Iterable[Part]) -> list[tuple[Any, ...]
     ]
 
 
-class MessageQueries(Database):
+class MessageQueries(StoreBackend):
     def save_message(self, message: ChatMessage) -> ChatMessage:
         """Insert or replace the message with this id (parts included); bump updated_at.
 
@@ -156,12 +160,13 @@ class MessageQueries(Database):
 
         return self._write(self._save_message_body(message))
 
-    def _save_message_body(self, message: ChatMessage) -> Callable[[sqlite3.Connection], ChatMessage]:
+    def _save_message_body(self, message: ChatMessage) -> Body[ChatMessage]:
         attachments = [part for part in message.parts if part.data is not None and part.attachment_id]
         parts = [_normalized_part(part) for part in message.parts]
 
-        def body(db: sqlite3.Connection) -> ChatMessage:
+        def body(db: SqlConnection) -> ChatMessage:
             self._require_session(db, message.session_id)
+            self._check_fence(db, message.session_id)
             now_at = self._now()
             # Stored once by content: the id is the sha256 of the bytes, so a second copy is a no-op.
             db.executemany(
@@ -213,7 +218,9 @@ class MessageQueries(Database):
                         _admission_json(message),
                     ),
                 )
-            except sqlite3.IntegrityError as error:
+            except Exception as error:
+                if not self._is_unique_violation(error):
+                    raise
                 raise StoreError(
                     f"Seq {message.seq} is already used by another message in session {message.session_id!r}."
                 ) from error
@@ -236,14 +243,16 @@ class MessageQueries(Database):
         """
         if limit is not None and limit < 0:
             raise InvalidLimit("limit must not be negative.")
-        # SQLite reads LIMIT -1 as "no limit"; seqs start at 1, so -1 is below all of them.
+        # Seqs start at 1, so -1 is below all of them.
         low = -1 if after_seq is None else after_seq
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
+        params: tuple[Any, ...] = (session_id, low)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (limit,)
 
-        def body(db: sqlite3.Connection) -> list[ChatMessage]:
-            rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (session_id, low, -1 if limit is None else limit),
-            ).fetchall()
+        def body(db: SqlConnection) -> list[ChatMessage]:
+            rows = db.execute(sql, params).fetchall()
             if not rows:
                 return []
             # One query for all parts of the page rather than one per message.
@@ -286,7 +295,7 @@ class MessageQueries(Database):
     def delete_message(self, session_id: str, message_id: str) -> bool:
         """Delete one message with its parts (a queued prompt taken back); False if it was not stored."""
 
-        def body(db: sqlite3.Connection) -> bool:
+        def body(db: SqlConnection) -> bool:
             found = db.execute("DELETE FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id))
             return found.rowcount > 0
 
@@ -297,16 +306,16 @@ class MessageQueries(Database):
     def get_attachment(self, session_id: str, attachment_id: str) -> tuple[str, bytes] | None:
         """(mime_type, bytes) of an attachment that a message of ``session_id`` names, else None."""
 
-        def body(db: sqlite3.Connection) -> tuple[str, bytes] | None:
+        def body(db: SqlConnection) -> tuple[str, bytes] | None:
             row = db.execute(
                 """
                 SELECT a.mime_type, a.data FROM attachments AS a
-                WHERE a.id = ?1 AND EXISTS (
+                WHERE a.id = ? AND EXISTS (
                     SELECT 1 FROM parts AS p JOIN messages AS m ON m.id = p.message_id
-                    WHERE p.attachment_id = ?1 AND m.session_id = ?2
+                    WHERE p.attachment_id = ? AND m.session_id = ?
                 )
                 """,
-                (attachment_id, session_id),
+                (attachment_id, attachment_id, session_id),
             ).fetchone()
             return None if row is None else (row[0], bytes(row[1]))
 
@@ -316,7 +325,7 @@ class MessageQueries(Database):
         """The bytes of these attachments (those that exist), for a request to a provider."""
         wanted = list(dict.fromkeys(attachment_ids))
 
-        def body(db: sqlite3.Connection) -> dict[str, bytes]:
+        def body(db: SqlConnection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
             for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
                 chunk = wanted[start : start + 500]
@@ -330,7 +339,7 @@ class MessageQueries(Database):
     def mark_image_omitted(self, message_id: str, position: int, reason: str) -> None:
         """Mark a stored image part as sent only as a note from now on (a provider refused it)."""
 
-        def body(db: sqlite3.Connection) -> None:
+        def body(db: SqlConnection) -> None:
             row = db.execute(
                 "SELECT media_json FROM parts WHERE message_id = ? AND position = ? AND type = 'image'",
                 (message_id, position),
@@ -375,11 +384,12 @@ class MessageQueries(Database):
         *,
         keep_text: frozenset[int] = frozenset(),
         final: ChatMessage | None = None,
-    ) -> Callable[[sqlite3.Connection], None]:
-        def body(db: sqlite3.Connection) -> None:
+    ) -> Body[None]:
+        def body(db: SqlConnection) -> None:
             found = db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if found is None:
                 raise StoreError(f"Message {message_id!r} must be saved before text is appended to it.")
+            self._check_fence(db, found[0])
             for position, part in parts.items():
                 row = _part_params(message_id, [_normalized_part(part)])[0]
                 if position in keep_text:
@@ -413,8 +423,10 @@ class MessageQueries(Database):
                     "INSERT INTO part_appends (message_id, position, text) VALUES (?, ?, ?)",
                     [(message_id, position, text) for position, text in texts.items()],
                 )
-            except sqlite3.IntegrityError as error:
-                raise StoreError(f"Message {message_id!r} has no part to append text to: {error}") from error
+            except Exception as error:
+                if not self._is_unique_violation(error):
+                    raise
+                raise StoreError(f"Message {message_id!r} has no part to append text to.") from error
             if final is not None:
                 db.execute(
                     "UPDATE messages SET status = ?, stop_reason = ?, usage_json = ? WHERE id = ?",
@@ -431,7 +443,7 @@ class MessageQueries(Database):
 
     @staticmethod
     def _add_appended_text(
-        db: sqlite3.Connection, parts: dict[str, list[Part]], session_id: str, low: int, high: int
+        db: SqlConnection, parts: dict[str, list[Part]], session_id: str, low: int, high: int
     ) -> None:
         """Fold the text of incremental checkpoints (a reply cut off mid-stream) into ``parts``."""
         appended: dict[tuple[str, int], list[str]] = {}

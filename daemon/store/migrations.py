@@ -279,6 +279,22 @@ def m010_session_plan(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN plan_json TEXT")
 
 
+@migration
+def m011_lease_epochs(db: sqlite3.Connection) -> None:
+    # Fencing (PROTOCOL "Store backends"): each lease carries the epoch it was taken at, and each
+    # session counts its takings (never reset while it exists, so a stale holder's epoch never
+    # comes back). Every write of a turn checks the lease still has its owner and epoch.
+    db.execute("ALTER TABLE turn_leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0")
+    db.execute(
+        """
+        CREATE TABLE lease_epochs (
+            session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            epoch      INTEGER NOT NULL
+        )
+        """
+    )
+
+
 def schema_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -6,13 +6,13 @@ history), and the record of model and thinking changes (``SessionChange``).
 from __future__ import annotations
 
 import base64
-import sqlite3
 from typing import Any
 
 import msgspec
 
 from daemon.errors import InvalidCursor, InvalidLimit, MessageNotInSession, SessionNotFound, StoreError
-from daemon.store.db import Database, json_encode
+from daemon.store.backend import SqlConnection, StoreBackend
+from daemon.store.db import json_encode
 from daemon.store.messages import PART_COLUMNS
 from daemon.util.clock import new_id
 from protocol.objects import ApprovalPolicy, Budget, ContextFill, Cost, Session, SessionPlan, Usage
@@ -144,13 +144,13 @@ def _session_from_row(row: tuple[Any, ...]) -> SessionRow:
     )
 
 
-class SessionQueries(Database):
+class SessionQueries(StoreBackend):
     @staticmethod
-    def _fetch_session(db: sqlite3.Connection, session_id: str) -> SessionRow | None:
+    def _fetch_session(db: SqlConnection, session_id: str) -> SessionRow | None:
         row = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return None if row is None else _session_from_row(row)
 
-    def _insert_session(self, db: sqlite3.Connection, row: SessionRow) -> SessionRow:
+    def _insert_session(self, db: SqlConnection, row: SessionRow) -> SessionRow:
         now = self._now()
         created_at = row.created_at or now
         try:
@@ -186,8 +186,10 @@ class SessionQueries(Database):
                     None if row.plan is None else json_encode(row.plan).decode(),
                 ),
             ).fetchone()
-        except sqlite3.IntegrityError as error:
-            raise StoreError(f"Session id {row.id!r} is already taken: {error}") from error
+        except Exception as error:
+            if not self._is_unique_violation(error):
+                raise
+            raise StoreError(f"Session id {row.id!r} is already taken.") from error
         return _session_from_row(inserted)
 
     # --- sessions -----------------------------------------------------------------------
@@ -243,7 +245,7 @@ class SessionQueries(Database):
         fields.setdefault("updated_at", self._now())
         assignments = ", ".join(f"{name} = ?" for name in fields)  # names come from the allow-list
 
-        def body(db: sqlite3.Connection) -> SessionRow:
+        def body(db: SqlConnection) -> SessionRow:
             row = db.execute(
                 f"UPDATE sessions SET {assignments} WHERE id = ? RETURNING {_SESSION_COLUMNS}",
                 (*fields.values(), session_id),
@@ -255,9 +257,11 @@ class SessionQueries(Database):
         return self._write(body)
 
     def set_session_plan(self, session_id: str, plan: SessionPlan) -> SessionRow:
-        """Keep ``plan`` as the session's latest (``updated_at`` becomes the plan's)."""
+        """Keep ``plan`` as the session's latest (``updated_at`` becomes the plan's); a write of the
+        turn, fenced by its lease."""
 
-        def body(db: sqlite3.Connection) -> SessionRow:
+        def body(db: SqlConnection) -> SessionRow:
+            self._check_fence(db, session_id)
             row = db.execute(
                 f"UPDATE sessions SET plan_json = ?, updated_at = ? WHERE id = ? RETURNING {_SESSION_COLUMNS}",
                 (json_encode(plan).decode(), plan.updated_at, session_id),
@@ -272,7 +276,7 @@ class SessionQueries(Database):
         """Delete the session with its messages, parts, changes and lease, and the attachments
         no other session names (a fork shares them); False if absent."""
 
-        def body(db: sqlite3.Connection) -> bool:
+        def body(db: SqlConnection) -> bool:
             named = [
                 row[0]
                 for row in db.execute(
@@ -283,8 +287,8 @@ class SessionQueries(Database):
             ]
             deleted = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
             db.executemany(
-                "DELETE FROM attachments WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM parts WHERE attachment_id = ?1)",
-                [(attachment_id,) for attachment_id in named],
+                "DELETE FROM attachments WHERE id = ? AND NOT EXISTS (SELECT 1 FROM parts WHERE attachment_id = ?)",
+                [(attachment_id, attachment_id) for attachment_id in named],
             )
             return deleted
 
@@ -298,7 +302,7 @@ class SessionQueries(Database):
         records among them (``seq`` up to that message's).
         """
 
-        def body(db: sqlite3.Connection) -> SessionRow:
+        def body(db: SqlConnection) -> SessionRow:
             self._require_session(db, source_id)
             seq_filter, params = "", [source_id]
             if up_to_message_id is not None:
@@ -318,25 +322,25 @@ class SessionQueries(Database):
                 INSERT INTO messages (id, session_id, seq, role, model_id, thinking_requested,
                                       thinking_effective, stop_reason, usage_json, status, created_at,
                                       origin, turn_id)
-                SELECT ?1, ?3, seq, role, model_id, thinking_requested,
+                SELECT ?, ?, seq, role, model_id, thinking_requested,
                        thinking_effective, stop_reason, usage_json, status, created_at,
                        origin, turn_id
-                FROM messages WHERE id = ?2
+                FROM messages WHERE id = ?
                 """,
-                [(new_id, old_id, new_row.id) for new_id, old_id in mapping],
+                [(new_id, new_row.id, old_id) for new_id, old_id in mapping],
             )
             db.executemany(
                 f"""
                 INSERT INTO parts ({PART_COLUMNS})
-                SELECT ?1, position, type, text, redacted, call_id, name, arguments_json,
+                SELECT ?, position, type, text, redacted, call_id, name, arguments_json,
                        is_error, provider, model, signature, provider_data_json, attachment_id, media_json
-                FROM parts WHERE message_id = ?2
+                FROM parts WHERE message_id = ?
                 """,
                 mapping,
             )
             db.executemany(
                 "INSERT INTO part_appends (message_id, position, text) "
-                "SELECT ?1, position, text FROM part_appends WHERE message_id = ?2 ORDER BY id",
+                "SELECT ?, position, text FROM part_appends WHERE message_id = ? ORDER BY id",
                 mapping,
             )
             # Compaction records within the copied range go along (fresh ids, same seqs).
@@ -362,7 +366,7 @@ class SessionQueries(Database):
     def record_change(self, session_id: str, kind: str, value: str | None) -> None:
         """Remember a model or thinking change (``kind`` "model" / "thinking") with its time."""
 
-        def body(db: sqlite3.Connection) -> None:
+        def body(db: SqlConnection) -> None:
             self._require_session(db, session_id)
             db.execute(
                 "INSERT INTO session_changes (session_id, kind, value, at) VALUES (?, ?, ?, ?)",

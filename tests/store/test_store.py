@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from daemon.errors import (
     InvalidCursor,
     InvalidLimit,
     InvalidParams,
+    LeaseLost,
     MessageNotInSession,
     SessionNotFound,
     StoreUnavailable,
@@ -25,7 +27,9 @@ from daemon.jsonrpc.client import RpcError
 from daemon.jsonrpc.connection import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
 from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
-from protocol.objects import Usage
+from daemon.store.store import StoreQueries
+from protocol.objects import SessionPlan, Usage
+from tests.store.conftest import FakeClock
 from tests.support.acp_harness import acp_daemon
 from tests.support.harness import in_memory_daemon
 
@@ -36,32 +40,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TRICKY = "思考中…🙂👩🏽‍💻 e\u0301 עברית \u2028line\u2029 tab\t crlf\r\n nul\x00 end"
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: float = 1.0) -> float:
-        self.now += seconds
-        return self.now
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "home" / "sessions.db"
-
-
-@pytest.fixture
-def store(db_path: Path, clock: FakeClock):
+def sqlite_store(db_path: Path, clock: FakeClock):
+    """For the tests of what only SQLite has (its file, its pragmas, its processes)."""
     with Store(db_path, clock=clock) as opened:
         yield opened
+
+
+def rows(store: StoreQueries, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """``sql``'s rows, read through the store's own connection (either backend)."""
+    return [tuple(row) for row in store._read(lambda db: db.execute(sql, params).fetchall())]
 
 
 def session(session_id: str = "s1", cwd: str = "/work", **fields) -> SessionRow:
@@ -126,7 +114,7 @@ def raw(db_path: Path) -> sqlite3.Connection:
 # --- round trips -------------------------------------------------------------------------
 
 
-def test_message_round_trip_is_exact(store: Store, db_path: Path) -> None:
+def test_message_round_trip_is_exact(store: StoreQueries, db_path: Path) -> None:
     store.create_session(session())
     original = every_part_message()
     assert store.save_message(original) == original
@@ -134,14 +122,15 @@ def test_message_round_trip_is_exact(store: Store, db_path: Path) -> None:
     [loaded] = store.get_messages("s1")
     assert loaded == original
     assert loaded.to_wire() == original.to_wire()
-
+    if store.backend_name != "sqlite":
+        return
     # Byte-exact in the file itself, not only after decoding.
     with raw(db_path) as conn:
         blob = conn.execute("SELECT CAST(text AS BLOB) FROM parts WHERE message_id='m1' AND position=0").fetchone()[0]
     assert blob == TRICKY.encode("utf-8")
 
 
-def test_absent_round_trip_data_is_null_not_empty(store: Store, db_path: Path) -> None:
+def test_absent_round_trip_data_is_null_not_empty(store: StoreQueries) -> None:
     store.create_session(session())
     message = text_message("m1", 1)
     message.parts = [
@@ -152,20 +141,19 @@ def test_absent_round_trip_data_is_null_not_empty(store: Store, db_path: Path) -
     stored = store.save_message(message)
     assert [p.signature for p in stored.parts] == [None, None, None]
 
-    with raw(db_path) as conn:
-        rows = conn.execute(
-            "SELECT signature, provider, model, provider_data_json, arguments_json FROM parts ORDER BY position"
-        ).fetchall()
-        assert rows == [(None,) * 5] * 3
-        assert conn.execute("SELECT count(*) FROM parts WHERE signature = '' OR provider = ''").fetchone() == (0,)
-        # The schema refuses '' even from a writer that skips the store.
-        with pytest.raises(sqlite3.IntegrityError):
-            conn.execute("UPDATE parts SET signature = '' WHERE position = 0")
+    stored_rows = rows(
+        store, "SELECT signature, provider, model, provider_data_json, arguments_json FROM parts ORDER BY position"
+    )
+    assert stored_rows == [(None,) * 5] * 3
+    assert rows(store, "SELECT count(*) FROM parts WHERE signature = '' OR provider = ''") == [(0,)]
+    # The schema refuses '' even from a writer that skips the queries.
+    with pytest.raises(StoreError):
+        store._write(lambda db: db.execute("UPDATE parts SET signature = '' WHERE position = 0"))
 
     assert [p.signature for p in store.get_messages("s1")[0].parts] == [None, None, None]
 
 
-def test_checkpoint_then_final_save_leaves_one_message(store: Store, clock: FakeClock) -> None:
+def test_checkpoint_then_final_save_leaves_one_message(store: StoreQueries, clock: FakeClock) -> None:
     store.create_session(session())
     checkpoint = text_message("m1", 1)
     checkpoint.role = "assistant"
@@ -187,7 +175,7 @@ def test_checkpoint_then_final_save_leaves_one_message(store: Store, clock: Fake
     assert row.updated_at > row.created_at
 
 
-def test_save_message_errors(store: Store) -> None:
+def test_save_message_errors(store: StoreQueries) -> None:
     with pytest.raises(SessionNotFound):
         store.save_message(text_message("m1", 1, session_id="nope"))
     store.create_session(session("s1"))
@@ -204,7 +192,7 @@ def test_save_message_errors(store: Store) -> None:
 # --- sessions ----------------------------------------------------------------------------
 
 
-def test_create_get_update_session(store: Store, clock: FakeClock) -> None:
+def test_create_get_update_session(store: StoreQueries, clock: FakeClock) -> None:
     created = store.create_session(session(title="first", system_prompt="be brief"))
     assert created.created_at == created.updated_at == "2023-11-14T22:13:20.000000Z"
     assert store.get_session("s1") == created
@@ -228,7 +216,7 @@ def test_create_get_update_session(store: Store, clock: FakeClock) -> None:
     assert (wire.session_id, wire.status, wire.message_count, wire.approval_policy) == ("s1", "running", 0, "auto")
 
 
-def test_list_sessions_pages_newest_first(store: Store, clock: FakeClock) -> None:
+def test_list_sessions_pages_newest_first(store: StoreQueries, clock: FakeClock) -> None:
     expected = []
     for i in range(23):
         if i % 3:  # every third pair shares an updated_at: the id breaks the tie
@@ -266,7 +254,7 @@ def test_list_sessions_pages_newest_first(store: Store, clock: FakeClock) -> Non
         store.list_sessions(limit=0)
 
 
-def test_message_paging(store: Store) -> None:
+def test_message_paging(store: StoreQueries) -> None:
     store.create_session(session())
     for seq in range(1, 11):
         store.save_message(text_message(f"m{seq}", seq, text=f"#{seq}"))
@@ -281,7 +269,7 @@ def test_message_paging(store: Store) -> None:
     assert store.get_messages("unknown") == []
 
 
-def test_fork_whole_and_up_to_a_message(store: Store) -> None:
+def test_fork_whole_and_up_to_a_message(store: StoreQueries) -> None:
     store.create_session(session("src", title="origin"))
     store.save_message(text_message("u1", 1, session_id="src"))
     store.save_message(every_part_message("a1", session_id="src", seq=2))
@@ -317,7 +305,7 @@ def test_fork_whole_and_up_to_a_message(store: Store) -> None:
     assert store.get_session("f3") is None  # a failed fork leaves nothing behind
 
 
-def test_delete_cascades(store: Store, db_path: Path) -> None:
+def test_delete_cascades(store: StoreQueries) -> None:
     store.create_session(session("s1"))
     store.create_session(session("keep"))
     store.save_message(every_part_message("m1", session_id="s1"))
@@ -329,17 +317,16 @@ def test_delete_cascades(store: Store, db_path: Path) -> None:
     assert store.delete_session("s1") is True
     assert store.delete_session("s1") is False
     assert store.get_session("s1") is None
-    with raw(db_path) as conn:
-        for table in ("messages", "session_changes", "turn_leases"):
-            assert conn.execute(f"SELECT count(*) FROM {table} WHERE session_id = 's1'").fetchone() == (0,)
-        assert conn.execute("SELECT count(*) FROM parts WHERE message_id = 'm1'").fetchone() == (0,)
+    for table in ("messages", "session_changes", "turn_leases", "lease_epochs"):
+        assert rows(store, f"SELECT count(*) FROM {table} WHERE session_id = 's1'") == [(0,)]
+    assert rows(store, "SELECT count(*) FROM parts WHERE message_id = 'm1'") == [(0,)]
     assert len(store.get_messages("keep")[0].parts) == 6
     # The fork keeps its history and still names its (deleted) origin.
     assert store.get_session("child") == fork
     assert len(store.get_messages("child")) == 1
 
 
-def test_record_change(store: Store, clock: FakeClock) -> None:
+def test_record_change(store: StoreQueries, clock: FakeClock) -> None:
     store.create_session(session())
     store.record_change("s1", "model", "openai/gpt-5.2")
     clock.tick()
@@ -374,8 +361,8 @@ def test_existing_loose_file_is_tightened(db_path: Path) -> None:
     assert stat.S_IMODE(os.stat(db_path).st_mode) == 0o600
 
 
-def test_pragmas(store: Store, db_path: Path) -> None:
-    db = store._db
+def test_pragmas(sqlite_store: Store, db_path: Path) -> None:
+    db = sqlite_store._db
     assert db is not None
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert db.execute("PRAGMA foreign_keys").fetchone() == (1,)
@@ -546,8 +533,8 @@ def test_unusable_path_is_a_store_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_write_waits_for_another_process_holding_the_lock(store: Store, db_path: Path) -> None:
-    store.create_session(session())
+def test_write_waits_for_another_process_holding_the_lock(sqlite_store: Store, db_path: Path) -> None:
+    sqlite_store.create_session(session())
     holder = spawn(
         textwrap.dedent(
             """
@@ -564,7 +551,7 @@ def test_write_waits_for_another_process_holding_the_lock(store: Store, db_path:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        store.save_message(text_message("m1", 1))  # waits on busy_timeout rather than failing
+        sqlite_store.save_message(text_message("m1", 1))  # waits on busy_timeout rather than failing
         assert holder.wait(timeout=30) == 0
     finally:
         if holder.poll() is None:
@@ -573,14 +560,14 @@ def test_write_waits_for_another_process_holding_the_lock(store: Store, db_path:
         for stream in (holder.stdin, holder.stdout):
             if stream is not None:
                 stream.close()
-    assert store.get_session("s1").title == "held"  # type: ignore[union-attr]
-    assert len(store.get_messages("s1")) == 1
+    assert sqlite_store.get_session("s1").title == "held"  # type: ignore[union-attr]
+    assert len(sqlite_store.get_messages("s1")) == 1
 
 
 # --- leases ------------------------------------------------------------------------------
 
 
-def test_lease_blocks_a_second_live_owner(store: Store) -> None:
+def test_lease_blocks_a_second_live_owner(store: StoreQueries) -> None:
     store.create_session(session())
     mine, theirs = new_lease_owner(), new_lease_owner()
     assert store.acquire_lease("s1", mine, 30)
@@ -594,7 +581,7 @@ def test_lease_blocks_a_second_live_owner(store: Store) -> None:
         store.acquire_lease("missing", mine, 30)
 
 
-def test_admit_takes_the_lease_and_stores_the_prompt_in_one_transaction(store: Store) -> None:
+def test_admit_takes_the_lease_and_stores_the_prompt_in_one_transaction(store: StoreQueries) -> None:
     # Admission's one store step (Store.admit): the lease, the row and the prompt together.
     store.create_session(session())
     mine, theirs = new_lease_owner(), new_lease_owner()
@@ -622,42 +609,78 @@ def test_admit_takes_the_lease_and_stores_the_prompt_in_one_transaction(store: S
         store.admit(text_message("m5", 1, session_id="missing"), mine, 30, known_count=0)
 
 
-def test_expired_lease_is_taken_over(store: Store, clock: FakeClock) -> None:
-    store.create_session(session())
+def test_fencing_refuses_every_write_of_a_stale_holder(reopen, clock: FakeClock) -> None:
+    """Two daemons on one store: the first's lease expires and the second takes the session over;
+    each write of the first's turn is then refused (``LeaseLost``), the second's go through."""
+    stale, fresh = reopen(clock=clock), reopen(clock=clock)
+    stale.create_session(session())
+    old, new = new_lease_owner(), new_lease_owner()
+    assert stale.admit(text_message("m1", 1), old, 0.3, known_count=0).saved
+    reply = text_message("m2", 2)
+    reply.role = "assistant"
+    stale.save_message(reply)  # still ours
+    first_epoch = stale.lease_epoch("s1")
+    clock.tick(1)  # SQLite's expiry is the store's clock,
+    time.sleep(0.4)  # PostgreSQL's the server's
+    assert fresh.acquire_lease("s1", new, 30)
+    assert fresh.lease_epoch("s1") == first_epoch + 1  # type: ignore[operator]
+    for write in (
+        lambda: stale.save_message(text_message("m3", 3)),
+        lambda: stale.append_to_message("m2", {}, {0: " more"}),
+        lambda: stale.record_usage("s1", Usage(input_tokens=1), None, None),
+        lambda: stale.set_session_plan(
+            "s1", SessionPlan(explanation=None, entries=[], updated_at="2030-01-01T00:00:00.000000Z")
+        ),
+    ):
+        with pytest.raises(LeaseLost, match=r"^Another daemon took session 's1' over"):
+            write()
+    assert [m.message_id for m in fresh.get_messages("s1")] == ["m1", "m2"]
+    assert fresh.get_messages("s1")[1].parts[0].text == "hi"
+    fresh.save_message(text_message("m3", 3, text="the new holder's"))
+    assert not stale.acquire_lease("s1", old, 30)  # held, alive, unexpired
+    # Once the new holder lets go, the old daemon may take the session again, at a new epoch.
+    assert fresh.release_lease("s1", new)
+    assert stale.acquire_lease("s1", old, 30)
+    assert stale.lease_epoch("s1") == first_epoch + 2  # type: ignore[operator]
+    stale.save_message(text_message("m4", 4))
+
+
+def test_expired_lease_is_taken_over(sqlite_store: Store, clock: FakeClock) -> None:
+    sqlite_store.create_session(session())
     first, second = new_lease_owner(), new_lease_owner()
-    assert store.acquire_lease("s1", first, 10)
+    assert sqlite_store.acquire_lease("s1", first, 10)
     clock.tick(9)
-    assert not store.acquire_lease("s1", second, 10)
+    assert not sqlite_store.acquire_lease("s1", second, 10)
     clock.tick(2)
-    assert store.acquire_lease("s1", second, 10)
+    assert sqlite_store.acquire_lease("s1", second, 10)
     # The old owner no longer holds it, and cannot take it back while the new one does.
-    assert not store.release_lease("s1", first)
-    assert not store.acquire_lease("s1", first, 10)
+    assert not sqlite_store.release_lease("s1", first)
+    assert not sqlite_store.acquire_lease("s1", first, 10)
 
 
-def test_lease_of_a_dead_process_is_taken_over(store: Store) -> None:
-    store.create_session(session())
+def test_lease_of_a_dead_process_is_taken_over(sqlite_store: Store) -> None:
+    sqlite_store.create_session(session())
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    assert store.acquire_lease("s1", f"{dead.pid}:cafe", 3600)
-    assert store.acquire_lease("s1", new_lease_owner(), 30)
+    assert sqlite_store.acquire_lease("s1", f"{dead.pid}:cafe", 3600)
+    assert sqlite_store.acquire_lease("s1", new_lease_owner(), 30)
 
     # An owner string we cannot parse is only freed by expiry.
-    store.create_session(session("s2"))
-    assert store.acquire_lease("s2", "not-a-pid", 3600)
-    assert not store.acquire_lease("s2", new_lease_owner(), 30)
+    sqlite_store.create_session(session("s2"))
+    assert sqlite_store.acquire_lease("s2", "not-a-pid", 3600)
+    assert not sqlite_store.acquire_lease("s2", new_lease_owner(), 30)
 
 
-def test_lease_of_a_dead_owner_whose_pid_was_reused_is_taken_over(store: Store) -> None:
-    store.create_session(session())
+def test_lease_of_a_dead_owner_whose_pid_was_reused_is_taken_over(sqlite_store: Store) -> None:
+    sqlite_store.create_session(session())
     me = os.getpid()
     started = process_start_time(me)
     assert started  # Linux: /proc is there
     # Our pid, but another start time: a daemon that died before a container restart.
-    assert store.acquire_lease("s1", f"{me}:{int(started) - 1}:cafe", 3600)
-    assert store.acquire_lease("s1", new_lease_owner(), 30)
+    assert sqlite_store.acquire_lease("s1", f"{me}:{int(started) - 1}:cafe", 3600)
+    assert sqlite_store.acquire_lease("s1", new_lease_owner(), 30)
     # Our pid and our start time: alive, so it stays.
-    assert not store.acquire_lease("s1", f"{me}:{started}:beef", 30)
+    assert not sqlite_store.acquire_lease("s1", f"{me}:{started}:beef", 30)
 
 
 def test_newer_schema_is_refused_before_anything_is_written(db_path: Path) -> None:
@@ -688,8 +711,8 @@ def test_unavailable_store_answers_every_call_with_its_problem(db_path: Path) ->
 
 
 @pytest.mark.anyio
-async def test_async_store_round_trip_and_concurrency(db_path: Path) -> None:
-    async with await AsyncStore.open(db_path) as store:
+async def test_async_store_round_trip_and_concurrency(reopen) -> None:
+    async with AsyncStore(reopen()) as store:
         await store.create_session(session())
         async with anyio.create_task_group() as tg:
             for seq in range(1, 21):
