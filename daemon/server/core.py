@@ -220,6 +220,10 @@ class Daemon:
         if self._mcp is not None:
             await self._mcp.aclose()  # after the turns: no call is left waiting on a server
 
+    def is_loaded(self, session_id: str) -> bool:
+        """Whether the session is live in this daemon (``session/list`` rows say so)."""
+        return self._sessions is not None and self._sessions.is_live(session_id)
+
     def wire_session(self, row: SessionRow) -> Session:
         """A stored session as the wire shows it (its live status when loaded)."""
         if self._sessions is not None:
