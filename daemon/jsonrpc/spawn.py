@@ -4,7 +4,6 @@ commands can start the daemon before they import their own async stack."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 # How the ponder client commands run the daemon: its log goes to the home's logs/ponder.log only,
 # not to the person's terminal.
@@ -38,7 +37,7 @@ def start_daemon(
         stdout=subprocess.PIPE,
         stderr=stderr,
         env={**os.environ, **(env or {})},
-        cwd=str(Path.cwd()),
+        cwd=os.getcwd(),  # os, not pathlib: the client starts its daemon before importing more
         # Its own session: a Ctrl-C at the person's terminal is for the client command, which
         # cancels the turn; the daemon must not get it too (it would shut down mid-cancel).
         start_new_session=True,

@@ -134,10 +134,30 @@ def _use_nonblocking(fd: int) -> bool:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
             return False
+        if stat.S_ISFIFO(mode):
+            _grow_pipe(fd)
         os.set_blocking(fd, False)
     except OSError:
         return False
     return True
+
+
+PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged process (/proc/sys/fs/pipe-max-size)
+
+
+def _grow_pipe(fd: int) -> None:
+    """Give the pipe to the client 1 MiB instead of 64 KiB where Linux allows it: a long
+    history (``session/resume`` of 10,000 messages is ~24 MB) then goes out in a few dozen
+    writes, each a wait for the client to read, instead of hundreds."""
+    if not sys.platform.startswith("linux"):
+        return
+    import fcntl
+
+    try:
+        if fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < PIPE_BYTES:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:
+        pass  # a lower pipe-max-size, or the pipe's memory quota is used up: 64 KiB it is
 
 
 async def _write_nonblocking(fd: int, data: bytes) -> bool:

@@ -18,7 +18,6 @@ with a trivial profile. Anything else: none, and ``reason``/``hint`` say why and
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +85,7 @@ class ProbeRun:
     def __init__(self, daemon_cwd: Path | None = None, path_env: str | None = None) -> None:
         daemon_cwd = Path.cwd() if daemon_cwd is None else daemon_cwd
         path_env = os.environ.get("PATH", os.defpath) if path_env is None else path_env
-        self._system = platform.system()
+        self._system = system_name()
         self._prlimit: Path | None = None
         self._bwrap: Path | None = None
         self._first: _Child | None = None
@@ -132,6 +131,15 @@ class ProbeRun:
         )
 
 
+def system_name() -> str:
+    """What ``platform.system()`` says ("Linux", "Darwin", ...), without importing ``platform``
+    on the daemon's start path (its import compiles nine regular expressions)."""
+    return _SYSTEMS.get(sys.platform, sys.platform)
+
+
+_SYSTEMS = {"linux": "Linux", "darwin": "Darwin"}
+
+
 def find_trusted(name: str, path_env: str, daemon_cwd: Path) -> Path | None:
     """The first executable ``name`` on ``path_env``, skipping relative entries and those
     inside ``daemon_cwd`` (unless that is ``/``, which holds everything); its real path.
@@ -153,7 +161,7 @@ def find_trusted(name: str, path_env: str, daemon_cwd: Path) -> Path | None:
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when it has none (or this is not Linux)."""
-    if platform.system() != "Linux":
+    if system_name() != "Linux":
         return 0
     import ctypes  # only here: most machines never need the Landlock fallback
 
