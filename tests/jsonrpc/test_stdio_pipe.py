@@ -26,7 +26,7 @@ async def test_a_big_message_goes_through_a_grown_pipe_whole_and_in_order():
     reader.start()
     big = b'{"result":"' + b"x" * (3 * PIPE_BYTES) + b'"}'
     try:
-        async with open_stdio(stdin_fd=in_read, stdout_fd=out_write) as (_, outgoing):
+        async with open_stdio(stdin_fd=in_read, stdout_fd=out_write) as (incoming, outgoing):
             await outgoing.send(b'{"n":1}')
             await outgoing.send(big)
             await outgoing.send(b'{"n":2}')
@@ -34,9 +34,11 @@ async def test_a_big_message_goes_through_a_grown_pipe_whole_and_in_order():
                 import fcntl
 
                 assert fcntl.fcntl(out_write, fcntl.F_GETPIPE_SZ) >= PIPE_BYTES
+            os.close(in_write)  # end of input: the stdin thread reads it, closes ``incoming`` and ends
+            async for _ in incoming:
+                pass
     finally:
-        os.close(in_write)  # the reader thread's end of input
-        os.close(out_write)
+        os.close(out_write)  # the client's read ends once the writer has drained
         await anyio.to_thread.run_sync(reader.join, 10)
-        os.close(in_read)
+        os.close(in_read)  # the stdin thread is done with it (``incoming`` ended)
     assert received == [b'{"n":1}\n' + big + b'\n{"n":2}\n']
