@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio
 
@@ -97,6 +97,20 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         if _find(exc, KeyboardInterrupt) is not None:
             return 130
         raise
+
+
+def run_then_exit(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None) -> NoReturn:
+    """``run``, then end the process at once: its output flushed, then ``os._exit``, without the
+    interpreter's teardown of every module the command loaded (a tenth of a second on a busy
+    machine, after the answer is already out). Nothing is left to do by then: the daemon was
+    told to shut down and finishes alone, and no file is open for writing but stdout and stderr."""
+    code = run(args, daemon)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader of stdout went away with output still buffered
+        code = _reader_went_away()
+    os._exit(code)
 
 
 SHUTDOWN_WAIT_S = 5.0

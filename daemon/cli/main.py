@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon = start_daemon(home=args.home, log_level=args.log_level, serve_args=QUIET_SERVE)
     from daemon.cli import commands
 
-    return commands.run(args, daemon)
+    commands.run_then_exit(args, daemon)
 
 
 def run_serve(args: Serve) -> int:
