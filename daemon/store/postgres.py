@@ -148,8 +148,8 @@ def _cause(error: psycopg.Error) -> str:
     return redact.scrub(text)
 
 
-class _BrokenBeforeBegin(Exception):
-    """The connection was found dead before the call's transaction began."""
+class _BrokenBeforeCommit(Exception):
+    """The connection was lost before the call's transaction was sent to commit."""
 
 
 class PostgresDatabase(StoreBackend):
@@ -316,24 +316,29 @@ class PostgresDatabase(StoreBackend):
         with self._lock:
             try:
                 return self._attempt(body, write=write)
-            except _BrokenBeforeBegin:
-                # The connection died while idle (a server restart, a killed backend): nothing of
-                # this call ran, so it runs once more on a new connection.
+            except _BrokenBeforeCommit:
+                # The connection died before the call could commit (idle, a server restart, a
+                # killed backend): the server rolled it back, so it runs once more on a new one.
                 self._db, self.problem = None, None
-                return self._attempt(body, write=write)
+                try:
+                    return self._attempt(body, write=write)
+                except _BrokenBeforeCommit as again:
+                    cause = again.__cause__
+                    assert isinstance(cause, psycopg.Error)
+                    raise self._lost(cause) from None
 
     def _attempt(self, body: Body[T], *, write: bool) -> T:
         connection = self._connection()
         db = _PgConnection(connection)
-        began = False
+        committing = False
         try:
             db.execute("BEGIN")
-            began = True
             if write:
                 # One writer at a time per store, as SQLite's BEGIN IMMEDIATE: the read-then-write
                 # queries (a lease, totals, a seq) keep their meaning across daemons.
                 db.execute("SELECT pg_advisory_xact_lock(?)", (self._write_key,))
             result = body(db)
+            committing = True  # from here a lost connection leaves the outcome unknown: no retry
             db.execute("COMMIT")
             return result
         except BaseException as error:
@@ -342,8 +347,8 @@ class PostgresDatabase(StoreBackend):
                     db.execute("ROLLBACK")
                 except psycopg.Error:
                     pass
-            elif not began and isinstance(error, psycopg.OperationalError):
-                raise _BrokenBeforeBegin() from error
+            elif not committing and isinstance(error, psycopg.OperationalError):
+                raise _BrokenBeforeCommit() from error
             if isinstance(error, Exception):
                 converted = self._converted(error, write=write)
                 if converted is not error:
