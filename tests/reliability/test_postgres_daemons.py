@@ -7,7 +7,6 @@ password in the URL. Each test has a schema of its own on the session's throwawa
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from contextlib import AsyncExitStack, aclosing
@@ -253,12 +252,10 @@ async def test_a_server_gone_mid_turn_and_back_loses_nothing(
         session_id = await start(client, thinking_level="high")
         turn = await client.request("session/prompt", {"session_id": session_id, "text": "keep going"})
         events: list[dict[str, Any]] = []
-        stopped = False
         try:
             with anyio.fail_after(60):
                 await until_thinking(client, turn["turn_id"], events)
                 await anyio.to_thread.run_sync(postgres_server.stop)
-                stopped = True
                 events += await client.collect_turn(turn["turn_id"])
             end = events[-1]
             assert end["stop_reason"] == "error"
