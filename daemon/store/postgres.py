@@ -26,11 +26,13 @@ from typing import Any, Self, TypeVar
 import msgspec
 import psycopg
 import psycopg.errors
+import psycopg.sql
 from psycopg.adapt import Buffer
 from psycopg.types.string import StrDumperUnknown, TextLoader
 
 from daemon.errors import StoreClosed, StoreError, StoreUnavailable
 from daemon.store.backend import Body, SqlConnection, SqlCursor, StoreBackend, StoreStatus
+from daemon.store.changes import StoreChange
 from daemon.store.pg_migrations import PG_MIGRATIONS, pg_migrate, pg_schema_version
 from daemon.store.store import StoreQueries
 from daemon.util import redact
@@ -379,6 +381,9 @@ class PostgresDatabase(StoreBackend):
             (session_id,),
         )
 
+    def change_feed(self) -> PostgresChangeFeed:
+        return PostgresChangeFeed(self)
+
     # --- what it is ----------------------------------------------------------------------------
 
     def status(self) -> StoreStatus:
@@ -406,6 +411,76 @@ class PostgresDatabase(StoreBackend):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+_KINDS = {"I": "updated", "U": "updated", "D": "deleted"}
+
+
+class PostgresChangeFeed:
+    """``LISTEN "ponder.<schema>"`` on a connection of its own; the triggers of ``pg_migrations``
+    notify on commit. The store's own writes (sent from its connection's backend) are left out:
+    the daemon tells its clients of those itself. A cut connection is opened again (not more
+    often than every ``RECONNECT_INTERVAL_S``), then ``resync`` says changes may have been missed."""
+
+    def __init__(self, store: PostgresDatabase) -> None:
+        self._store = store
+        self._db: psycopg.Connection[Any] | None = None
+        self._cut = False  # was connected, lost it: the next connection reports a resync
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self._store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="ponder-listen"
+        )
+        schema = connection.execute("SELECT current_schema()").fetchone()
+        channel = f"ponder.{schema[0] if schema else ''}"
+        connection.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        return connection
+
+    def wait(self, timeout_s: float) -> list[StoreChange]:
+        with self._lock:
+            if self._closed:
+                return []
+            changes: list[StoreChange] = []
+            if self._db is None or self._db.closed:
+                try:
+                    self._db = self._connect()
+                except psycopg.Error:
+                    time.sleep(min(timeout_s, RECONNECT_INTERVAL_S))
+                    return []
+                if self._cut:
+                    self._cut = False
+                    changes.append(StoreChange("resync"))
+            own = self._store.backend_pid
+            try:
+                for notify in self._db.notifies(timeout=timeout_s, stop_after=1):
+                    op, _, session_id = notify.payload.partition(":")
+                    if notify.pid != own and op in _KINDS and session_id:
+                        changes.append(StoreChange(_KINDS[op], session_id))  # type: ignore[arg-type]
+            except psycopg.Error:
+                self._cut = True
+                self._drop()
+            if self._closed:  # closed while this waited
+                self._drop()
+            return changes
+
+    def _drop(self) -> None:
+        connection, self._db = self._db, None
+        if connection is not None:
+            try:
+                connection.close()
+            except psycopg.Error:
+                pass
+
+    def close(self) -> None:
+        """Stop; never waits for a ``wait`` in progress (that one closes the connection as it returns)."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
 
 
 class PostgresStore(StoreQueries, PostgresDatabase):

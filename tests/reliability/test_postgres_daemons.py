@@ -285,3 +285,50 @@ def test_no_store_url_reaches_a_tools_environment() -> None:
 
     env = child_env({"PONDER_STORE_URL": "postgresql://u:p@h/d", "PGPASSWORD": "x", "HOME": "/root"})
     assert env == {"HOME": "/root"}
+
+
+async def next_update(client: RpcClient, session_id: str, check: Any = None, within_s: float = 5.0) -> dict[str, Any]:
+    """The next ``session/updated`` for ``session_id`` (that ``check`` accepts), skipping events."""
+    with anyio.fail_after(within_s):
+        async for method, params in client.notifications:
+            if method == "session/updated" and params["session"]["session_id"] == session_id:
+                if check is None or check(params["session"]):
+                    return dict(params["session"])
+    raise AssertionError("the notifications ended")
+
+
+async def test_another_daemons_changes_reach_this_daemons_subscribers_within_a_second(
+    postgres_url: str, tmp_path: Path, anyio_backend: str
+) -> None:
+    home_a, home_b = homes(tmp_path, 2)
+    env = {"PONDER_STORE_URL": postgres_url}
+    async with (
+        subprocess_daemon(home_a, env=env, backend=anyio_backend) as a,
+        subprocess_daemon(home_b, env=env, backend=anyio_backend) as b,
+    ):
+        session_id = await start(b, model_id="mock/echo", title="before")
+        await a.request("session/resume", {"session_id": session_id})  # A's client follows it
+        latencies = []
+        for title in ("one", "two", "three"):
+            sent = time.monotonic()
+            await b.request("session/rename", {"session_id": session_id, "title": title})
+            seen = await next_update(a, session_id, lambda s, t=title: s["title"] == t)
+            latencies.append(time.monotonic() - sent)
+            assert seen["title"] == title
+        assert max(latencies) < 1.0, latencies
+        # A turn on B: A's subscribers see the messages counted, and A's memory catches up.
+        await prompt_and_collect(b, session_id, "hello from B")
+        seen = await next_update(a, session_id, lambda s: s["message_count"] == 2)
+        assert seen["title"] == "three"
+        resumed = await a.request("session/resume", {"session_id": session_id})
+        assert [m["content"][0]["text"] for m in resumed["messages"]] == ["hello from B", "hello from B"]
+        # A delete on B: A's next request about it answers session_not_found.
+        await b.request("session/delete", {"session_id": session_id})
+        with anyio.fail_after(2):
+            while True:
+                try:
+                    await a.request("session/get", {"session_id": session_id})
+                except RpcError as error:
+                    assert error.code == -32001
+                    break
+                await anyio.sleep(0.05)
