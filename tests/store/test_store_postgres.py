@@ -264,7 +264,8 @@ def test_change_feed_reports_other_stores_commits_and_resyncs_after_a_cut(postgr
         # The feed's connection is cut: it connects again and says changes may have been missed.
         listener = theirs._read(
             lambda db: db.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = 'ponder-listen' AND datname = current_database()"
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE application_name = 'ponder-listen' AND datname = current_database()"
             ).fetchall()
         )
         for (pid,) in listener:
