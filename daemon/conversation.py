@@ -61,6 +61,11 @@ class Part(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     data: bytes | None = None  # in transit only: never stored in the part, never on the wire
 
     def to_block(self) -> Block:
+        # The common kinds first: a resume turns every part of a history into a block.
+        if self.type == "text":
+            return TextBlock(text=self.text)
+        if self.type == "thinking":
+            return ThinkingBlock(text=self.text, redacted=self.redacted)
         if self.type == "image":
             return ImageBlock(
                 attachment_id=self.attachment_id or "",
@@ -76,10 +81,6 @@ class Part(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
             return ResourceBlock(uri=self.uri or "", mime_type=self.mime_type, text=self.text, truncated=self.truncated)
         if self.type == "resource_link":
             return ResourceLinkBlock(uri=self.uri or "", name=self.name or "", mime_type=self.mime_type)
-        if self.type == "text":
-            return TextBlock(text=self.text)
-        if self.type == "thinking":
-            return ThinkingBlock(text=self.text, redacted=self.redacted)
         if self.type == "tool_call":
             return ToolCallBlock(call_id=self.call_id or "", name=self.name or "", arguments=self.arguments or {})
         return ToolResultBlock(call_id=self.call_id or "", is_error=self.is_error, text=self.text)

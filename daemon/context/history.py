@@ -99,6 +99,28 @@ def history_items(messages: Sequence[Message], compactions: Sequence[Compaction]
     A compaction's seq follows the last message that existed when it happened, so it sorts after
     that message (and before the next one, which takes a later seq).
     """
-    items: list[HistoryItem] = [MessageItem(**msgspec.structs.asdict(message)) for message in messages]
+    items: list[HistoryItem] = [_message_item(message) for message in messages]
+    if not compactions:
+        return items  # messages come in seq order
     items += [CompactionItem(**msgspec.structs.asdict(compaction)) for compaction in compactions]
     return sorted(items, key=lambda item: item.seq)
+
+
+def _message_item(message: Message) -> MessageItem:
+    # Field by field: a resume makes one per message, and going through ``asdict`` costs four
+    # times as much (tests/context checks that every field of Message is carried).
+    return MessageItem(
+        message_id=message.message_id,
+        session_id=message.session_id,
+        seq=message.seq,
+        role=message.role,
+        content=message.content,
+        thinking=message.thinking,
+        model_id=message.model_id,
+        thinking_level=message.thinking_level,
+        stop_reason=message.stop_reason,
+        usage=message.usage,
+        status=message.status,
+        created_at=message.created_at,
+        origin=message.origin,
+    )

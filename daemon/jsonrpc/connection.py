@@ -9,6 +9,7 @@ validated params Struct and returning a result Struct, registered with their par
 import itertools
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -194,6 +195,7 @@ class Connection:
         self._unanswered = 0  # requests received whose reply has not been queued yet
         self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
         self._answered.set()
+        self._last_activity = time.monotonic()  # a request received or its reply queued
         self.shutting_down = False
 
     def register(self, method: str, params_type: type[Any], handler: Handler) -> None:
@@ -362,11 +364,20 @@ class Connection:
         if not self._unanswered:
             self._answered = anyio.Event()
         self._unanswered += 1
+        self._last_activity = time.monotonic()
 
     def _reply_queued(self) -> None:
         self._unanswered -= 1
+        self._last_activity = time.monotonic()
         if not self._unanswered:
             self._answered.set()
+
+    def idle_for(self) -> float:
+        """Seconds since a request last arrived or had its reply queued; 0 while one is
+        unanswered or a big message (a long history, a whole reply) is still being written."""
+        if self._unanswered or self._writing_big():
+            return 0.0
+        return time.monotonic() - self._last_activity
 
     async def _handle_and_send(self, message: Any) -> None:
         self._received()

@@ -12,7 +12,7 @@ from daemon.context.history import (
     history_items,
     without_thinking,
 )
-from protocol.objects import Compaction
+from protocol.objects import Compaction, Message, MessageItem, Usage
 from tests.support.chat import Conversation
 
 SUMMARY = "## Goal\nShip the parser fix."
@@ -113,3 +113,25 @@ def test_history_items_interleave_messages_and_compactions_by_seq() -> None:
     assert encoded[0]["kind"] == "message" and encoded[0]["message_id"] == "m1"
     assert encoded[-1]["kind"] == "compaction" and encoded[-1]["summary"] == SUMMARY
     assert history_items([], []) == []
+
+
+def test_a_message_item_carries_every_field_of_its_message() -> None:
+    # history_items builds each MessageItem field by field (a resume makes ten thousand): a
+    # field added to Message and forgotten there would vanish from ``items`` without this.
+    wire = [m.to_wire() for m in conversation().messages]
+    full = msgspec.structs.replace(
+        wire[1],
+        model_id="anthropic/claude-sonnet-4-5",
+        thinking_level="high",
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=10, output_tokens=5),
+        status="interrupted",
+        created_at="2026-11-26T12:00:00Z",
+        origin="steer",
+    )
+    assert set(MessageItem.__struct_fields__) == set(Message.__struct_fields__)
+    for message in (*wire, full):
+        (item,) = history_items([message], [])
+        assert isinstance(item, MessageItem)
+        assert msgspec.structs.asdict(item) == msgspec.structs.asdict(message)
+    assert all(getattr(full, name) is not None for name in Message.__struct_fields__)

@@ -256,3 +256,36 @@ async def test_wait_answered_wakes_when_the_last_reply_is_queued_not_on_a_timer(
             assert waits == ["idle", "timed out", "answered"]
             assert msgspec.json.decode(receive.receive_nowait()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
             tg.cancel_scope.cancel()
+
+
+async def test_idle_for_is_zero_while_a_request_runs_or_a_big_reply_is_unwritten():
+    # What the warm-up waits on (server/handlers/lifecycle.py): it starts only after the client
+    # has been quiet, not beside a request or while a long reply is still going out.
+    send, receive = anyio.create_memory_object_stream[Outgoing](10)
+    incoming_send, incoming = anyio.create_memory_object_stream[bytes](10)
+    connection = Connection(send)
+    release = anyio.Event()
+
+    async def slow(params: dict) -> dict:
+        await release.wait()
+        return {"text": "x" * BIG_MESSAGE}
+
+    connection.register("slow", dict, slow)
+    with send, receive, incoming_send:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.serve, incoming)
+            await anyio.sleep(0.05)
+            assert connection.idle_for() >= 0.05, "nothing asked yet: idle since it was made"
+            await incoming_send.send(b'{"jsonrpc":"2.0","id":1,"method":"slow"}')
+            await anyio.wait_all_tasks_blocked()
+            await anyio.sleep(0.05)
+            assert connection.idle_for() == 0.0, "a request is running"
+            release.set()
+            await anyio.wait_all_tasks_blocked()
+            big, mark = receive.receive_nowait(), receive.receive_nowait()
+            assert len(big) > BIG_MESSAGE and isinstance(mark, Written)
+            await anyio.sleep(0.05)
+            assert connection.idle_for() == 0.0, "its big reply is not written yet"
+            mark.set()  # the writer has written it
+            assert 0.05 <= connection.idle_for() < 5, "quiet since the reply was queued"
+            tg.cancel_scope.cancel()

@@ -15,7 +15,9 @@ from protocol import PROTOCOL_VERSION
 from protocol import methods as m
 from protocol.objects import ApprovalPolicy, ThinkingLevel
 
-WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
+# Quiet time on the connection before the warm-up: well before an editor's first turn, well
+# after a one-shot client's requests.
+WARM_UP_AFTER_S = 0.2
 
 
 class LifecycleHandlers:
@@ -52,7 +54,10 @@ class LifecycleHandlers:
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
                 ),
                 transport=m.TransportCapability(
-                    kind=self.peer.kind, connection_id=self.peer.connection_id, ring_events=RING_EVENTS
+                    kind=self.peer.kind,
+                    connection_id=self.peer.connection_id,
+                    ring_events=RING_EVENTS,
+                    epoch=self.bridge.epoch,
                 ),
             ),
             home=str(self.daemon.config.home),
@@ -61,15 +66,23 @@ class LifecycleHandlers:
 
     async def _warm_up(self) -> None:
         """Load what the first models/list and the first real turn need (the session manager
-        and the agent, the catalogue, httpx and its TLS context, the tools) on a thread shortly
-        after initialize is answered, instead of on those requests.
+        and the agent, the catalogue, httpx and its TLS context, the tools) on a thread once the
+        client has been quiet for a moment after initialize, instead of on those requests.
 
-        After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
-        sessions``) is not slowed by loading, beside its requests, what it never uses. On a
-        daemon thread, not a worker the loop waits for: a client that closes stdin meanwhile
-        must not wait for the warm-up to finish before the process exits.
+        Only once this connection has asked nothing for ``WARM_UP_AFTER_S`` (no request
+        unanswered either): a client that asks and leaves at once (``ponder ask``, ``ponder
+        sessions``) is not slowed by loading, beside its requests, what it never uses, and a
+        request already running (a ``session/resume`` loading its history right after
+        initialize) does not share the interpreter with a thread loading what it does not
+        need. On a daemon thread, not a worker the loop waits for: a client that closes stdin
+        meanwhile must not wait for the warm-up to finish before the process exits.
         """
-        await anyio.sleep(WARM_UP_AFTER_S)
+        connection = self.peer.connection
+        while True:  # a poll, not an event: quiet is the absence of events
+            idle = connection.idle_for()
+            if idle >= WARM_UP_AFTER_S:
+                break
+            await anyio.sleep(WARM_UP_AFTER_S - idle)
 
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
