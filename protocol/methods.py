@@ -18,6 +18,7 @@ from protocol.objects import (
     SandboxMechanism,
     SandboxMode,
     Session,
+    SessionListRow,
     Thinking,
 )
 
@@ -108,6 +109,9 @@ class TransportCapability(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     connection_id: str
     subscribe: bool = True  # session/subscribe, session/unsubscribe, the event ring
     ring_events: int  # how many recent events per session a subscribe can replay
+    # This daemon run's event numbering: seqs restart when a daemon starts, so a seq means
+    # something only with the epoch it came from (session/subscribe ``epoch``).
+    epoch: str
     roles: list[str] = msgspec.field(default_factory=lambda: ["controller", "observer"])
 
 
@@ -234,11 +238,15 @@ class SessionResumeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     messages: list[Message]  # the last one may be an assistant message still being written (``streaming``)
     items: list[HistoryItem]  # messages and compaction records in seq order
     last_seq: int = 0  # the session's latest event seq: subscribe with it as ``after_seq`` to go on live
+    epoch: str  # the daemon run ``last_seq`` counts in: subscribe with it as ``epoch``
 
 
 class SessionSubscribeParams(msgspec.Struct, kw_only=True):
     session_id: str
     after_seq: Int64 | None = None
+    # The epoch ``after_seq`` was counted in (from session/subscribe, session/resume or initialize);
+    # another daemon run's is answered ``snapshot_required``.
+    epoch: str | None = None
 
 
 Replay = Literal["events", "snapshot_required", "none"]
@@ -251,6 +259,7 @@ class SessionSubscribeResult(msgspec.Struct, kw_only=True, forbid_unknown_fields
     session: Session
     thinking: Thinking
     last_seq: int
+    epoch: str  # this daemon run's event numbering (``last_seq`` and the events' seqs count in it)
     replay: Replay
     pending_requests: list["PermissionRequestParams"]
 
@@ -281,7 +290,7 @@ class SessionListParams(msgspec.Struct, kw_only=True):
 
 
 class SessionListResult(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    sessions: list[Session]
+    sessions: list[SessionListRow]
     next_cursor: str | None
 
 

@@ -232,6 +232,13 @@ class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     plan: SessionPlan | None = None  # null before the first update_plan
 
 
+class SessionListRow(Session, kw_only=True, forbid_unknown_fields=True):
+    """A ``session/list`` row: the session, and how this daemon holds it."""
+
+    loaded: bool  # live in this daemon (in memory: a turn runs, or ran lately)
+    subscribers: int  # connections that follow it here (on stdio: the one client)
+
+
 class TextBlock(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False, tag_field="type", tag="text"):
     text: str
 

@@ -930,8 +930,32 @@ export interface SessionListParams {
 }
 
 export interface SessionListResult {
-  sessions: Session[];
+  sessions: SessionListRow[];
   next_cursor: string | null;
+}
+
+/** A ``session/list`` row: the session, and how this daemon holds it. */
+export interface SessionListRow {
+  session_id: string;
+  title: string | null;
+  cwd: string;
+  model_id: string;
+  thinking_level: RequestedThinkingLevel;
+  approval_policy: ApprovalPolicy;
+  created_at: string;
+  updated_at: string;
+  message_count: number;
+  parent_id: string | null;
+  status: SessionStatus;
+  totals: Usage;
+  cost: Cost | null;
+  context: ContextFill | null;
+  budget: Budget | null;
+  sandbox: SessionSandbox | null;
+  queue: Queue;
+  plan: SessionPlan | null;
+  loaded: boolean;
+  subscribers: number;
 }
 
 /** `session/messages`: its params and result. */
@@ -1039,6 +1063,7 @@ export interface SessionResumeResult {
   messages: Message[];
   items: (MessageItem | CompactionItem)[];
   last_seq: number;
+  epoch: string;
 }
 
 /** What confines the session's ``run_command`` (PROTOCOL.md "Sandbox").
@@ -1089,6 +1114,7 @@ export interface SessionSubscribeMethod {
 export interface SessionSubscribeParams {
   session_id: string;
   after_seq?: number | null;
+  epoch?: string | null;
 }
 
 /** The caller is subscribed; with ``replay: events`` the missed events follow this answer, in
@@ -1097,6 +1123,7 @@ export interface SessionSubscribeResult {
   session: Session;
   thinking: Thinking;
   last_seq: number;
+  epoch: string;
   replay: Replay;
   pending_requests: PermissionRequestParams[];
 }
@@ -1359,6 +1386,7 @@ export interface TransportCapability {
   connection_id: string;
   subscribe: boolean;
   ring_events: number;
+  epoch: string;
   roles: string[];
 }
 

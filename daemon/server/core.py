@@ -174,7 +174,15 @@ class Daemon:
         """Build the session manager and the MCP manager (if not yet) and wait until both run."""
         if self._sessions is not None and all(started.event.is_set() for started in self._started):
             return
-        self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+        # Its imports (the agent, the tools, MCP, the context rules) allocate what lives as long
+        # as the daemon: the collector stays off while they load, and what they made is frozen.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+        finally:
+            if collecting:
+                gc.enable()
         for started in self._started:
             await started.event.wait()
         # What the parts loaded lives as long as the daemon: keep the collector from walking
@@ -211,6 +219,10 @@ class Daemon:
             await self._sessions.shutdown()
         if self._mcp is not None:
             await self._mcp.aclose()  # after the turns: no call is left waiting on a server
+
+    def is_loaded(self, session_id: str) -> bool:
+        """Whether the session is live in this daemon (``session/list`` rows say so)."""
+        return self._sessions is not None and self._sessions.is_live(session_id)
 
     def wire_session(self, row: SessionRow) -> Session:
         """A stored session as the wire shows it (its live status when loaded)."""

@@ -31,6 +31,10 @@ class EventRing:
         self.last_seq = 0
 
     def append(self, seq: int, data: bytes) -> None:
+        if self.last_seq == 0 and not self._events and seq > 1:
+            # A ring made after the session's first events (the daemon let an idle session's ring
+            # go, or loaded the session mid-way): what came before was never held here.
+            self.floor = max(self.floor, seq - 1)
         self.last_seq = seq
         if len(data) > RING_EVENT_MAX_BYTES:
             self._events.clear()
@@ -55,6 +59,10 @@ class EventRing:
     def since(self, after_seq: int) -> list[bytes]:
         """The held events with ``seq > after_seq``, in order."""
         return [data for seq, data in self._events if seq > after_seq]
+
+    def since_pairs(self, after_seq: int) -> list[tuple[int, bytes]]:
+        """The held ``(seq, event)`` with ``seq > after_seq``, in order."""
+        return [(seq, data) for seq, data in self._events if seq > after_seq]
 
     def since_until(self, after_seq: int, last_seq: int) -> list[bytes]:
         """The held events with ``after_seq < seq <= last_seq``, in order."""

@@ -22,6 +22,7 @@ takes them; the first answer wins, the others' later answers get ``already_resol
 
 import itertools
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class RpcBridge:
         self._followers: dict[str, list[Peer]] = {}  # session -> peers that subscribed to it
         self._everyone: list[Peer] = []  # peers that follow every session (stdio)
         self._rings: OrderedDict[str, EventRing] = OrderedDict()
+        self._let_go: dict[str, int] = {}  # the last seq of each session whose ring was let go
+        # This daemon run's event numbering: the emitter counts each session's events from 1 in
+        # every daemon run, so a seq from another run names other events (PROTOCOL.md notes).
+        self.epoch = os.urandom(8).hex()  # (not secrets: it is not on the start path)
         self._asks: dict[str, dict[str, _Ask]] = {}  # session -> request id -> waiting request
         self._ids = itertools.count(1)
         self._ask_ids = itertools.count(1)
@@ -235,13 +240,16 @@ class RpcBridge:
         ring = self._rings.get(session_id)
         if ring is None:
             ring = self._rings[session_id] = EventRing()
+            self._let_go.pop(session_id, None)  # the new ring knows where it starts (its floor)
             while len(self._rings) > MAX_RINGS:
-                self._rings.popitem(last=False)
+                gone_id, gone = self._rings.popitem(last=False)
+                self._let_go[gone_id] = gone.last_seq
         return ring
 
     def last_seq(self, session_id: str) -> int:
+        """The session's latest event seq in this daemon run (0: none yet)."""
         ring = self._rings.get(session_id)
-        return 0 if ring is None else ring.last_seq
+        return self._let_go.get(session_id, 0) if ring is None else ring.last_seq
 
     def _record(self, session_id: str, seq: int, data: bytes) -> None:
         ring = self._rings.get(session_id)
@@ -328,50 +336,76 @@ class RpcBridge:
         """A notification for every connection (``auth/completed``)."""
         await self._send_to(self.peers, encode_notification(method, params))
 
-    async def replay(self, peer: Peer, events: list[bytes]) -> None:
-        """Queue missed events to one peer, in order (``session/subscribe``)."""
-        for data in events:
-            if peer.gone:
-                return
-            if peer.drop is None:
-                await peer.connection.send_encoded(data)
-            else:
-                self._queue(peer, data)
-
     # --- subscribing ------------------------------------------------------------------------------
 
-    def catchup(self, session_id: str, after_seq: int | None) -> tuple[int, Catchup]:
-        """(last_seq, what a subscriber that saw everything up to ``after_seq`` gets)."""
+    def catchup(self, session_id: str, after_seq: int | None, epoch: str | None = None) -> tuple[int, Catchup]:
+        """(last_seq, what a subscriber that saw everything up to ``after_seq`` of ``epoch`` gets).
+
+        ``snapshot_required`` also when the seq cannot be of this daemon run: another ``epoch``,
+        or an ``after_seq`` beyond anything this run numbered (a client that saw a daemon before a
+        restart); else nothing would tell it that it holds another run's events."""
         ring = self._rings.get(session_id)
+        last = self.last_seq(session_id)
+        if after_seq is None:
+            return last, "none"
+        if (epoch is not None and epoch != self.epoch) or after_seq > last:
+            return last, "snapshot_required"
+        if after_seq == last:
+            return last, "none"
         if ring is None:
-            return 0, "none"
-        return ring.last_seq, ring.catchup(after_seq)
+            return last, "snapshot_required"  # events it lacks were numbered, and let go
+        return last, ring.catchup(after_seq)
 
     def subscribe_then(
         self, peer: Peer, session_id: str, after_seq: int | None, last_seq: int, catchup: Catchup
     ) -> Callable[[], Awaitable[None]]:
-        """What runs right behind the ``session/subscribe`` answer: the peer follows the session
-        from then on, and gets the held events it missed (``after_seq < seq``; also those that
-        arrived since the answer was made, ``seq > last_seq``, which it would otherwise lack), then
-        the requests waiting for an answer if it takes them."""
+        """What runs right behind the ``session/subscribe`` answer: the peer gets the held events it
+        missed (``after_seq < seq``, and those that arrived since the answer was made, ``seq >
+        last_seq``, which it would otherwise lack), then follows the session, then is asked what
+        the session waits for if it takes permission requests."""
 
         async def then() -> None:
             if peer.gone:
                 return
-            newly = self.follow(peer, session_id)
-            ring = self._rings.get(session_id)
-            missed: list[bytes] = []
-            if ring is not None:
-                if catchup == "events":
+            if peer.follows(session_id):
+                # Already following: the live ones after last_seq reached it live.
+                ring = self._rings.get(session_id)
+                if catchup == "events" and ring is not None:
                     assert after_seq is not None
-                    # Already following: the live ones after last_seq reached it live.
-                    missed = ring.since(after_seq) if newly else ring.since_until(after_seq, last_seq)
-                elif newly:
-                    missed = ring.since(last_seq)
-            await self.replay(peer, missed)
+                    for data in ring.since_until(after_seq, last_seq):
+                        await peer.connection.send_encoded(data)
+            elif not await self._catch_up(
+                peer, session_id, after_seq if after_seq is not None and catchup == "events" else last_seq
+            ):
+                return
             await self._ask_waiting(peer, session_id)
 
         return then
+
+    async def _catch_up(self, peer: Peer, session_id: str, after: int) -> bool:
+        """Send ``peer`` the held events after ``after``, waiting for room in its queue (a catch-up
+        may be longer than the queue), then make it follow the session. Events that arrive while
+        it waits join the ring and are sent in the next round; the last look at the ring and the
+        follow happen with no await between them, so nothing is missed and nothing sent twice.
+        False when it was dropped meanwhile, or fell so far behind that the ring let go of events
+        it still lacked (then it is dropped, with that reason: it subscribes again and is told
+        ``snapshot_required``)."""
+        while True:
+            if peer.gone:
+                return False
+            ring = self._rings.get(session_id)
+            if ring is not None and after < ring.floor:
+                self._drop(peer, "it fell behind while catching up (the session's held events moved on)")
+                return False
+            pending = [] if ring is None else ring.since_pairs(after)
+            if not pending:
+                self.follow(peer, session_id)
+                return True
+            for _seq, data in pending:
+                if peer.gone:
+                    return False
+                await peer.connection.send_encoded(data)
+            after = pending[-1][0]
 
     def pending_requests(self, session_id: str) -> list[PermissionRequestParams]:
         return [ask.params for ask in self._asks.get(session_id, {}).values() if ask.answer is None]

@@ -11,7 +11,7 @@ The client library is asyncio-only (as in ``test_acp_client``); the daemon runs 
 import asyncio
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +139,8 @@ async def test_two_acp_clients_share_a_session_through_one_listening_daemon(
             assert [u.status for u in other.of("tool_call_update")] == ["in_progress", "completed"]
             events = []
             with pytest.raises(TimeoutError):
-                async with asyncio.timeout(5):
-                    async for event in watcher.events():
+                async with asyncio.timeout(5), aclosing(watcher.events()) as stream:
+                    async for event in stream:
                         events.append(event)
             resolved = [e for e in events if e["type"] == "permission_resolved"]
             assert [(r["decision"], r["resolved_by"]["client_name"]) for r in resolved] == [("allow_once", "vim")]
@@ -158,8 +158,8 @@ async def test_two_acp_clients_share_a_session_through_one_listening_daemon(
                 await asyncio.sleep(0.02)
             process_a.kill()
             ended = None
-            async with asyncio.timeout(60):
-                async for event in watcher.events():
+            async with asyncio.timeout(60), aclosing(watcher.events()) as stream:
+                async for event in stream:
                     if event["type"] == "turn_end":
                         ended = event
                         break

@@ -39,7 +39,11 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
                 with pytest.raises(RpcError) as refused:
                     await watcher.request("session/prompt", {"session_id": session_id, "text": "hi"})
                 assert refused.value.code == -32008 and refused.value.data == {"reason": "observer"}
+                listed = (await watcher.request("session/list", {}))["sessions"]
+                assert [(r["session_id"], r["subscribers"]) for r in listed] == [(session_id, 2)]
                 turn = await editor.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+                [row] = (await watcher.request("session/list", {}))["sessions"]
+                assert row["loaded"] is True and row["status"] == "running"
                 seen_by_editor = []
                 async with aclosing(editor.events(turn["turn_id"])) as events:
                     async for event in events:
@@ -54,6 +58,8 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
         assert [e["seq"] for e in seen_by_editor] == seqs[:5], "both saw the same events"
         # The daemon stays up without clients; a new one finds the session with its reply.
         async with unix_client(path) as later:
+            [row] = (await later.request("session/list", {}))["sessions"]
+            assert row["subscribers"] == 0, "the clients that followed it are gone"
             resumed = await later.request("session/resume", {"session_id": session_id})
             assert [m["role"] for m in resumed["messages"]] == ["user", "assistant"]
             assert resumed["messages"][1]["status"] == "complete"
@@ -91,6 +97,32 @@ async def test_reconnect_catches_up_without_gap_or_duplicate(home, anyio_backend
         async with unix_client(path) as third:
             answer = await third.request("session/subscribe", {"session_id": session_id, "after_seq": seqs[-1]})
             assert answer["replay"] == "none"
+
+
+async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as driver:
+            session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+            seqs = []
+            for i in range(2):  # each echo streams a delta a word: ~2,600 events a turn
+                text = f"{i} " + " ".join(f"w{j}" for j in range(2600))
+                turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
+                with anyio.fail_after(60):
+                    seqs += [e["seq"] for e in await driver.collect_turn(turn["turn_id"])]
+        assert len(seqs) > 4096 + 500, "more events than a connection's queue holds (4,096)"
+        async with unix_client(path, role="observer") as late:
+            answer = await late.request("session/subscribe", {"session_id": session_id, "after_seq": 0})
+            assert answer["replay"] == "events" and answer["last_seq"] == seqs[-1]
+            got = []
+            with anyio.fail_after(60):
+                async with aclosing(late.events()) as events:
+                    async for event in events:
+                        got.append(event["seq"])
+                        if event["seq"] == seqs[-1]:
+                            break
+            assert got == list(range(1, seqs[-1] + 1)), "all of it, in order, no duplicate"
+            assert await late.request("ping") == {}, "still connected: a catch-up waits for room, it is not dropped"
 
 
 async def test_first_answer_wins_and_everyone_hears_how_it_was_resolved(home, anyio_backend, tmp_path):
@@ -346,3 +378,48 @@ def test_ponder_attach_bridges_stdio_to_the_listening_daemon(home):
         timeout=60,
     )
     assert missing.returncode == 1 and "cannot reach a daemon" in missing.stderr
+
+
+async def test_a_restarted_daemon_never_passes_its_events_off_as_the_old_ones(home, anyio_backend):
+    """Event seqs restart with each daemon run; the epoch says which run a seq counts in, so a
+    client that saw the daemon before a restart is told ``snapshot_required`` instead of being
+    sent (or spared) the wrong events."""
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as client:
+            session_id = (await client.request("session/start", LONG))["session"]["session_id"]
+            turn = await client.request("session/prompt", {"session_id": session_id, "text": "Think long"})
+            with anyio.fail_after(60):
+                seen = await client.collect_turn(turn["turn_id"])
+            resumed = await client.request("session/resume", {"session_id": session_id})
+            old_epoch, old_seq = resumed["epoch"], seen[-1]["seq"]
+            assert resumed["last_seq"] == old_seq
+            same_run = await client.request(
+                "session/subscribe", {"session_id": session_id, "after_seq": old_seq, "epoch": old_epoch}
+            )
+            assert same_run["replay"] == "none" and same_run["epoch"] == old_epoch
+    # The daemon stopped (SIGTERM); a new one starts on the same home and socket.
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path) as driver, unix_client(path, role="observer") as back:
+            # Nothing numbered yet in this run: the old seq is beyond anything it knows.
+            fresh = await back.request("session/subscribe", {"session_id": session_id, "after_seq": old_seq})
+            assert fresh["replay"] == "snapshot_required" and fresh["last_seq"] == 0
+            assert fresh["epoch"] != old_epoch
+            await back.request("session/unsubscribe", {"session_id": session_id})
+            # Two turns later this run's seqs have passed the old one: only the epoch can tell them apart.
+            for i in range(2):
+                turn = await driver.request("session/prompt", {"session_id": session_id, "text": f"Think again {i}"})
+                with anyio.fail_after(60):
+                    await driver.collect_turn(turn["turn_id"])
+            later = await back.request(
+                "session/subscribe", {"session_id": session_id, "after_seq": old_seq, "epoch": old_epoch}
+            )
+            assert later["replay"] == "snapshot_required" and later["last_seq"] > old_seq
+            resumed = await back.request("session/resume", {"session_id": session_id})
+            assert resumed["epoch"] == fresh["epoch"] and resumed["last_seq"] == later["last_seq"]
+            assert [m["role"] for m in resumed["messages"]] == ["user", "assistant"] * 3
+            again = await back.request(
+                "session/subscribe",
+                {"session_id": session_id, "after_seq": resumed["last_seq"], "epoch": resumed["epoch"]},
+            )
+            assert again["replay"] == "none"

@@ -376,3 +376,52 @@ async def test_a_websocket_client_that_never_reads_is_dropped_and_the_others_go_
                 await anyio.to_thread.run_sync(stuck.close)
             assert await driver.request("ping") == {}
         assert d.process.poll() is None
+
+
+async def test_500_websocket_connections_opened_and_dropped_disturb_no_client(home, anyio_backend):
+    with listening_daemon(home, "ws://127.0.0.1:0", backend=anyio_backend) as d:
+        token = read_token(home)
+        port = int(d.endpoint.rsplit(":", 1)[1])
+        upgrade = (
+            b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            b"Authorization: Bearer " + token.encode() + b"\r\n\r\n"
+        )
+        async with ws_client(d.endpoint, token) as steady:
+            session_id = (await steady.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+
+            async def churn(start: int) -> None:
+                for i in range(start, 500, 10):
+                    stream = await anyio.connect_tcp("127.0.0.1", port)
+                    async with stream:
+                        if i % 4 == 0:
+                            await stream.send(upgrade[:40])  # gone in the middle of the handshake
+                        elif i % 4 == 1:
+                            await stream.send(b"\x16\x03\x01 not http at all\r\n\r\n")
+                        elif i % 4 >= 2:
+                            await stream.send(upgrade)
+                            assert (await stream.receive()).startswith(b"HTTP/1.1 101")
+                            if i % 4 == 3:  # a masked text frame of a subscribe, then gone without a close
+                                payload = (
+                                    '{"jsonrpc":"2.0","id":1,"method":"session/subscribe","params":{"session_id":"'
+                                    + session_id
+                                    + '"}}'
+                                ).encode()
+                                mask = b"\x01\x02\x03\x04"
+                                masked = bytes(b ^ mask[k % 4] for k, b in enumerate(payload))
+                                assert len(payload) < 126
+                                await stream.send(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+                                subscribed = await stream.receive()
+                                assert b'"replay"' in subscribed, subscribed[:200]
+
+            with anyio.fail_after(240):
+                async with anyio.create_task_group() as tg:
+                    for start in range(10):
+                        tg.start_soon(churn, start)
+                    turn = await steady.request("session/prompt", {"session_id": session_id, "text": "still here"})
+                    events = await steady.collect_turn(turn["turn_id"])
+            assert events[-1]["stop_reason"] == "end_turn"
+            assert await steady.request("ping") == {}
+            [row] = (await steady.request("session/list", {}))["sessions"]
+            assert row["subscribers"] == 1, "the connections that went away follow nothing"
+        assert d.process.poll() is None

@@ -54,7 +54,10 @@ class LifecycleHandlers:
                     max_images_per_prompt=MAX_IMAGES_PER_PROMPT, max_image_bytes=MAX_IMAGE_BYTES
                 ),
                 transport=m.TransportCapability(
-                    kind=self.peer.kind, connection_id=self.peer.connection_id, ring_events=RING_EVENTS
+                    kind=self.peer.kind,
+                    connection_id=self.peer.connection_id,
+                    ring_events=RING_EVENTS,
+                    epoch=self.bridge.epoch,
                 ),
             ),
             home=str(self.daemon.config.home),

@@ -12,6 +12,7 @@ from daemon.server.core import Daemon
 from daemon.server.params import optional
 from daemon.server.rpc_bridge import Peer, RpcBridge
 from protocol import methods as m
+from protocol.objects import SessionListRow
 
 if TYPE_CHECKING:
     from daemon.agent.structured import OutputRequest
@@ -133,16 +134,18 @@ class SessionHandlers:
             messages=messages,
             items=history_items(messages, live.compactions),
             last_seq=self.bridge.last_seq(live.row.id),
+            epoch=self.bridge.epoch,
         )
 
     async def session_subscribe(self, params: m.SessionSubscribeParams) -> AnswerThen:
         row = await self.sessions.row(params.session_id)
         # No await from here to the answer; the missed events follow it (``subscribe_then``).
-        last_seq, replay = self.bridge.catchup(row.id, params.after_seq)
+        last_seq, replay = self.bridge.catchup(row.id, params.after_seq, params.epoch)
         result = m.SessionSubscribeResult(
             session=self.sessions.wire_session(row),
             thinking=self.sessions.thinking_for(row),
             last_seq=last_seq,
+            epoch=self.bridge.epoch,
             replay=replay,
             pending_requests=self.bridge.pending_requests(row.id),
         )
@@ -159,7 +162,15 @@ class SessionHandlers:
             raise InvalidParams("limit must be between 1 and 1000.", path="$.params.limit")
         rows, cursor = await self.daemon.list_sessions(params.cwd, params.limit, params.cursor)
         # Served without the session manager (``ponder sessions`` never loads it): live status only once built.
-        return m.SessionListResult(sessions=[self.daemon.wire_session(row) for row in rows], next_cursor=cursor)
+        listed = [
+            SessionListRow(
+                **msgspec.structs.asdict(self.daemon.wire_session(row)),
+                loaded=self.daemon.is_loaded(row.id),
+                subscribers=self.bridge.subscribers(row.id),
+            )
+            for row in rows
+        ]
+        return m.SessionListResult(sessions=listed, next_cursor=cursor)
 
     async def session_messages(self, params: m.SessionMessagesParams) -> m.SessionMessagesResult:
         from daemon.context.history import history_items  # with the session manager: off the start path
