@@ -174,7 +174,15 @@ class Daemon:
         """Build the session manager and the MCP manager (if not yet) and wait until both run."""
         if self._sessions is not None and all(started.event.is_set() for started in self._started):
             return
-        self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+        # Its imports (the agent, the tools, MCP, the context rules) allocate what lives as long
+        # as the daemon: the collector stays off while they load, and what they made is frozen.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+        finally:
+            if collecting:
+                gc.enable()
         for started in self._started:
             await started.event.wait()
         # What the parts loaded lives as long as the daemon: keep the collector from walking

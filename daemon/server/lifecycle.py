@@ -22,7 +22,9 @@ async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *
     assert connection is not None, "a stdio daemon has its connection"
     # Everything loaded so far lives as long as the daemon: keep the collector from
     # walking it again on every full collection (resume of a long session allocates a lot).
+    # ``ponder serve`` loaded it with the collector off (cli.main.run_serve): on from here.
     gc.freeze()
+    gc.enable()
     async with anyio.create_task_group() as tg:
         daemon.attach(tg)  # the parts (session manager, MCP) run here once built: on first use
         with anyio.CancelScope() as serving:

@@ -26,11 +26,13 @@ from typing import Any, Self, TypeVar
 import msgspec
 import psycopg
 import psycopg.errors
+import psycopg.sql
 from psycopg.adapt import Buffer
 from psycopg.types.string import StrDumperUnknown, TextLoader
 
 from daemon.errors import StoreClosed, StoreError, StoreUnavailable
 from daemon.store.backend import Body, SqlConnection, SqlCursor, StoreBackend, StoreStatus
+from daemon.store.changes import StoreChange
 from daemon.store.pg_migrations import PG_MIGRATIONS, pg_migrate, pg_schema_version
 from daemon.store.store import StoreQueries
 from daemon.util import redact
@@ -148,8 +150,8 @@ def _cause(error: psycopg.Error) -> str:
     return redact.scrub(text)
 
 
-class _BrokenBeforeBegin(Exception):
-    """The connection was found dead before the call's transaction began."""
+class _BrokenBeforeCommit(Exception):
+    """The connection was lost before the call's transaction was sent to commit."""
 
 
 class PostgresDatabase(StoreBackend):
@@ -316,24 +318,29 @@ class PostgresDatabase(StoreBackend):
         with self._lock:
             try:
                 return self._attempt(body, write=write)
-            except _BrokenBeforeBegin:
-                # The connection died while idle (a server restart, a killed backend): nothing of
-                # this call ran, so it runs once more on a new connection.
+            except _BrokenBeforeCommit:
+                # The connection died before the call could commit (idle, a server restart, a
+                # killed backend): the server rolled it back, so it runs once more on a new one.
                 self._db, self.problem = None, None
-                return self._attempt(body, write=write)
+                try:
+                    return self._attempt(body, write=write)
+                except _BrokenBeforeCommit as again:
+                    cause = again.__cause__
+                    assert isinstance(cause, psycopg.Error)
+                    raise self._lost(cause) from None
 
     def _attempt(self, body: Body[T], *, write: bool) -> T:
         connection = self._connection()
         db = _PgConnection(connection)
-        began = False
+        committing = False
         try:
             db.execute("BEGIN")
-            began = True
             if write:
                 # One writer at a time per store, as SQLite's BEGIN IMMEDIATE: the read-then-write
                 # queries (a lease, totals, a seq) keep their meaning across daemons.
                 db.execute("SELECT pg_advisory_xact_lock(?)", (self._write_key,))
             result = body(db)
+            committing = True  # from here a lost connection leaves the outcome unknown: no retry
             db.execute("COMMIT")
             return result
         except BaseException as error:
@@ -342,8 +349,8 @@ class PostgresDatabase(StoreBackend):
                     db.execute("ROLLBACK")
                 except psycopg.Error:
                     pass
-            elif not began and isinstance(error, psycopg.OperationalError):
-                raise _BrokenBeforeBegin() from error
+            elif not committing and isinstance(error, psycopg.OperationalError):
+                raise _BrokenBeforeCommit() from error
             if isinstance(error, Exception):
                 converted = self._converted(error, write=write)
                 if converted is not error:
@@ -374,6 +381,9 @@ class PostgresDatabase(StoreBackend):
             (session_id,),
         )
 
+    def change_feed(self) -> PostgresChangeFeed:
+        return PostgresChangeFeed(self)
+
     # --- what it is ----------------------------------------------------------------------------
 
     def status(self) -> StoreStatus:
@@ -401,6 +411,76 @@ class PostgresDatabase(StoreBackend):
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+_KINDS = {"I": "updated", "U": "updated", "D": "deleted"}
+
+
+class PostgresChangeFeed:
+    """``LISTEN "ponder.<schema>"`` on a connection of its own; the triggers of ``pg_migrations``
+    notify on commit. The store's own writes (sent from its connection's backend) are left out:
+    the daemon tells its clients of those itself. A cut connection is opened again (not more
+    often than every ``RECONNECT_INTERVAL_S``), then ``resync`` says changes may have been missed."""
+
+    def __init__(self, store: PostgresDatabase) -> None:
+        self._store = store
+        self._db: psycopg.Connection[Any] | None = None
+        self._cut = False  # was connected, lost it: the next connection reports a resync
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self._store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="ponder-listen"
+        )
+        schema = connection.execute("SELECT current_schema()").fetchone()
+        channel = f"ponder.{schema[0] if schema else ''}"
+        connection.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        return connection
+
+    def wait(self, timeout_s: float) -> list[StoreChange]:
+        with self._lock:
+            if self._closed:
+                return []
+            changes: list[StoreChange] = []
+            if self._db is None or self._db.closed:
+                try:
+                    self._db = self._connect()
+                except psycopg.Error:
+                    time.sleep(min(timeout_s, RECONNECT_INTERVAL_S))
+                    return []
+                if self._cut:
+                    self._cut = False
+                    changes.append(StoreChange("resync"))
+            own = self._store.backend_pid
+            try:
+                for notify in self._db.notifies(timeout=timeout_s, stop_after=1):
+                    op, _, session_id = notify.payload.partition(":")
+                    if notify.pid != own and op in _KINDS and session_id:
+                        changes.append(StoreChange(_KINDS[op], session_id))  # type: ignore[arg-type]
+            except psycopg.Error:
+                self._cut = True
+                self._drop()
+            if self._closed:  # closed while this waited
+                self._drop()
+            return changes
+
+    def _drop(self) -> None:
+        connection, self._db = self._db, None
+        if connection is not None:
+            try:
+                connection.close()
+            except psycopg.Error:
+                pass
+
+    def close(self) -> None:
+        """Stop; never waits for a ``wait`` in progress (that one closes the connection as it returns)."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
 
 
 class PostgresStore(StoreQueries, PostgresDatabase):
