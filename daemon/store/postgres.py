@@ -177,15 +177,18 @@ class PostgresDatabase(StoreBackend):
         self.problem: str | None = None
         self._last_attempt = 0.0
         self._connect_lock = threading.Lock()
+        self._for_good = False
         if connect:
             self._connect()
 
     @classmethod
-    def unavailable(cls, url: str, problem: str) -> Self:
+    def unavailable(cls, url: str, problem: str, *, for_good: bool = False) -> Self:
         """A store whose server could not be reached: each call tries again (not more than every
-        ``RECONNECT_INTERVAL_S``) and raises ``StoreUnavailable(problem)`` until it can."""
+        ``RECONNECT_INTERVAL_S``) and raises ``StoreUnavailable(problem)`` until it can; with
+        ``for_good`` (a URL that names no server) it never tries."""
         store = cls(url, connect=False)
         store.problem = problem
+        store._for_good = for_good
         store._last_attempt = time.monotonic()
         return store
 
@@ -261,7 +264,9 @@ class PostgresDatabase(StoreBackend):
             return self._db
         self._db = None
         with self._connect_lock:
-            if self.problem is not None and time.monotonic() - self._last_attempt < RECONNECT_INTERVAL_S:
+            if self.problem is not None and (
+                self._for_good or time.monotonic() - self._last_attempt < RECONNECT_INTERVAL_S
+            ):
                 raise StoreUnavailable(self.problem)
             self._connect()
         assert self._db is not None
@@ -490,6 +495,12 @@ class PostgresStore(StoreQueries, PostgresDatabase):
 def open_store(url: str, **options: Any) -> PostgresStore:
     """The store at ``url``; one that answers every call with why (and keeps trying to connect)
     when the server cannot be reached or refuses the login."""
+    if not is_postgres_url(url):
+        return PostgresStore.unavailable(
+            url,
+            "The store URL must name a PostgreSQL server (postgresql://… or libpq's key=value form).",
+            for_good=True,
+        )
     try:
         return PostgresStore(url, **options)
     except StoreUnavailable as error:

@@ -279,3 +279,13 @@ def test_change_feed_reports_other_stores_commits_and_resyncs_after_a_cut(postgr
         assert [(c.kind, c.session_id) for c in feed.wait(2.0)] == [("updated", "s1")]
     finally:
         feed.close()
+
+
+def test_a_url_that_names_no_postgresql_server_is_one_sentence() -> None:
+    store = open_store("sqlite:///home/me/sessions.db")
+    assert store.problem == "The store URL must name a PostgreSQL server (postgresql://… or libpq's key=value form)."
+    for _ in range(2):
+        with pytest.raises(StoreUnavailable, match="must name a PostgreSQL server"):
+            store.get_session("s1")
+        time.sleep(0.6)  # never tried: no psycopg error quoting the URL later either
+    store.close()
