@@ -37,7 +37,11 @@ def private_rotating_handler(path: Path, max_bytes: int) -> "logging.handlers.Ro
             assert isinstance(stream, io.TextIOWrapper)  # a text mode always gives one
             return stream
 
-    handler = PrivateRotatingFileHandler(path, maxBytes=max_bytes, backupCount=BACKUP_COUNT, encoding="utf-8")
+    # backslashreplace: a record quoting a file name that is not UTF-8 (a lone surrogate) is still
+    # written, escaped, instead of lost with a "Logging error" traceback on stderr.
+    handler = PrivateRotatingFileHandler(
+        path, maxBytes=max_bytes, backupCount=BACKUP_COUNT, encoding="utf-8", errors="backslashreplace"
+    )
     handler.setFormatter(MaskingFormatter(FORMAT))
     return handler
 

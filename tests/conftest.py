@@ -7,6 +7,16 @@ import pytest
 from tests.support.replay import ReplayServer
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """Captured output and logs kept as valid UTF-8 (a lone surrogate, such as a file name that
+    is not UTF-8, as a backslash escape): pytest-xdist's workers send reports as UTF-8, and one
+    such character would otherwise crash the worker instead of showing the test's output."""
+    report: pytest.TestReport = yield
+    report.sections = [(title, text.encode("utf-8", "backslashreplace").decode()) for title, text in report.sections]
+    return report
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return request.param

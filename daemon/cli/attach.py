@@ -134,6 +134,8 @@ async def _bridge_unix(path: Path, first: bytes | None) -> None:
 
 
 async def _bridge_websocket(url: str, token: str | None, first: bytes | None) -> None:
+    import ssl
+
     import anyio
 
     from daemon.jsonrpc.ws_client import WebSocketRefused, connect_websocket
@@ -145,6 +147,11 @@ async def _bridge_websocket(url: str, token: str | None, first: bytes | None) ->
             hint = "" if token else f" (no token was found: give --token-file FILE or ${TOKEN_ENV})"
             raise AttachFailed(f"the daemon at {url} refused the token (401){hint}: {exc.reason}") from None
         raise AttachFailed(f"the daemon at {url} refused the connection ({exc.status}): {exc.reason}") from None
+    except ssl.SSLError as exc:  # (before ValueError: a failed verification is both)
+        raise AttachFailed(
+            f"cannot set up TLS with the daemon at {url}: {exc.reason or exc} (a certificate this machine does not "
+            "trust? SSL_CERT_FILE names the ones to trust)."
+        ) from None
     except ValueError as exc:
         raise AttachFailed(f"{exc}.") from None
     except TimeoutError:

@@ -56,6 +56,7 @@ from daemon.sessions.prompt_content import ContentRules, admit_content
 from daemon.sessions.thinking_settings import ThinkingRequest, session_request
 from daemon.sessions.tool_runner import sandbox_override
 from daemon.store import AsyncStore, SessionRow
+from daemon.store.changes import StoreChange
 from daemon.tools import Tool
 from daemon.tools.source import ToolSource
 from daemon.util.clock import new_id
@@ -126,6 +127,8 @@ class SessionManager:
         try:
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
+                # Another daemon's changes (a store with a change feed: PostgreSQL) reach our clients.
+                tg.start_soon(self.store.follow_changes, self._apply_store_changes)
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
@@ -745,6 +748,40 @@ class SessionManager:
             return False, dropped, steers
         turn.cancel_scope.cancel()
         return True, dropped, steers
+
+    async def _apply_store_changes(self, changes: list[StoreChange]) -> None:
+        """Another daemon changed these sessions (PROTOCOL.md "Store backends"): a live session this
+        daemon is not changing catches up with the store, one deleted there is unloaded, and each
+        changed one's subscribers get ``session/updated``."""
+        if any(change.kind == "resync" for change in changes):
+            ids = list(dict.fromkeys([*self._live, *(c.session_id for c in changes if c.session_id)]))
+        else:
+            ids = list(dict.fromkeys(change.session_id for change in changes))
+        for session_id in ids:
+            if self.shutting_down:
+                return
+            try:
+                row = await self.store.get_session(session_id)
+            except StoreError as exc:
+                log.warning(
+                    "session %s: another daemon changed it, and it could not be read: %s", session_id, exc.message
+                )
+                continue
+            live = self._live.get(session_id)
+            if row is None:
+                if live is not None and live.current is None and not live.unsaved:
+                    drop_queue(self, live)
+                    self.unload(live)  # deleted elsewhere: its next request answers session_not_found
+                continue
+            if live is not None and not live.changing_here:
+                async with live.admit_lock:  # not while a prompt is being admitted (it catches up itself)
+                    if not live.changing_here:
+                        try:
+                            await self._catch_up(live, row, live.stored_count)
+                        except (SessionNotFound, StoreError):
+                            continue
+                        row = live.row
+            await self.bridge.session_updated(self.wire_session(row))
 
     def unload(self, live: LiveSession) -> None:
         if self._live.get(live.row.id) is live:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -17,12 +17,15 @@ from daemon.conversation import ChatMessage, Part
 from daemon.errors import StoreClosed, StoreUnavailable
 from daemon.store.backend import Body, StoreStatus
 from daemon.store.batch import Batch
+from daemon.store.changes import StoreChange
 from daemon.store.compactions import StoredCompaction
 from daemon.store.sessions import SessionRow
 from daemon.store.store import Admission, Store, StoreQueries
 from protocol.objects import Budget, Compaction, ContextFill, Cost, SessionPlan, Usage
 
 T = TypeVar("T")
+
+FEED_WAIT_S = 1.0  # how long one wait for other daemons' changes blocks its thread
 
 
 class AsyncStore:
@@ -69,6 +72,23 @@ class AsyncStore:
         if url:
             return await cls.open_url(url)
         return await cls.open_or_unavailable(db_path)
+
+    async def follow_changes(self, apply: Callable[[list[StoreChange]], Awaitable[None]]) -> None:
+        """Until cancelled: ``apply`` other daemons' changes to the store as they commit (on a
+        thread of its own, never the store's). Returns at once where the store has no feed (SQLite)."""
+        feed = self.store.change_feed()
+        if feed is None:
+            return
+        waiting = anyio.CapacityLimiter(1)
+        try:
+            while not self._closing:
+                changes = await anyio.to_thread.run_sync(
+                    feed.wait, FEED_WAIT_S, abandon_on_cancel=True, limiter=waiting
+                )
+                if changes:
+                    await apply(changes)
+        finally:
+            feed.close()
 
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:

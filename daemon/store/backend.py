@@ -23,6 +23,7 @@ from typing import Any, Protocol, Self, TypeVar
 import msgspec
 
 from daemon.errors import LeaseLost, SessionNotFound
+from daemon.store.changes import ChangeFeed
 from daemon.util.clock import rfc3339
 
 T = TypeVar("T")
@@ -107,6 +108,10 @@ class StoreBackend(ABC):
     @abstractmethod
     def status(self) -> StoreStatus:
         """Which store this is, where, and its schema version."""
+
+    def change_feed(self) -> ChangeFeed | None:
+        """Other daemons' changes to this store, as they commit; None where the backend has no feed."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

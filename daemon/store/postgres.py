@@ -26,11 +26,13 @@ from typing import Any, Self, TypeVar
 import msgspec
 import psycopg
 import psycopg.errors
+import psycopg.sql
 from psycopg.adapt import Buffer
 from psycopg.types.string import StrDumperUnknown, TextLoader
 
 from daemon.errors import StoreClosed, StoreError, StoreUnavailable
 from daemon.store.backend import Body, SqlConnection, SqlCursor, StoreBackend, StoreStatus
+from daemon.store.changes import StoreChange
 from daemon.store.pg_migrations import PG_MIGRATIONS, pg_migrate, pg_schema_version
 from daemon.store.store import StoreQueries
 from daemon.util import redact
@@ -148,8 +150,8 @@ def _cause(error: psycopg.Error) -> str:
     return redact.scrub(text)
 
 
-class _BrokenBeforeBegin(Exception):
-    """The connection was found dead before the call's transaction began."""
+class _BrokenBeforeCommit(Exception):
+    """The connection was lost before the call's transaction was sent to commit."""
 
 
 class PostgresDatabase(StoreBackend):
@@ -175,15 +177,18 @@ class PostgresDatabase(StoreBackend):
         self.problem: str | None = None
         self._last_attempt = 0.0
         self._connect_lock = threading.Lock()
+        self._for_good = False
         if connect:
             self._connect()
 
     @classmethod
-    def unavailable(cls, url: str, problem: str) -> Self:
+    def unavailable(cls, url: str, problem: str, *, for_good: bool = False) -> Self:
         """A store whose server could not be reached: each call tries again (not more than every
-        ``RECONNECT_INTERVAL_S``) and raises ``StoreUnavailable(problem)`` until it can."""
+        ``RECONNECT_INTERVAL_S``) and raises ``StoreUnavailable(problem)`` until it can; with
+        ``for_good`` (a URL that names no server) it never tries."""
         store = cls(url, connect=False)
         store.problem = problem
+        store._for_good = for_good
         store._last_attempt = time.monotonic()
         return store
 
@@ -259,7 +264,9 @@ class PostgresDatabase(StoreBackend):
             return self._db
         self._db = None
         with self._connect_lock:
-            if self.problem is not None and time.monotonic() - self._last_attempt < RECONNECT_INTERVAL_S:
+            if self.problem is not None and (
+                self._for_good or time.monotonic() - self._last_attempt < RECONNECT_INTERVAL_S
+            ):
                 raise StoreUnavailable(self.problem)
             self._connect()
         assert self._db is not None
@@ -316,24 +323,29 @@ class PostgresDatabase(StoreBackend):
         with self._lock:
             try:
                 return self._attempt(body, write=write)
-            except _BrokenBeforeBegin:
-                # The connection died while idle (a server restart, a killed backend): nothing of
-                # this call ran, so it runs once more on a new connection.
+            except _BrokenBeforeCommit:
+                # The connection died before the call could commit (idle, a server restart, a
+                # killed backend): the server rolled it back, so it runs once more on a new one.
                 self._db, self.problem = None, None
-                return self._attempt(body, write=write)
+                try:
+                    return self._attempt(body, write=write)
+                except _BrokenBeforeCommit as again:
+                    cause = again.__cause__
+                    assert isinstance(cause, psycopg.Error)
+                    raise self._lost(cause) from None
 
     def _attempt(self, body: Body[T], *, write: bool) -> T:
         connection = self._connection()
         db = _PgConnection(connection)
-        began = False
+        committing = False
         try:
             db.execute("BEGIN")
-            began = True
             if write:
                 # One writer at a time per store, as SQLite's BEGIN IMMEDIATE: the read-then-write
                 # queries (a lease, totals, a seq) keep their meaning across daemons.
                 db.execute("SELECT pg_advisory_xact_lock(?)", (self._write_key,))
             result = body(db)
+            committing = True  # from here a lost connection leaves the outcome unknown: no retry
             db.execute("COMMIT")
             return result
         except BaseException as error:
@@ -342,8 +354,8 @@ class PostgresDatabase(StoreBackend):
                     db.execute("ROLLBACK")
                 except psycopg.Error:
                     pass
-            elif not began and isinstance(error, psycopg.OperationalError):
-                raise _BrokenBeforeBegin() from error
+            elif not committing and isinstance(error, psycopg.OperationalError):
+                raise _BrokenBeforeCommit() from error
             if isinstance(error, Exception):
                 converted = self._converted(error, write=write)
                 if converted is not error:
@@ -374,6 +386,9 @@ class PostgresDatabase(StoreBackend):
             (session_id,),
         )
 
+    def change_feed(self) -> PostgresChangeFeed:
+        return PostgresChangeFeed(self)
+
     # --- what it is ----------------------------------------------------------------------------
 
     def status(self) -> StoreStatus:
@@ -403,6 +418,76 @@ class PostgresDatabase(StoreBackend):
         return self._closed
 
 
+_KINDS = {"I": "updated", "U": "updated", "D": "deleted"}
+
+
+class PostgresChangeFeed:
+    """``LISTEN "ponder.<schema>"`` on a connection of its own; the triggers of ``pg_migrations``
+    notify on commit. The store's own writes (sent from its connection's backend) are left out:
+    the daemon tells its clients of those itself. A cut connection is opened again (not more
+    often than every ``RECONNECT_INTERVAL_S``), then ``resync`` says changes may have been missed."""
+
+    def __init__(self, store: PostgresDatabase) -> None:
+        self._store = store
+        self._db: psycopg.Connection[Any] | None = None
+        self._cut = False  # was connected, lost it: the next connection reports a resync
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self._store.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, application_name="ponder-listen"
+        )
+        schema = connection.execute("SELECT current_schema()").fetchone()
+        channel = f"ponder.{schema[0] if schema else ''}"
+        connection.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        return connection
+
+    def wait(self, timeout_s: float) -> list[StoreChange]:
+        with self._lock:
+            if self._closed:
+                return []
+            changes: list[StoreChange] = []
+            if self._db is None or self._db.closed:
+                try:
+                    self._db = self._connect()
+                except psycopg.Error:
+                    time.sleep(min(timeout_s, RECONNECT_INTERVAL_S))
+                    return []
+                if self._cut:
+                    self._cut = False
+                    changes.append(StoreChange("resync"))
+            own = self._store.backend_pid
+            try:
+                for notify in self._db.notifies(timeout=timeout_s, stop_after=1):
+                    op, _, session_id = notify.payload.partition(":")
+                    if notify.pid != own and op in _KINDS and session_id:
+                        changes.append(StoreChange(_KINDS[op], session_id))  # type: ignore[arg-type]
+            except psycopg.Error:
+                self._cut = True
+                self._drop()
+            if self._closed:  # closed while this waited
+                self._drop()
+            return changes
+
+    def _drop(self) -> None:
+        connection, self._db = self._db, None
+        if connection is not None:
+            try:
+                connection.close()
+            except psycopg.Error:
+                pass
+
+    def close(self) -> None:
+        """Stop; never waits for a ``wait`` in progress (that one closes the connection as it returns)."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
+
+
 class PostgresStore(StoreQueries, PostgresDatabase):
     """The store on a PostgreSQL server."""
 
@@ -410,6 +495,12 @@ class PostgresStore(StoreQueries, PostgresDatabase):
 def open_store(url: str, **options: Any) -> PostgresStore:
     """The store at ``url``; one that answers every call with why (and keeps trying to connect)
     when the server cannot be reached or refuses the login."""
+    if not is_postgres_url(url):
+        return PostgresStore.unavailable(
+            url,
+            "The store URL must name a PostgreSQL server (postgresql://… or libpq's key=value form).",
+            for_good=True,
+        )
     try:
         return PostgresStore(url, **options)
     except StoreUnavailable as error:

@@ -40,6 +40,10 @@ def verdict(ok: bool | None) -> str:
 def build_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(measure, ponder, reference, target, verdict) rows."""
     rows: list[tuple[str, str, str, str, str]] = []
+    if r.get("backends"):
+        from scripts.bench import store_backends
+
+        rows.extend(store_backends.rows(r["backends"]))
     f = r.get("fanout")
     if f:
         per_k = ", ".join(f"{run['subscribers']}: {us(run['cpu_us_per_event'])}" for run in f["runs"])
@@ -359,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", action="store_true", help="also measure codex app-server and pi's RPC mode")
     parser.add_argument(
         "--only",
-        help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,fanout,peers",
+        help="comma-separated subset: cold,relay,latency,concurrency,store,persist,streams,fanout,backends,peers",
         default="",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
@@ -429,6 +433,15 @@ def main(argv: list[str] | None = None) -> int:
             from scripts.bench import fanout
 
             step("fanout", "7 fan-out to subscribers", fanout.measure_fanout, 20 if quick else 40, 1 if quick else 3)
+        if wanted("backends"):
+            from scripts.bench import store_backends
+
+            step(
+                "backends",
+                "8 store backends: SQLite and PostgreSQL",
+                store_backends.measure_backends,
+                2 if quick else 5,
+            )
         if wanted("peers"):
             from scripts.bench import peers
 

@@ -20,8 +20,10 @@ from tests.support.harness import process_of, subprocess_daemon
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVERS = Path(__file__).resolve().parents[1] / "support" / "mcp_servers"
-# SIGKILL lands at once for the command's group; the stubborn server needs the grace first.
-WITHIN_S = WATCHER_GRACE_S + 2.0
+# SIGKILL lands at once for the command's group; the stubborn server needs the grace first. The
+# watcher is a fresh Python that must first get the CPU: on a busy CI machine (the suite's workers
+# side by side) that alone has taken over two seconds. The test prints how long it really took.
+WITHIN_S = WATCHER_GRACE_S + 5.0
 
 
 async def wait_for_file(path: Path, timeout: float = 15.0) -> int:

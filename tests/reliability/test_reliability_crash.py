@@ -266,4 +266,4 @@ async def test_sigkill_at_random_points_never_loses_acknowledged_work(home, tmp_
         if m["stop"] == "tool_use" and (after is None or after["role"] != "tool")
     ]
     assert mid_stream or mid_tools, f"no kill landed mid-stream or mid-tool-run (seed {seed})"
-    assert time.monotonic() - began < 45, "keep the kill loop bounded"
+    assert time.monotonic() - began < 120, "keep the kill loop bounded"

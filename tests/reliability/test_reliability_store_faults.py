@@ -523,6 +523,17 @@ def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None, r
     assert {name: mode(home / "logs" / name) for name in files} == dict.fromkeys(files, 0o600)
 
 
+def test_a_log_record_with_a_name_that_is_not_utf8_is_written_escaped(
+    tmp_path: Path, restore_logging: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup_logging(tmp_path / "logs", "info", stderr=False)
+    logging.getLogger("ponder.test").warning("no such file 'caf\udce9.txt'")  # os.fsdecode of b"caf\xe9"
+    for handler in restore_logging.handlers:
+        handler.flush()
+    assert "no such file 'caf\\udce9.txt'" in (tmp_path / "logs" / "ponder.log").read_text()
+    assert "Logging error" not in capsys.readouterr().err
+
+
 # --- the same, against a real ponder serve ---------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 shared sessions, roles, leaving clients, catch-up after a reconnect, shared approvals, slow
 clients, refused paths (PROTOCOL.md "Transports and several clients")."""
 
+import json
 import os
 import socket
 import stat
@@ -267,6 +268,26 @@ async def test_garbage_and_many_dropped_connections_do_not_disturb_a_client(home
                 await steady.request("nope/never")
             assert refused.value.code == -32601
             assert await steady.request("session/list", {}) is not None
+            # A first message choosing a dialect the daemon does not speak: one error, then closed.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.settimeout(10)
+                raw.connect(str(path))
+                raw.sendall(b'{"jsonrpc":"2.0","method":"$/dialect","params":{"name":"klingon"}}\n')
+                answer = b""
+                while chunk := raw.recv(4096):
+                    answer += chunk
+            error = json.loads(answer)["error"]
+            assert error["code"] == -32600 and error["data"]["reason"] == "unknown_dialect"
+            assert "ponder, acp" in error["message"]
+            # Choosing the ponder protocol by name is the same as not choosing.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.settimeout(10)
+                raw.connect(str(path))
+                raw.sendall(
+                    b'{"jsonrpc":"2.0","method":"$/dialect","params":{"name":"ponder"}}\n'
+                    b'{"jsonrpc":"2.0","id":7,"method":"ping"}\n'
+                )
+                assert json.loads(raw.recv(4096)) == {"jsonrpc": "2.0", "id": 7, "result": {}}
         assert daemon.process.poll() is None
 
 

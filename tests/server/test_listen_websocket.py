@@ -425,3 +425,35 @@ async def test_500_websocket_connections_opened_and_dropped_disturb_no_client(ho
             [row] = (await steady.request("session/list", {}))["sessions"]
             assert row["subscribers"] == 1, "the connections that went away follow nothing"
         assert d.process.poll() is None
+
+
+async def test_attach_over_wss_trusts_the_certificates_ssl_cert_file_names(home, anyio_backend, tmp_path):
+    import json
+
+    import trustme
+
+    authority = trustme.CA()
+    served = tmp_path / "served.pem"  # the key and the chain, in one file
+    authority.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(served))
+    trusted = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(trusted))
+    tls = ("--tls-cert", str(served), "--tls-key", str(served))
+    env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    env.update(subprocess_env(home, {"PONDER_ASYNC_BACKEND": anyio_backend}))
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol_version": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    ]
+    with listening_daemon(home, "wss://127.0.0.1:0", backend=anyio_backend, args=tls) as d:
+        assert d.endpoint.startswith("wss://127.0.0.1:")
+        done = await anyio.to_thread.run_sync(
+            _attach_once, ["attach", "--url", d.endpoint], {**env, "SSL_CERT_FILE": str(trusted)}, lines
+        )
+        assert done.returncode == 0, done.stderr
+        answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
+        assert answers[1]["result"]["capabilities"]["transport"]["kind"] == "websocket"
+        assert answers[2]["result"] == {}
+        untrusted = await anyio.to_thread.run_sync(_attach_once, ["attach", "--url", d.endpoint], env, lines)
+        assert untrusted.returncode == 1 and "cannot set up TLS" in untrusted.stderr, untrusted.stderr
+        assert not untrusted.stdout
+        assert d.process.poll() is None

@@ -78,6 +78,7 @@ PONDER_START_PATH = frozenset(
         "daemon.store.async_store",
         "daemon.store.backend",
         "daemon.store.batch",
+        "daemon.store.changes",
         "daemon.store.compactions",
         "daemon.store.db",
         "daemon.store.leases",

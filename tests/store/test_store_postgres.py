@@ -242,3 +242,50 @@ def test_no_credential_in_the_connection_string_reaches_an_error(postgres_server
     store = open_store(f"postgresql://u:{PASSWORD}@/x?host=/nonexistent&sslmode=bogus")
     assert store.problem is not None and PASSWORD not in store.problem
     store.close()
+
+
+def test_change_feed_reports_other_stores_commits_and_resyncs_after_a_cut(postgres_url: str, opened) -> None:
+    mine, theirs = opened(postgres_url), opened(postgres_url)
+    feed = mine.change_feed()
+    try:
+        assert feed.wait(0.05) == []  # connects and listens
+        mine.create_session(session("own"))  # this store's own writes are not reported back to it
+        theirs.create_session(session("s1"))
+        theirs.save_message(text_message("m1", 1))
+        theirs.update_session("s1", title="t")
+        sent = time.monotonic()
+        theirs.create_session(session("s2"))
+        got = feed.wait(2.0)
+        got += feed.wait(0.2)
+        assert time.monotonic() - sent < 1.0
+        assert {(c.kind, c.session_id) for c in got} == {("updated", "s1"), ("updated", "s2")}
+        theirs.delete_session("s2")
+        assert [(c.kind, c.session_id) for c in feed.wait(2.0)] == [("deleted", "s2")]
+        # The feed's connection is cut: it connects again and says changes may have been missed.
+        listener = theirs._read(
+            lambda db: db.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE application_name = 'ponder-listen' AND datname = current_database()"
+            ).fetchall()
+        )
+        for (pid,) in listener:
+            theirs._read(lambda db, pid=pid: db.execute("SELECT pg_terminate_backend(?)", (pid,)).fetchone())
+        seen: list = []
+        deadline = time.monotonic() + 5
+        while not any(c.kind == "resync" for c in seen) and time.monotonic() < deadline:
+            seen += feed.wait(0.2)
+        assert any(c.kind == "resync" for c in seen)
+        theirs.update_session("s1", title="after the cut")
+        assert [(c.kind, c.session_id) for c in feed.wait(2.0)] == [("updated", "s1")]
+    finally:
+        feed.close()
+
+
+def test_a_url_that_names_no_postgresql_server_is_one_sentence() -> None:
+    store = open_store("sqlite:///home/me/sessions.db")
+    assert store.problem == "The store URL must name a PostgreSQL server (postgresql://… or libpq's key=value form)."
+    for _ in range(2):
+        with pytest.raises(StoreUnavailable, match="must name a PostgreSQL server"):
+            store.get_session("s1")
+        time.sleep(0.6)  # never tried: no psycopg error quoting the URL later either
+    store.close()

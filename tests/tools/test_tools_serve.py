@@ -19,20 +19,28 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 TIME_LIMIT_S = 3
 
 
-def scan_children() -> set[int]:
-    """Live processes running a list_files/search scan (Linux /proc): none may outlive the daemon."""
+def scan_children(parent: int) -> set[int]:
+    """Live list_files/search scan processes whose parent is ``parent`` (Linux /proc). By parent,
+    not machine-wide: other tests (other pytest workers) run scans of their own meanwhile."""
     found = set()
     for proc in Path("/proc").iterdir():
         try:
-            if (
-                proc.name.isdigit()
-                and b"daemon.tools.child" in (proc / "cmdline").read_bytes()
-                and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-            ):
+            if not proc.name.isdigit():
+                continue
+            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == parent and state != "Z" and b"daemon.tools.child" in (proc / "cmdline").read_bytes():
                 found.add(int(proc.name))
-        except (OSError, IndexError):
+        except (OSError, ValueError):
             continue
     return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="looks for leftover processes in /proc")
@@ -42,8 +50,8 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
     work = tmp_path / "work"
     work.mkdir()
     (work / "a.txt").write_text("a" * 35 + "!\n")  # (a+)+$ backtracks 2**35 ways: hours
-    before = scan_children()
     events: list[dict] = []
+    children: set[int] = set()
     async with subprocess_daemon(
         home, backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0", "SOME_TOKEN": "s3cret"}
     ) as client:
@@ -70,7 +78,7 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
             with anyio.fail_after(10):
                 await searching.wait()
             await anyio.sleep(0.3)  # the child is deep in backtracking by now
-            children = scan_children() - before
+            children = scan_children(process.pid)
             assert children, "the search is not running in a child process"
             for pid in children:  # no credential (nor anything else) of the daemon's environment reaches it
                 assert Path(f"/proc/{pid}/environ").read_bytes() == b""
@@ -107,5 +115,5 @@ async def test_catastrophic_search_never_freezes_ponder_serve(home, tmp_path, an
     else:
         assert events[-1]["type"] == "turn_end" and events[-1]["stop_reason"] == "cancelled"
     with anyio.fail_after(5):
-        while scan_children() - before:  # a killed child is reaped by then, an orphan would linger
+        while any(running(pid) for pid in children):  # a killed child is reaped by then, an orphan would linger
             await anyio.sleep(0.05)
