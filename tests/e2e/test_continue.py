@@ -225,7 +225,9 @@ async def test_continue_after_kill_9_mid_stream(home, tmp_path, replay_server, a
     assert body["messages"][-1] == {"role": "user", "content": CONTINUE_TEXT}
 
 
-async def test_ponder_continue_session_on_the_command_line(home, tmp_path, replay_server, anyio_backend):
+async def cut_off_for_the_command_line(home, tmp_path, replay_server, anyio_backend) -> tuple[str, dict[str, str]]:
+    """A session whose reply was cut off at the output limit, the rest queued on the server; its
+    id and the environment a ``ponder`` command needs to reach that server."""
     replay_server.enqueue(ScriptedResponse(body=anthropic_text("The first half", stop="max_tokens"), headers=SSE))
     async with daemon(home, anyio_backend, replay_server) as (client, log):
         session_id = await start(client, tmp_path)
@@ -236,6 +238,11 @@ async def test_ponder_continue_session_on_the_command_line(home, tmp_path, repla
         **os.environ,
         **subprocess_env(home, {"ANTHROPIC_API_KEY": "sk-ant-fake", "ANTHROPIC_BASE_URL": replay_server.url}),
     }
+    return session_id, env
+
+
+async def test_ponder_continue_session_on_the_command_line(home, tmp_path, replay_server, anyio_backend):
+    session_id, env = await cut_off_for_the_command_line(home, tmp_path, replay_server, anyio_backend)
     command = [sys.executable, "-m", "daemon", "continue", session_id]
     with anyio.fail_after(60):
         done = await anyio.run_process(command, env=env, check=False)
@@ -248,16 +255,7 @@ async def test_ponder_continue_session_on_the_command_line(home, tmp_path, repla
 
 
 async def test_ponder_continue_json_is_framed_like_ask_json(home, tmp_path, replay_server, anyio_backend):
-    replay_server.enqueue(ScriptedResponse(body=anthropic_text("The first half", stop="max_tokens"), headers=SSE))
-    async with daemon(home, anyio_backend, replay_server) as (client, log):
-        session_id = await start(client, tmp_path)
-        turn = await client.request("session/prompt", {"session_id": session_id, "text": "Answer."})
-        await log.turn_end(turn["turn_id"])
-    replay_server.enqueue(ScriptedResponse(body=anthropic_text(" and the rest."), headers=SSE))
-    env = {
-        **os.environ,
-        **subprocess_env(home, {"ANTHROPIC_API_KEY": "sk-ant-fake", "ANTHROPIC_BASE_URL": replay_server.url}),
-    }
+    session_id, env = await cut_off_for_the_command_line(home, tmp_path, replay_server, anyio_backend)
     with anyio.fail_after(60):
         done = await anyio.run_process(
             [sys.executable, "-m", "daemon", "continue", "--json", session_id], env=env, check=False
