@@ -280,11 +280,7 @@ class PostgresDatabase(StoreBackend):
     def _lost(self, error: psycopg.Error) -> StoreUnavailable:
         """The connection broke under a call: forget it (the next call connects again)."""
         broken, self._db = self._db, None
-        if broken is not None:
-            try:
-                broken.close()
-            except psycopg.Error:
-                pass
+        _close_quietly(broken)
         unavailable = StoreUnavailable(
             f"The PostgreSQL store at {self.location} could not be reached: {_cause(error)}."
         )
@@ -407,11 +403,7 @@ class PostgresDatabase(StoreBackend):
         with self._lock:
             self._closed = True
             connection, self._db = self._db, None
-            if connection is not None:
-                try:
-                    connection.close()
-                except psycopg.Error:
-                    pass
+            _close_quietly(connection)
 
     @property
     def closed(self) -> bool:
@@ -472,11 +464,7 @@ class PostgresChangeFeed:
 
     def _drop(self) -> None:
         connection, self._db = self._db, None
-        if connection is not None:
-            try:
-                connection.close()
-            except psycopg.Error:
-                pass
+        _close_quietly(connection)
 
     def close(self) -> None:
         """Stop; never waits for a ``wait`` in progress (that one closes the connection as it returns)."""
@@ -505,3 +493,12 @@ def open_store(url: str, **options: Any) -> PostgresStore:
         return PostgresStore(url, **options)
     except StoreUnavailable as error:
         return PostgresStore.unavailable(url, error.message)
+
+
+def _close_quietly(connection: psycopg.Connection[Any] | None) -> None:
+    """Close a connection that is being let go; one already broken may fail to close, which changes nothing."""
+    if connection is not None:
+        try:
+            connection.close()
+        except psycopg.Error:
+            pass
