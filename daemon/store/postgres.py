@@ -19,8 +19,8 @@ carry, and behind a pooler the URL's ``options`` such as ``search_path``) are se
 connection pooler (``pooler``: ``"transaction"``, as PgBouncer's transaction mode, or
 ``"session"``), which the configuration must declare: a pooler is detected (the connection's
 backend pid, which PgBouncer makes up, is not the server's ``pg_backend_pid()``) and refused
-with a sentence saying so when it is not declared. Declared, the store prepares no statements,
-and the lease holder's liveness is a heartbeat instead of its backend connection (a pooled
+with a sentence saying so when it is not declared. Declared "transaction", the store prepares
+no statements; declared either way, the lease holder's liveness is a heartbeat instead of its backend connection (a pooled
 backend outlives the daemon that used it): leases held expire ``POOLED_LEASE_TTL_S`` after the
 last heartbeat, which renews them every ``HEARTBEAT_S``. ``LISTEN`` needs a session of its
 own: behind a transaction pooler the change feed uses ``listen_url`` (a direct connection), and
@@ -327,9 +327,9 @@ class PostgresDatabase(StoreBackend):
                 autocommit=True,
                 connect_timeout=CONNECT_TIMEOUT_S,
                 application_name="ponder",
-                # A pooler may run each transaction on another server connection: a statement
-                # prepared on one is missing (or already there) on the next.
-                prepare_threshold=None if self.pooler is not None else 5,
+                # A transaction pooler may run each transaction on another server connection: a
+                # statement prepared on one is missing (or already there) on the next.
+                prepare_threshold=None if self.pooler == "transaction" else 5,
             )
         except psycopg.Error as error:
             unavailable = self._unreachable(error)
