@@ -225,7 +225,9 @@ def test_a_password_through_the_pooler_logs_in_and_a_wrong_one_is_a_sentence_wit
     pgbouncer_server: ThrowawayPgBouncer, opened
 ) -> None:
     store = opened(pgbouncer_server.url(user=PASSWORD_ROLE, password=PASSWORD), pooler="transaction")
-    store.create_session(SessionRow(id=f"pw-{time.monotonic_ns()}", cwd="/w", model_id="mock/echo", thinking_level="off"))
+    store.create_session(
+        SessionRow(id=f"pw-{time.monotonic_ns()}", cwd="/w", model_id="mock/echo", thinking_level="off")
+    )
     assert PASSWORD not in store.status().location
     wrong = open_store(pgbouncer_server.url(user=PASSWORD_ROLE, password=PASSWORD + "-wrong"), pooler="transaction")
     try:
