@@ -21,9 +21,9 @@ connection pooler (``pooler``: ``"transaction"``, as PgBouncer's transaction mod
 backend pid, which PgBouncer makes up, is not the server's ``pg_backend_pid()``) and refused
 with a sentence saying so when it is not declared. Declared "transaction", the store prepares
 no statements; declared either way, the lease holder's liveness is a heartbeat instead of its
-backend connection (a pooled backend outlives the daemon that used it): leases held expire ``POOLED_LEASE_TTL_S`` after the
-last heartbeat, which renews them every ``HEARTBEAT_S``. ``LISTEN`` needs a session of its
-own: behind a transaction pooler the change feed uses ``listen_url`` (a direct connection), and
+backend connection (a pooled backend outlives the daemon that used it): leases held expire
+``POOLED_LEASE_TTL_S`` after the last heartbeat, which renews them every ``HEARTBEAT_S``.
+``LISTEN`` needs a session of its own: behind a transaction pooler the change feed uses ``listen_url`` (a direct connection), and
 without one it is off (``notice`` says so).
 """
 
