@@ -23,8 +23,8 @@ with a sentence saying so when it is not declared. Declared "transaction", the s
 no statements; declared either way, the lease holder's liveness is a heartbeat instead of its
 backend connection (a pooled backend outlives the daemon that used it): leases held expire
 ``POOLED_LEASE_TTL_S`` after the last heartbeat, which renews them every ``HEARTBEAT_S``.
-``LISTEN`` needs a session of its own: behind a transaction pooler the change feed uses ``listen_url`` (a direct connection), and
-without one it is off (``notice`` says so).
+``LISTEN`` needs a session of its own: behind a transaction pooler the change feed uses
+``listen_url`` (a direct connection), and without one it is off (``notice`` says so).
 """
 
 from __future__ import annotations
