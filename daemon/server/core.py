@@ -99,6 +99,7 @@ class Daemon:
             *config.problems,
             *(self._permissions.problems if self._permissions is not None else []),
             *([store.store.problem] if store.store.problem else []),
+            *([store.store.notice] if store.store.notice else []),
         ]
         for problem in self.problems:
             log.warning("%s", problem)
@@ -304,7 +305,9 @@ async def open_daemon(
     # The sandbox probe (a bwrap run, ~10 ms) overlaps opening the store; it is done before the
     # first request is read, so initialize answers at once and in order.
     sandbox = Sandbox(config.sandbox, config.home, probing=sandbox_probe)
-    store = await AsyncStore.open_configured(config.db_path, config.store_url)
+    store = await AsyncStore.open_configured(
+        config.db_path, config.store_url, pooler=config.store_pooler, listen_url=config.store_listen_url
+    )
     daemon = None
     try:
         daemon = Daemon(config, connection, store, bridge, sandbox)
