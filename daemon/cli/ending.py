@@ -1,11 +1,16 @@
-"""How a client command's process ends: its output flushed, then ``os._exit`` with its status,
-without the interpreter's teardown of every module the command loaded (a tenth of a second on
-a busy machine, after the answer is already out). Output piped into a program that stopped
-reading (``ponder sessions | head``) ends it quietly, with the status of a Unix tool killed by
-SIGPIPE (141)."""
+"""How a ``ponder`` process ends: its output flushed, then ``os._exit`` with its status, without
+the interpreter's teardown of every module it loaded (a tenth of a second on a busy machine,
+after the answer is already out). A client command ends so (``exit_now``); output piped into a
+program that stopped reading (``ponder sessions | head``) ends it quietly, with the status of a
+Unix tool killed by SIGPIPE (141). The stdio daemon ends so after an orderly shutdown
+(``end_daemon``), once it has done what the interpreter's exit would: a client that reads its
+stderr (a script capturing ``ponder ask``'s) waits for that end.
+"""
 
+import atexit
 import os
 import sys
+import threading
 from typing import NoReturn
 
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
@@ -20,6 +25,18 @@ def exit_now(code: int) -> NoReturn:
     except BrokenPipeError:  # the reader of stdout went away with output still buffered
         code = reader_went_away()
     os._exit(code)
+
+
+def end_daemon(code: int) -> NoReturn:
+    """End a daemon whose serve returned (its store closed, its children ended, every answer
+    written) as the interpreter's exit would, less the teardown: its other non-daemon threads
+    joined, the exit handlers run (the log file flushed and closed), stdout and stderr flushed."""
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    exit_now(code)
 
 
 def reader_went_away() -> int:

@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true", help="log to logs/ponder.log only, not stderr (how the client commands run it)"
     )
     serve.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="load the session stack on first use only, not on a thread after initialize (a one-shot client)",
+    )
+    serve.add_argument(
         "--listen",
         metavar="ENDPOINT",
         help="serve many clients instead of stdio: unix[:PATH] (default <home>/serve.sock) or ws://127.0.0.1:PORT",
@@ -228,6 +234,7 @@ class Serve(NamedTuple):
     log_level: str
     max_line_bytes: int
     quiet: bool = False
+    warm_up: bool = True  # load the session stack on a thread shortly after initialize (not: --no-warm-up)
 
 
 class Listing(NamedTuple):
@@ -262,7 +269,7 @@ def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None
 
 
 def plain_serve(argv: list[str]) -> Serve | None:
-    """``[--home H] [--log-level L] serve [--max-line-bytes N] [--quiet]``, the line an editor (or
+    """``[--home H] [--log-level L] serve [--max-line-bytes N] [--quiet] [--no-warm-up]``, the line an editor (or
     a client command) spawns, read without argparse: importing it and declaring every command's
     arguments is a noticeable part of a daemon's start-up. None for any other line, which
     argparse reads (and explains)."""
@@ -270,16 +277,18 @@ def plain_serve(argv: list[str]) -> Serve | None:
     if found is None or not found[2] or found[2][0] != "serve":
         return None
     home, level, rest = found
-    limit, quiet, options = DEFAULT_MAX_LINE_BYTES, False, rest[1:]
+    limit, quiet, warm_up, options = DEFAULT_MAX_LINE_BYTES, False, True, rest[1:]
     while options:
         match options:
             case ["--quiet", *more]:
                 quiet, options = True, more
+            case ["--no-warm-up", *more]:
+                warm_up, options = False, more
             case ["--max-line-bytes", digits, *more] if digits.isdigit():
                 limit, options = int(digits), more
             case _:
                 return None
-    return Serve("serve", home, level, limit, quiet)
+    return Serve("serve", home, level, limit, quiet, warm_up)
 
 
 def plain_listing(argv: list[str]) -> Listing | None:
@@ -307,7 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     plain = plain_serve(argv)
     if plain is not None:
-        return run_serve(plain)
+        code = run_serve(plain)
+        from daemon.cli.ending import end_daemon  # not on the start path
+
+        end_daemon(code)
     listing = plain_listing(argv)
     if listing is not None:
         from daemon.cli.listing import list_sessions_then_exit
@@ -346,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_store(args)
     if args.command in ("serve", "acp"):
-        return run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet))
+        warm_up = args.warm_up if args.command == "serve" else True  # (--no-warm-up is serve's)
+        code = run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet, warm_up))
+        from daemon.cli.ending import end_daemon
+
+        end_daemon(code)
     if daemon is None:
         from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
@@ -395,6 +411,7 @@ def run_serve(args: Serve) -> int:
         protocol_out,
         args.command,
         sandbox_probe,
+        args.warm_up,
         backend=backend,
     )
     return 0
@@ -407,6 +424,7 @@ async def _serve_stdio(
     out_fd: int,
     dialect: str = "serve",
     sandbox_probe: ProbeRun | None = None,
+    warm_up: bool = True,
 ) -> None:
     from daemon.jsonrpc.stdio import open_stdio
 
@@ -418,7 +436,7 @@ async def _serve_stdio(
         else:
             from daemon.server import serve
 
-            await serve(config, incoming, outgoing, handle_signals=True, sandbox_probe=sandbox_probe)
+            await serve(config, incoming, outgoing, handle_signals=True, sandbox_probe=sandbox_probe, warm_up=warm_up)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 # How the ponder client commands run the daemon: its log goes to the home's logs/ponder.log only,
-# not to the person's terminal.
-QUIET_SERVE = ("--quiet",)
+# not to the person's terminal; and no warm-up after initialize: a one-shot command loads what it
+# uses on its requests, and a warm-up thread beside them only competes with them for the CPU.
+QUIET_SERVE = ("--quiet", "--no-warm-up")
 
 
 def daemon_command(home: str | os.PathLike[str] | None, serve_args: tuple[str, ...], log_level: str) -> list[str]:

@@ -26,13 +26,17 @@ async def serve(
     handle_signals: bool = False,
     on_ready: Callable[[Daemon], None] | None = None,
     sandbox_probe: ProbeRun | None = None,
+    warm_up: bool = True,
 ) -> None:
     """Serve one connection until end of input, ``shutdown`` or a signal; then shut down.
-    ``sandbox_probe``: the sandbox probe, if started already (``ponder serve`` starts it first)."""
+    ``sandbox_probe``: the sandbox probe, if started already (``ponder serve`` starts it first);
+    ``warm_up`` False: no warm-up after initialize (``serve --no-warm-up``, how the one-shot client
+    commands run it: what they use loads on their requests anyway)."""
     connection = Connection(outgoing)
     bridge = RpcBridge()
     peer = bridge.add_peer(connection, "stdio")
     async with open_daemon(config, connection, bridge, sandbox_probe=sandbox_probe) as daemon:
+        daemon.warm_up = warm_up
         register_methods(daemon, bridge, peer)
         if on_ready is not None:
             on_ready(daemon)

@@ -76,6 +76,7 @@ class Daemon:
         # The one connection of a stdio daemon (either dialect); None when it listens for many.
         self.connection = connection
         self.closing = False  # shutting down: no new background work
+        self.warm_up = True  # load the session stack on a thread shortly after initialize
         self.warm_up_started = False
         self.store = store
         self.bridge = bridge

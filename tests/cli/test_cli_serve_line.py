@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Serve, build_parser, plain_serve
+from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Listing, Serve, build_parser, plain_listing, plain_serve
 from tests.support.harness import subprocess_env
 
 
 def by_argparse(argv: list[str]) -> Serve:
     args = build_parser().parse_args(argv)
-    return Serve(args.command, args.home, args.log_level, args.max_line_bytes)
+    return Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet, args.warm_up)
 
 
 PLAIN = [
@@ -27,6 +27,9 @@ PLAIN = [
     ["--home", "/a", "--home", "/b", "serve"],  # the last one wins, as in argparse
     ["serve", "--max-line-bytes", "1000"],
     ["--home", "/tmp/h", "--log-level", "error", "serve", "--max-line-bytes", "65536"],
+    ["serve", "--quiet"],
+    ["serve", "--quiet", "--no-warm-up"],  # how the client commands spawn their daemon
+    ["--home", "/tmp/h", "serve", "--no-warm-up", "--max-line-bytes", "9", "--quiet"],
 ]
 
 
@@ -55,12 +58,47 @@ OTHERS = [
     ["serve", "--max-line-bytes=10"],
     ["serve", "extra"],
     ["--verbose", "serve"],
+    ["serve", "--no-warmup"],
 ]
 
 
 @pytest.mark.parametrize("argv", OTHERS, ids=lambda argv: " ".join(argv) or "(nothing)")
 def test_anything_else_goes_to_argparse(argv: list[str]) -> None:
     assert plain_serve(argv) is None
+
+
+LISTINGS = [
+    ["sessions"],
+    ["--home", "/tmp/h", "sessions", "--limit", "5"],
+    ["--log-level", "debug", "sessions", "--limit=1000"],
+    ["sessions", "--limit", "1"],
+]
+
+
+@pytest.mark.parametrize("argv", LISTINGS, ids=" ".join)
+def test_the_plain_sessions_line_reads_as_argparse_reads_it(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert args.session_id is None and not args.json
+    assert plain_listing(argv) == Listing(args.home, args.log_level, args.limit)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "ses_1"],  # one session: a daemon resumes it
+        ["sessions", "--json"],  # what the daemon returned
+        ["sessions", "--limit", "1001"],  # the daemon refuses it
+        ["sessions", "--limit", "0"],  # argparse refuses it
+        ["sessions", "--limit", "٣"],  # a digit argparse reads, not ASCII
+        ["sessions", "--lim", "5"],
+        ["sessions", "--limit", "5", "--limit", "6"],
+        ["sessions", "-h"],
+        ["ask", "sessions"],
+    ],
+    ids=" ".join,
+)
+def test_any_other_sessions_line_goes_to_argparse_and_a_daemon(argv: list[str]) -> None:
+    assert plain_listing(argv) is None
 
 
 def test_a_client_command_starts_its_daemon_before_argparse_and_stops_it_on_a_mistake(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ without it, and say why beside it; ``scripts/bench --only cold`` shows what it c
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import get_args
 
@@ -156,19 +157,20 @@ def floor_modules() -> set[str]:
     return set(done.stdout.decode().split())
 
 
-def served_modules(tmp_path: Path) -> list[set[str]]:
-    """The modules a real ``ponder serve`` had imported at each answer: initialize, then
-    session/list (of a stored session, so that its row is shown with ``Session.sandbox``)."""
+def served_modules(tmp_path: Path, *serve_args: str, pause_s: float = 0.0) -> list[set[str]]:
+    """The modules a real ``ponder serve SERVE_ARGS`` had imported at each answer: initialize,
+    then (``pause_s`` later) session/list (of a stored session, so that its row is shown with
+    ``Session.sandbox``)."""
     record = tmp_path / "modules.txt"
     home = tmp_path / "home"
-    home.mkdir()
+    home.mkdir(parents=True)
     store = Store(home / "sessions.db")
     store.create_session(SessionRow(id="s1", cwd=str(tmp_path), model_id="mock/echo", thinking_level="off"))
     store.close()
     env = {**os.environ, **subprocess_env(home)}
     env.pop("PONDER_ASYNC_BACKEND", None)  # the default loop, as editors run it
     process = subprocess.Popen(
-        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve"],
+        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", *serve_args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -181,6 +183,7 @@ def served_modules(tmp_path: Path) -> list[set[str]]:
             process.stdin.write(INITIALIZE)
             process.stdin.flush()
             assert b'"result"' in process.stdout.readline()
+            time.sleep(pause_s)
             process.stdin.write(LIST)
             process.stdin.flush()
             listed = process.stdout.readline()
@@ -233,3 +236,16 @@ def test_the_constants_the_start_path_uses_match_their_sources() -> None:
 
     assert PERMISSIONS_FILE == FILE_NAME
     assert msgspec.json.decode(INITIALIZE)["method"] == "initialize"
+
+
+WARM_UP = {"daemon.sessions.manager", "daemon.agent.turn", "httpcore"}  # what the warm-up thread loads
+
+
+def test_the_client_commands_daemon_loads_nothing_after_initialize_unless_asked(tmp_path: Path) -> None:
+    # ``serve --no-warm-up`` (how the client commands spawn it): 1.5 s later a listing has loaded
+    # nothing of the session stack; plain ``serve`` has begun to warm it up by then (its thread
+    # starts 0.2 s after initialize; a module counts once its import has begun).
+    _, listed = served_modules(tmp_path / "cold", "--quiet", "--no-warm-up", pause_s=1.5)
+    assert not listed & WARM_UP
+    _, warmed = served_modules(tmp_path / "warm", pause_s=1.5)
+    assert warmed & WARM_UP

@@ -37,7 +37,7 @@ class LifecycleHandlers:
         if params.client_info is not None:
             self.peer.client_name = params.client_info.name
         background = self.daemon.background_task_group()
-        if background is not None and not self.daemon.warm_up_started:
+        if background is not None and self.daemon.warm_up and not self.daemon.warm_up_started:
             self.daemon.warm_up_started = True
             background.start_soon(self._warm_up)
         problems = await self.daemon.problems_now()  # waits for the sandbox probe
@@ -67,8 +67,9 @@ class LifecycleHandlers:
         and the agent, the catalogue, httpx and its TLS context, the tools) on a thread shortly
         after initialize is answered, instead of on those requests.
 
-        After a pause: a client that asks and leaves at once (``ponder ask``, ``ponder
-        sessions``) is not slowed by loading, beside its requests, what it never uses. On a
+        After a pause: a client that asks and leaves at once is not slowed by loading, beside
+        its requests, what it never uses; the ``ponder`` client commands turn it off
+        (``serve --no-warm-up``), since under load their requests can outlast the pause. On a
         daemon thread, not a worker the loop waits for: a client that closes stdin meanwhile
         must not wait for the warm-up to finish before the process exits.
         """
