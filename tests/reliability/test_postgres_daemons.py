@@ -491,3 +491,21 @@ async def test_an_undeclared_pooler_is_a_sentence_and_a_password_never_leaves_a_
     for home in (home_a, home_b):
         text += "".join(p.read_text(errors="replace") for p in (home / "logs").glob("*"))
     assert PASSWORD not in text
+
+
+async def test_initialize_stops_naming_an_unreachable_server_once_it_is_back(
+    postgres_server: ThrowawayPostgres, postgres_url: str, tmp_path: Path
+) -> None:
+    [home] = homes(tmp_path, 1)
+    await anyio.to_thread.run_sync(postgres_server.stop)
+    try:
+        async with AsyncExitStack() as stack:
+            client, init = await _initialized(stack, home, {"PONDER_STORE_URL": postgres_url})
+            assert [p for p in init["problems"] if "cannot be reached" in p]
+            await anyio.to_thread.run_sync(postgres_server.start)
+            with anyio.fail_after(10):
+                while [p for p in (await initialize(client))["problems"] if "PostgreSQL" in p]:
+                    await anyio.sleep(0.2)  # (a try to connect at most every half second)
+            assert (await client.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+    finally:
+        await anyio.to_thread.run_sync(postgres_server.start)  # a no-op when it runs
