@@ -289,8 +289,16 @@ async def test_a_server_gone_mid_turn_and_back_loses_nothing(
 def test_no_store_url_reaches_a_tools_environment() -> None:
     from daemon.config.settings import child_env
 
-    env = child_env({"PONDER_STORE_URL": "postgresql://u:p@h/d", "PGPASSWORD": "x", "HOME": "/root"})
-    assert env == {"HOME": "/root"}
+    env = child_env(
+        {
+            "PONDER_STORE_URL": "postgresql://u:p@h/d",
+            "PONDER_STORE_LISTEN_URL": "postgresql://u:p@h2/d",
+            "PONDER_STORE_POOLER": "transaction",
+            "PGPASSWORD": "x",
+            "HOME": "/root",
+        }
+    )
+    assert env == {"PONDER_STORE_POOLER": "transaction", "HOME": "/root"}  # the mode is no secret
 
 
 async def next_update(client: RpcClient, session_id: str, check: Any = None, within_s: float = 5.0) -> dict[str, Any]:
