@@ -96,9 +96,28 @@ def messages_tokens(messages: Iterable[ChatMessage]) -> int:
 
 
 def tools_tokens(tools: Sequence[ToolSpec]) -> int:
-    return sum(
-        text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False)) for tool in tools
-    )
+    return sum(tool_tokens(tool) for tool in tools)
+
+
+# (name, description) -> (the input schema counted, its tokens). A turn estimates its request
+# several times and every turn offers the same built-in tools (whose schemas are the same objects
+# turn after turn), so each schema is dumped once, not five times a turn. A hit needs the very
+# schema object counted: held here, it cannot be freed and its id reused.
+_TOOL_TOKENS: dict[tuple[str, str], tuple[object, int]] = {}
+_TOOL_TOKENS_KEPT = 1024  # tools from MCP servers come and go: the cache starts over past this
+
+
+def tool_tokens(tool: ToolSpec) -> int:
+    """One tool's name, description and JSON Schema."""
+    key = (tool.name, tool.description)
+    counted = _TOOL_TOKENS.get(key)
+    if counted is not None and counted[0] is tool.input_schema:
+        return counted[1]
+    tokens = text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False))
+    if len(_TOOL_TOKENS) >= _TOOL_TOKENS_KEPT:
+        _TOOL_TOKENS.clear()
+    _TOOL_TOKENS[key] = (tool.input_schema, tokens)
+    return tokens
 
 
 def request_estimate(
