@@ -15,7 +15,6 @@ from daemon.conversation import ChatMessage, Part
 from daemon.errors import InvalidLimit, StoreError
 from daemon.store.backend import Body, SqlConnection, StoreBackend
 from daemon.store.db import json_encode
-from daemon.util import collector
 from protocol.objects import Usage
 
 _MESSAGE_COLUMNS = (
@@ -253,7 +252,9 @@ class MessageQueries(StoreBackend):
             params += (limit,)
 
         def body(db: SqlConnection) -> list[ChatMessage]:
-            with collector.paused():  # a long history is ~25,000 rows and structs, none in a cycle
+            from daemon.util.collector import paused  # with the first read of a history: off the start path
+
+            with paused():  # a long history is ~25,000 rows and structs, none in a cycle
                 return rows_to_messages(db)
 
         def rows_to_messages(db: SqlConnection) -> list[ChatMessage]:
