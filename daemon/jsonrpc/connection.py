@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import ObjectReceiveStream
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.errors import (
     InternalError,
@@ -144,24 +144,6 @@ def _shutdown_part(group: BaseExceptionGroup, what: str) -> BaseExceptionGroup:
         raise group
     log.error("%s failed as shutdown cancelled it", what, exc_info=failures)
     return cancelled
-
-
-def _waiting(incoming: ObjectReceiveStream[bytes | _Overlong]) -> list[bytes | _Overlong]:
-    """The lines already queued behind the one just received, taken without waiting.
-
-    Receiving each line on its own waits a turn of the event loop per line; when the loop is
-    busy (200 prompts sent at once, the first turns already streaming), the last requests
-    would reach their handlers long after the first. Lines arriving together are dispatched
-    together, in order. Only a memory stream (stdio, a socket's reader) can tell what it holds.
-    """
-    if not isinstance(incoming, MemoryObjectReceiveStream):
-        return []
-    lines: list[bytes | _Overlong] = []
-    while True:
-        try:
-            lines.append(incoming.receive_nowait())
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return lines
 
 
 def as_wire_error(exc: BaseException) -> PonderError:
@@ -351,17 +333,16 @@ class Connection:
         error for what cannot be a request) or handed to ``_handle``, the error boundary.
         """
         async with incoming, anyio.create_task_group() as tg:
-            async for first in incoming:
-                for line in [first, *_waiting(incoming)]:
-                    try:
-                        message = decode_line(line)
-                    except PonderError as exc:
-                        await self.send_raw(encode_error(None, exc))
-                        continue
-                    if isinstance(message, list):
-                        tg.start_soon(self._handle_batch, message)
-                    else:
-                        self._dispatch(tg, message)
+            async for line in incoming:
+                try:
+                    message = decode_line(line)
+                except PonderError as exc:
+                    await self.send_raw(encode_error(None, exc))
+                    continue
+                if isinstance(message, list):
+                    tg.start_soon(self._handle_batch, message)
+                else:
+                    self._dispatch(tg, message)
             # End of input: give requests in flight a moment, then answer them shutting_down.
             await self.wait_answered(EOF_GRACE_S)
             tg.cancel_scope.cancel()

@@ -45,8 +45,8 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
             await send.send(item)
 
     def deliver(items: list[bytes | _Overlong]) -> None:
-        # The lines of one read in one hop to the loop: a hop per line waits for a whole turn
-        # of a busy loop (200 prompts sent at once would reach their handlers over 200 turns).
+        # The lines of one read in one hop to the loop, in order: a hop per line is a round trip
+        # between this thread and a loop that may be busy (200 prompts sent at once).
         if items:
             anyio.from_thread.run(send_all, items, token=token)
 
