@@ -32,55 +32,11 @@ READ_TIMEOUT_S = 300.0
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
-# Requests of one client being opened at once (connection set-up, the request written); the
-# others wait their turn, in order, at most OPENING_WAIT_S. See ``OpeningGate``.
-OPENING_SLOTS = 8
-OPENING_WAIT_S = 1.0
-
-
-class OpeningGate:
-    """Lets a burst of requests open a few at a time, in the order they came.
-
-    Opening a request (a new connection, its happy-eyeballs task, the request written by h11)
-    is the CPU-heavy part of starting a turn. 200 prompts sent at once would otherwise all
-    advance through those steps together, one step each per turn of the event loop, and every
-    one reach its first delta near the end of the burst; taken a few at a time, the first come
-    first. A slot is held only until the request is written, not while the provider thinks,
-    and no request waits for one longer than ``max_wait_s`` (a slow connection set-up delays
-    the others by that much at most).
-    """
-
-    def __init__(self, slots: int = OPENING_SLOTS, max_wait_s: float = OPENING_WAIT_S) -> None:
-        self._slots = anyio.Semaphore(slots)
-        self._max_wait_s = max_wait_s
-
-    @asynccontextmanager
-    async def opening(self) -> AsyncIterator[Callable[[], None]]:
-        """Wait for a slot (bounded); yields the slot's release, also done on leaving."""
-        held = False
-        with anyio.move_on_after(self._max_wait_s):
-            await self._slots.acquire()
-            held = True
-
-        def release() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self._slots.release()
-
-        try:
-            yield release
-        finally:
-            release()
-
-
 class LazyClient:
-    """An adapter's one httpx client, made on first use and closed with the adapter, with the
-    gate its requests open through."""
+    """An adapter's one httpx client, made on first use and closed with the adapter."""
 
     def __init__(self) -> None:
         self._client: httpx.AsyncClient | None = None
-        self.gate = OpeningGate()
 
     def get(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -214,7 +170,7 @@ ErrorMapper = Callable[[httpx.Response, bytes], ProviderError]
 
 @asynccontextmanager
 async def open_stream(
-    clients: LazyClient,
+    client: httpx.AsyncClient,
     url: str,
     *,
     provider: str,
@@ -228,21 +184,12 @@ async def open_stream(
     The one place where opening a stream fails: a server that cannot be reached is a
     retryable ``connection_error``; a non-2xx answer is ``map_error(response, body)``, the
     body read through ``read_error_body`` with ``secrets`` masked (a proxy may echo the
-    key). Leaving the context closes the response. The request opens through the client's
-    ``OpeningGate``; its slot is given back once the request is written (httpcore's trace).
+    key). Leaving the context closes the response.
     """
-    client = clients.get()
-    async with clients.gate.opening() as written:
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event.endswith(".send_request_body.complete"):
-                written()
-
-        request = client.build_request("POST", url, headers=headers, content=content, extensions={"trace": trace})
-        try:
-            response = await client.send(request, stream=True)
-        except httpx.RequestError as exc:
-            raise connection_error(provider, exc) from exc
+    try:
+        response = await client.send(client.build_request("POST", url, headers=headers, content=content), stream=True)
+    except httpx.RequestError as exc:
+        raise connection_error(provider, exc) from exc
     try:
         if not response.is_success:
             raise map_error(response, await read_error_body(response, tuple(s for s in secrets if s)))
