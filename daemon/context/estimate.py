@@ -24,6 +24,7 @@ per-message overhead for the role and framing, and the pending input.
 import json
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from daemon.conversation import ChatMessage, Part, ToolSpec
 
@@ -99,25 +100,30 @@ def tools_tokens(tools: Sequence[ToolSpec]) -> int:
     return sum(tool_tokens(tool) for tool in tools)
 
 
-# (name, description) -> (the input schema counted, its tokens). A turn estimates its request
-# several times and every turn offers the same built-in tools (whose schemas are the same objects
-# turn after turn), so each schema is dumped once, not five times a turn. A hit needs the very
-# schema object counted: held here, it cannot be freed and its id reused.
-_TOOL_TOKENS: dict[tuple[str, str], tuple[object, int]] = {}
-_TOOL_TOKENS_KEPT = 1024  # tools from MCP servers come and go: the cache starts over past this
-
-
 def tool_tokens(tool: ToolSpec) -> int:
-    """One tool's name, description and JSON Schema."""
+    """One tool's name, description and JSON Schema.
+
+    Every request is estimated several times, and every turn offers the same tools (each turn
+    its own copy of each schema), so the count is kept per tool and reused while the schema is
+    equal: comparing two dicts costs a fraction of dumping one. Equal schemas dump to the same
+    characters in whatever key order, hence the same count (but for a number that equals a
+    boolean or a float, ``1 == 1.0 == true``: a schema differing from the last only so is counted
+    as that one, a token apart at most).
+    """
     key = (tool.name, tool.description)
     counted = _TOOL_TOKENS.get(key)
-    if counted is not None and counted[0] is tool.input_schema:
+    if counted is not None and counted[0] == tool.input_schema:
         return counted[1]
     tokens = text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False))
     if len(_TOOL_TOKENS) >= _TOOL_TOKENS_KEPT:
-        _TOOL_TOKENS.clear()
+        _TOOL_TOKENS.clear()  # tools from MCP servers come and go: start over
     _TOOL_TOKENS[key] = (tool.input_schema, tokens)
     return tokens
+
+
+# (name, description) -> (the schema counted, its tokens)
+_TOOL_TOKENS: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+_TOOL_TOKENS_KEPT = 1024
 
 
 def request_estimate(
