@@ -70,3 +70,26 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """A PostgreSQL store URL on a schema of this test's own."""
     return postgres_server.url(postgres_server.new_schema())
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(postgres_server):
+    """A throwaway PgBouncer in transaction mode in front of ``postgres_server``
+    (``tests/support/pgbouncer``). Skips where PgBouncer cannot be started, except in CI: fails there."""
+    from tests.support.pgbouncer import PgBouncerUnavailable, ThrowawayPgBouncer
+    from tests.support.postgres import required
+
+    try:
+        bouncer = ThrowawayPgBouncer(postgres_server)
+    except (PgBouncerUnavailable, OSError) as error:
+        if required():
+            pytest.fail(f"PgBouncer is required here (CI) but could not be started: {error}")
+        pytest.skip(f"PgBouncer could not be started: {error}")
+    yield bouncer
+    bouncer.close()
+
+
+@pytest.fixture
+def pgbouncer_url(postgres_server, pgbouncer_server) -> str:
+    """A PostgreSQL store URL through PgBouncer (transaction mode) on a schema of this test's own."""
+    return pgbouncer_server.url(postgres_server.new_schema())

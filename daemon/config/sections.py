@@ -49,6 +49,7 @@ Dollars = Annotated[float, Meta(ge=0, le=MAX_NUMBER)]
 ModelId = Annotated[str, Meta(pattern=r"\S")]  # not empty, not only blanks
 
 SandboxMode = Literal["off", "read_only", "workspace_write"]
+StorePooler = Literal["none", "transaction", "session"]
 
 
 class Section(msgspec.Struct, kw_only=True):
@@ -96,11 +97,17 @@ class ServeSection(Section):
 class StoreSection(Section):
     """``[store]``: where the sessions are (PROTOCOL.md "Store backends"): ``url`` a PostgreSQL server
     (``postgresql://…`` or libpq's key=value form); none, ``sessions.db`` in the home.
-    ``PONDER_STORE_URL`` wins over it."""
+    ``PONDER_STORE_URL`` wins over it. ``pooler``: the URL reaches the server through a
+    connection pooler (PgBouncer) in that mode; ``listen_url``: a direct connection for the
+    change feed's ``LISTEN`` (a transaction pooler cannot carry it). ``PONDER_STORE_POOLER`` and
+    ``PONDER_STORE_LISTEN_URL`` win over them."""
 
     url: str | None = None
+    pooler: StorePooler = "none"
+    listen_url: str | None = None
 
-    expected = {"url": "a string"}
+    expected = {"url": "a string", "listen_url": "a string"}
+    lowered = ("pooler",)
 
 
 class ToolsSection(Section):

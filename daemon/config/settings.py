@@ -21,7 +21,7 @@ import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import field
@@ -67,7 +67,7 @@ def child_env(environ: Mapping[str, str], pass_env: Iterable[str] = ()) -> dict[
 
 
 # The store's URL may carry a password (and libpq reads one from PGPASSWORD): never a child's.
-STORE_ENV_VARS = ("PONDER_STORE_URL", "PGPASSWORD")
+STORE_ENV_VARS = ("PONDER_STORE_URL", "PONDER_STORE_LISTEN_URL", "PGPASSWORD")
 
 
 # Structs, not dataclasses: making a dataclass compiles its methods at import, a cost paid
@@ -155,6 +155,10 @@ class Config(msgspec.Struct):
     # [store] url or PONDER_STORE_URL: a PostgreSQL store; None, sessions.db in the home. May hold a
     # password (masked by util.redact wherever text leaves the daemon).
     store_url: str | None = None
+    # [store] pooler / PONDER_STORE_POOLER: "transaction" or "session" when the URL goes through a
+    # connection pooler; listen_url / PONDER_STORE_LISTEN_URL: a direct connection for LISTEN.
+    store_pooler: Literal["transaction", "session"] | None = None
+    store_listen_url: str | None = None
 
     @property
     def db_path(self) -> Path:
@@ -215,8 +219,17 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config.max_event_bytes, config.max_response_bytes = reliability.max_event_bytes, reliability.max_response_bytes
     store = read_section(raw.get("store"), "store", StoreSection, problems)
     config.store_url = (env.get("PONDER_STORE_URL") or store.url or "").strip() or None
-    if config.store_url:
-        _remember_url_password(config.store_url)
+    config.store_listen_url = (env.get("PONDER_STORE_LISTEN_URL") or store.listen_url or "").strip() or None
+    for url in (config.store_url, config.store_listen_url):
+        if url:
+            _remember_url_password(url)
+    pooler = (env.get("PONDER_STORE_POOLER") or store.pooler).strip().lower()
+    if pooler == "transaction":
+        config.store_pooler = "transaction"
+    elif pooler == "session":
+        config.store_pooler = "session"
+    elif pooler not in ("none", ""):
+        problems.append(f"PONDER_STORE_POOLER = {pooler!r} is not one of none, transaction, session; using none.")
     tools = read_section(raw.get("tools"), "tools", ToolsSection, problems)
     config.scan_time_limit_s, config.pass_env = tools.scan_time_limit_s, tuple(tools.pass_env)
     config.compaction = _compaction(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 
@@ -67,10 +67,18 @@ class AsyncStore:
         return cls(await anyio.to_thread.run_sync(functools.partial(postgres.open_store, url, **options)))
 
     @classmethod
-    async def open_configured(cls, db_path: str | os.PathLike[str], url: str | None) -> AsyncStore:
-        """The store the configuration names: the PostgreSQL store at ``url``, else ``db_path``'s."""
+    async def open_configured(
+        cls,
+        db_path: str | os.PathLike[str],
+        url: str | None,
+        *,
+        pooler: Literal["transaction", "session"] | None = None,
+        listen_url: str | None = None,
+    ) -> AsyncStore:
+        """The store the configuration names: the PostgreSQL store at ``url`` (through a ``pooler``
+        in that mode, listening at ``listen_url``), else ``db_path``'s."""
         if url:
-            return await cls.open_url(url)
+            return await cls.open_url(url, pooler=pooler, listen_url=listen_url)
         return await cls.open_or_unavailable(db_path)
 
     async def follow_changes(self, apply: Callable[[list[StoreChange]], Awaitable[None]]) -> None:
@@ -89,6 +97,17 @@ class AsyncStore:
                     await apply(changes)
         finally:
             feed.close()
+
+    async def problem_now(self) -> str | None:
+        """Why the store cannot be used now; None when it can. A store with a problem is tried
+        once more first (a PostgreSQL server that was away may be back: the try connects again)."""
+        if self.store.problem is None or self._closing:
+            return self.store.problem
+        try:
+            await self._call(self.store.check)
+        except (StoreUnavailable, StoreClosed):
+            pass  # still: the problem says why
+        return self.store.problem
 
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:

@@ -61,6 +61,8 @@ class StoreStatus(msgspec.Struct, kw_only=True):
     schema_version: int
     schema_latest: int
     sessions: int
+    pooler: str = "none"  # "none" | "transaction" | "session" (PostgreSQL behind a connection pooler)
+    notifications: str = "none"  # how other daemons' changes reach this one
 
 
 class StoreBackend(ABC):
@@ -72,6 +74,9 @@ class StoreBackend(ABC):
     # Why the store cannot be used (it could not be opened, or its server cannot be reached):
     # initialize reports it; None when it can.
     problem: str | None = None
+    # What works less well than it could with this configuration (the store is usable): initialize
+    # reports it beside the problems; None when nothing does.
+    notice: str | None = None
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -141,6 +146,11 @@ class StoreBackend(ABC):
             return outcomes
 
         return self._transaction(body, write=write)
+
+    def check(self) -> None:
+        """One empty read: ``StoreUnavailable`` when the store cannot be used (a backend that
+        lost its server connects again here)."""
+        self._read(lambda db: None)
 
     def _write(self, body: Body[T]) -> T:
         return self._transaction(body, write=True)

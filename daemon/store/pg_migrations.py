@@ -11,8 +11,8 @@ and ``id``/``updated_at`` compare byte-wise (``COLLATE "C"``), as SQLite's text 
 
 Change notification is part of the schema: a trigger on ``sessions`` (every message save,
 title, budget, plan or account touches its row) and one on ``compactions`` send
-``NOTIFY "ponder.<schema>"`` with ``<op>:<session id>`` (PostgreSQL sends it on commit and
-folds duplicates within a transaction).
+``NOTIFY "ponder.<schema>"`` with ``<op>:<origin>:<session id>`` (PostgreSQL sends it on commit
+and folds duplicates within a transaction; the origin is the writing store's, since p002).
 """
 
 from __future__ import annotations
@@ -240,6 +240,35 @@ def p001_initial(db: SqlConnection) -> None:
     )
 
 
+@pg_migration
+def p002_notify_origin(db: SqlConnection) -> None:
+    """Notifications name the store that wrote the change: ``<op>:<origin>:<session id>``, the
+    origin being the ``ponder.origin`` setting each store sets in its transactions. The change
+    feed left its own store's writes out by the sender's backend pid, which behind a pooler is
+    any daemon's."""
+    db.execute(
+        """
+        CREATE OR REPLACE FUNCTION ponder_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            changed TEXT;
+        BEGIN
+            IF TG_OP = 'DELETE' THEN
+                changed := OLD.id;
+            ELSIF TG_TABLE_NAME = 'compactions' THEN
+                changed := NEW.session_id;
+            ELSE
+                changed := NEW.id;
+            END IF;
+            PERFORM pg_notify(
+                'ponder.' || TG_TABLE_SCHEMA,
+                left(TG_OP, 1) || ':' || coalesce(current_setting('ponder.origin', true), '') || ':' || changed
+            );
+            RETURN NULL;
+        END $$
+        """
+    )
+
+
 class PgSchemaTooNew(StoreUnavailable):
     """The database was written by a newer ponder; touching it could lose that version's data."""
 
@@ -268,12 +297,16 @@ def pg_schema_version(db: SqlConnection) -> int:
     return 0 if row is None else int(row[0])
 
 
-def pg_migrate(db: SqlConnection, lock_key: int, migrations: list[PgMigration] | None = None) -> int:
+def pg_migrate(
+    db: SqlConnection, lock_key: int, migrations: list[PgMigration] | None = None, *, begin: str = "BEGIN"
+) -> int:
     """Apply the pending steps, each in a transaction under the advisory lock ``lock_key``;
-    return the version. ``db`` must be in autocommit mode (no transaction open)."""
+    return the version. ``db`` must be in autocommit mode (no transaction open); ``begin``
+    starts a transaction (with the settings the store sets in each: nothing is kept in the
+    session, which a pooler may hand to another client between transactions)."""
     chain = PG_MIGRATIONS if migrations is None else migrations
     while True:
-        db.execute("BEGIN")  # cheap check first: usually nothing to do
+        db.execute(begin)  # cheap check first: usually nothing to do
         try:
             version = pg_schema_version(db)
         finally:
@@ -282,7 +315,7 @@ def pg_migrate(db: SqlConnection, lock_key: int, migrations: list[PgMigration] |
             raise PgSchemaTooNew(version, len(chain))
         if version == len(chain):
             return version
-        db.execute("BEGIN")
+        db.execute(begin)
         try:
             db.execute("SELECT pg_advisory_xact_lock(?)", (lock_key,))
             version = pg_schema_version(db)  # another daemon may have migrated meanwhile

@@ -14,6 +14,14 @@ still registered (SIGTERM, ``WATCHER_GRACE_S``, SIGKILL): grandchildren too, whi
 parent *thread* exits). Only pipes, sessions and ``killpg`` are used, so this works
 the same on macOS and the BSDs. A process that leaves the group (``setsid``) is on its
 own, deliberately.
+
+A group exists before the daemon can hand it over: between the fork and ``watch_group``
+the daemon waits for its event loop (trio even spawns on a worker thread), and a daemon
+killed in that window would leave the command running with no one to end it. A command
+that may run for long therefore starts behind a gate (``gated_argv``): a shell that waits
+for one line on its stdin, sent by ``watch_then_open_gate`` once the group is watched,
+and then ``exec``s the command (same pid, same group) with stdin from ``/dev/null``. If
+the daemon dies first, the gate reads end-of-file and the command never starts.
 """
 
 from __future__ import annotations
@@ -23,12 +31,22 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 from anyio.abc import Process
 
-__all__ = ["WATCHER_GRACE_S", "group_alive", "release_group", "signal_group", "terminate_group", "watch_group"]
+__all__ = [
+    "WATCHER_GRACE_S",
+    "gated_argv",
+    "group_alive",
+    "release_group",
+    "signal_group",
+    "terminate_group",
+    "watch_group",
+    "watch_then_open_gate",
+]
 
 _POLL_S = 0.05
 _AFTER_KILL_S = 1.0
@@ -159,6 +177,27 @@ _watcher = _Watcher()
 def watch_group(pgid: int) -> None:
     """End the group ``pgid`` when this process ends, however it ends (SIGKILL included)."""
     _watcher.send(f"+{pgid}\n")
+
+
+# "$@" is the command's argv; 125 is what env(1) and others use for "could not run the command".
+_GATE = ("/bin/sh", "-c", 'read -r _ || exit 125; exec "$@" </dev/null', "ponder-gate")
+
+
+def gated_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` behind the gate: start it with the read end of a pipe as stdin."""
+    return [*_GATE, *argv]
+
+
+def watch_then_open_gate(pgid: int, gate: int) -> None:
+    """Hand the group to the watcher, then let its gated command start; closes ``gate``
+    (the pipe's write end) in every case, so a command whose gate is never opened ends."""
+    try:
+        watch_group(pgid)
+        os.write(gate, b"\n")
+    except OSError:
+        pass  # the gate already ended (killed): nothing to start
+    finally:
+        os.close(gate)
 
 
 def release_group(pgid: int) -> None:

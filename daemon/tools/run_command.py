@@ -1,7 +1,8 @@
 """``run_command``: a shell command in the session cwd, streamed, bounded and killable.
 
 The command runs via ``/bin/sh -c`` in a new session (its own process group), with
-stdin closed and stderr merged into stdout. Output is streamed to ``ctx.emit_output``
+stdin from ``/dev/null`` and stderr merged into stdout; it starts behind the watcher's
+gate (``procgroup.gated_argv``), only once its group is watched. Output is streamed to ``ctx.emit_output``
 as it arrives and kept for the result up to ``KEPT_HEAD_BYTES + KEPT_TAIL_BYTES``
 (the middle is dropped with a note: a build's last lines matter most). On timeout or
 cancellation the whole process group is terminated (see ``procgroup``); cancellation
@@ -40,7 +41,7 @@ from anyio.abc import Process
 from daemon.config.settings import child_env
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from daemon.tools.paths import resolve_in_cwd
-from daemon.tools.procgroup import group_alive, release_group, terminate_group, watch_group
+from daemon.tools.procgroup import gated_argv, group_alive, release_group, terminate_group, watch_then_open_gate
 from daemon.util.redact import SecretMask
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S", "RunCommand", "RunCommandArgs"]
@@ -89,22 +90,28 @@ class RunCommand(Tool[RunCommandArgs]):
         if not cwd.is_dir():
             raise ToolError(f"the working directory {cwd} does not exist.")
         env = {**child_env(os.environ, ctx.pass_env), **_NON_INTERACTIVE_ENV}
-        command: str | list[str] = args.command
+        command = ["/bin/sh", "-c", args.command]
         if sandbox is not None and (confined := sandbox.spawn_argv(args.command, cwd)) is not None:
             command, env = confined, {**env, **sandbox.env()}
+        gate_read, gate = os.pipe()  # the command waits on it until its group is watched
         try:
             process = await anyio.open_process(
-                command,
-                stdin=subprocess.DEVNULL,
+                gated_argv(command),
+                stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
             )
-        except OSError as exc:
-            raise ToolError(f"could not start the shell: {exc}.") from None
-        watch_group(process.pid)
+        except BaseException as exc:
+            os.close(gate)  # cancelled mid-spawn, a forked command reads end-of-file and never runs
+            if isinstance(exc, OSError):
+                raise ToolError(f"could not start the shell: {exc}.") from None
+            raise
+        finally:
+            os.close(gate_read)
+        watch_then_open_gate(process.pid, gate)
 
         output = _KeptOutput()
         streamer = _Streamer(ctx.emit_output)

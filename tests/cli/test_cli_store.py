@@ -40,6 +40,8 @@ def test_status_names_the_store_in_use_and_its_schema(home: Path, postgres_url: 
         "schema_version": len(MIGRATIONS),
         "schema_latest": len(MIGRATIONS),
         "sessions": 0,
+        "pooler": "none",
+        "notifications": "none",
     }
     (home / "config.toml").write_text(f'[store]\nurl = "{postgres_url}"\n')
     configured = ponder(home, "status")
@@ -48,6 +50,22 @@ def test_status_names_the_store_in_use_and_its_schema(home: Path, postgres_url: 
     assert lines[0].startswith("store:    postgresql at ") and "(schema t_" in lines[0]
     assert lines[1] == f"schema:   {len(PG_MIGRATIONS)} (current)"
     assert lines[2] == "sessions: 0"
+    assert lines[3:] == ["pooler:   none", "notifications from other daemons: LISTEN"]
+
+
+def test_status_through_a_transaction_pooler_says_so_and_an_undeclared_one_is_a_sentence(
+    home: Path, pgbouncer_url: str
+) -> None:
+    undeclared = ponder(home, "status", env={"PONDER_STORE_URL": pgbouncer_url})
+    assert undeclared.returncode == 1
+    assert "reached through a connection pooler" in undeclared.stderr and "PONDER_STORE_POOLER" in undeclared.stderr
+    (home / "config.toml").write_text(f'[store]\nurl = "{pgbouncer_url}"\npooler = "transaction"\n')
+    declared = ponder(home, "status")
+    assert declared.returncode == 0, declared.stderr
+    lines = declared.stdout.splitlines()
+    assert lines[1] == f"schema:   {len(PG_MIGRATIONS)} (current)"
+    assert lines[3] == "pooler:   transaction"
+    assert lines[4].startswith("notifications from other daemons: off (behind a transaction pooler")
 
 
 def test_a_refused_login_is_one_sentence_without_the_password(home: Path, postgres_server: ThrowawayPostgres) -> None:

@@ -2,7 +2,9 @@
 sessions, a killed holder's session is taken over within a second, a daemon whose session was
 taken over cannot write it (its turn ends with a sentence saying so), and the faults: a server
 that cannot be reached, a refused login, a server that goes away mid-turn and comes back, a
-password in the URL. Each test has a schema of its own on the session's throwaway server."""
+password in the URL; and the same through PgBouncer in transaction mode (sessions shared, a
+killed holder taken over once its heartbeat lapses, a stalled one fenced out, an undeclared
+pooler a sentence). Each test has a schema of its own on the session's throwaway server."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import psycopg
 import pytest
 
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
+from daemon.store.postgres import POOLED_LEASE_TTL_S
 from tests.support.harness import initialize, process_of, subprocess_daemon, subprocess_env
+from tests.support.pgbouncer import ThrowawayPgBouncer
 from tests.support.postgres import PASSWORD, PASSWORD_ROLE, ThrowawayPostgres
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -186,10 +190,12 @@ async def test_fencing_refuses_a_daemon_whose_session_was_taken_over(
         assert final[-2]["content"][0]["text"] == "A again" and final[-2]["seq"] > after[0]["seq"]
 
 
-async def _initialized(stack: AsyncExitStack, home: Path, env: dict[str, str]) -> tuple[RpcClient, dict[str, Any]]:
+async def _initialized(
+    stack: AsyncExitStack, home: Path, env: dict[str, str], backend: str = "asyncio"
+) -> tuple[RpcClient, dict[str, Any]]:
     client = await stack.enter_async_context(
-        spawn_daemon(home=home, env=subprocess_env(home, env), stderr=-1)  # stderr: DEVNULL
-    )
+        spawn_daemon(home=home, env=subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, **env}), stderr=-1)
+    )  # stderr: DEVNULL
     return client, await initialize(client)
 
 
@@ -283,8 +289,16 @@ async def test_a_server_gone_mid_turn_and_back_loses_nothing(
 def test_no_store_url_reaches_a_tools_environment() -> None:
     from daemon.config.settings import child_env
 
-    env = child_env({"PONDER_STORE_URL": "postgresql://u:p@h/d", "PGPASSWORD": "x", "HOME": "/root"})
-    assert env == {"HOME": "/root"}
+    env = child_env(
+        {
+            "PONDER_STORE_URL": "postgresql://u:p@h/d",
+            "PONDER_STORE_LISTEN_URL": "postgresql://u:p@h2/d",
+            "PONDER_STORE_POOLER": "transaction",
+            "PGPASSWORD": "x",
+            "HOME": "/root",
+        }
+    )
+    assert env == {"PONDER_STORE_POOLER": "transaction", "HOME": "/root"}  # the mode is no secret
 
 
 async def next_update(client: RpcClient, session_id: str, check: Any = None, within_s: float = 5.0) -> dict[str, Any]:
@@ -332,3 +346,176 @@ async def test_another_daemons_changes_reach_this_daemons_subscribers_within_a_s
                     assert error.code == -32001
                     break
                 await anyio.sleep(0.05)
+
+
+# --- behind a connection pooler in transaction mode (PgBouncer) ------------------------------------
+
+
+class PooledSchema:
+    """One test's schema through the throwaway PgBouncer (``pooled``) and directly (``direct``)."""
+
+    def __init__(self, server: ThrowawayPostgres, bouncer: ThrowawayPgBouncer) -> None:
+        name = server.new_schema()
+        self.pooled, self.direct = bouncer.url(name), server.url(name)
+        self.env = {"PONDER_STORE_URL": self.pooled, "PONDER_STORE_POOLER": "transaction"}
+
+
+@pytest.fixture
+def pooled(postgres_server: ThrowawayPostgres, pgbouncer_server: ThrowawayPgBouncer) -> PooledSchema:
+    return PooledSchema(postgres_server, pgbouncer_server)
+
+
+async def test_daemons_behind_a_transaction_pooler_share_sessions_and_take_a_killed_holders_over(
+    pooled: PooledSchema, tmp_path: Path, anyio_backend: str
+) -> None:
+    home_a, home_b, home_c = homes(tmp_path, 3)
+    async with AsyncExitStack() as stack:
+        # A listens on a direct connection; B has none (its notifications are off, and it says so).
+        a = await stack.enter_async_context(
+            subprocess_daemon(
+                home_a, env={**pooled.env, "PONDER_STORE_LISTEN_URL": pooled.direct}, backend=anyio_backend
+            )
+        )
+        b_client, b_init = await _initialized(stack, home_b, pooled.env, anyio_backend)
+        a_init = await initialize(a)
+        assert not [p for p in a_init["problems"] if "PostgreSQL" in p]
+        assert [p for p in b_init["problems"] if "Cross-daemon notifications are off" in p]
+        b = b_client
+        session_id = await start(b, model_id="mock/echo", title="shared")
+        assert (await prompt_and_collect(b, session_id, "from B"))[-1]["stop_reason"] == "end_turn"
+        await a.request("session/resume", {"session_id": session_id})
+        sent = time.monotonic()
+        await b.request("session/rename", {"session_id": session_id, "title": "renamed on B"})
+        await next_update(a, session_id, lambda s: s["title"] == "renamed on B")
+        assert time.monotonic() - sent < 1.0
+        assert (await prompt_and_collect(a, session_id, "from A"))[-1]["stop_reason"] == "end_turn"
+        assert [m["seq"] for m in await messages(b, session_id)] == [1, 2, 3, 4]
+        # C runs a long turn and is killed mid-turn: B takes the session over once C's heartbeat lapses.
+        c = await stack.enter_async_context(
+            subprocess_daemon(home_c, env={**pooled.env, "PONDER_MOCK_DELAY_MS": "20"}, backend=anyio_backend)
+        )
+        long_one = await start(c, thinking_level="max")
+        turn = await c.request("session/prompt", {"session_id": long_one, "text": "a long one"})
+        await until_thinking(c, turn["turn_id"])
+        with pytest.raises(RpcError) as busy:
+            await b.request("session/prompt", {"session_id": long_one, "text": "me too"})
+        assert busy.value.code == -32004
+        process_of(c).send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        await process_of(c).wait()
+        taken = None
+        while taken is None:
+            try:
+                taken = await b.request("session/prompt", {"session_id": long_one, "text": "taken over"})
+            except RpcError as error:
+                assert error.code == -32004
+                assert time.monotonic() - killed < POOLED_LEASE_TTL_S + 1.0, "not taken over"
+                await anyio.sleep(0.05)
+        with anyio.fail_after(60):
+            events = await b.collect_turn(taken["turn_id"])
+        assert events[-1]["stop_reason"] == "end_turn"
+        stored = await messages(b, long_one)
+        assert [m["content"][0]["text"] for m in stored if m["role"] == "user"] == ["a long one", "taken over"]
+
+
+async def test_fencing_behind_a_transaction_pooler_refuses_a_stalled_daemon(
+    pooled: PooledSchema, tmp_path: Path, anyio_backend: str
+) -> None:
+    home_a, home_b = homes(tmp_path, 2)
+    async with (
+        subprocess_daemon(home_a, env={**pooled.env, "PONDER_MOCK_DELAY_MS": "40"}, backend=anyio_backend) as a,
+        subprocess_daemon(home_b, env=pooled.env, backend=anyio_backend) as b,
+    ):
+        session_id = await start(a, thinking_level="max")
+        turn = await a.request("session/prompt", {"session_id": session_id, "text": "A's long turn"})
+        a_events: list[dict[str, Any]] = []
+        await until_thinking(a, turn["turn_id"], a_events)
+        owner_a, epoch_a, holder_pid = lease_row(pooled.direct, session_id) or (None, None, None)
+        assert owner_a is not None and holder_pid is None  # behind the pooler: a heartbeat, no backend
+        # A stalls (stopped: no heartbeat) until its lease lapses and B takes the session over.
+        process_of(a).send_signal(signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            taken = None
+            while taken is None:
+                try:
+                    taken = await b.request("session/prompt", {"session_id": session_id, "text": "B takes over"})
+                except RpcError as error:
+                    assert error.code == -32004
+                    assert time.monotonic() - stopped < POOLED_LEASE_TTL_S + 2.0
+                    await anyio.sleep(0.1)
+        finally:
+            process_of(a).send_signal(signal.SIGCONT)
+        with psycopg.connect(pooled.direct) as db:  # B's turn may be over already: its epoch stays
+            [epoch_b] = db.execute("SELECT epoch FROM lease_epochs WHERE session_id = %s", (session_id,)).fetchone()
+        assert epoch_b == epoch_a + 1
+        with anyio.fail_after(60):
+            async for event in a.events(turn["turn_id"]):
+                a_events.append(event)
+            b_events = await b.collect_turn(taken["turn_id"])
+        end = a_events[-1]
+        assert end["type"] == "turn_end" and end["stop_reason"] == "error", end
+        assert f"Another daemon took session '{session_id}' over" in json.dumps(end["error"]), end["error"]
+        assert b_events[-1]["stop_reason"] == "end_turn"
+        stored = await messages(b, session_id)
+        b_prompt = next(m for m in stored if m["role"] == "user" and m["content"][0]["text"] == "B takes over")
+        assert [m["role"] for m in stored if m["seq"] > b_prompt["seq"]] == ["assistant"], stored
+        assert await a.request("ping", {}) == {}
+
+
+async def test_an_undeclared_pooler_is_a_sentence_and_a_password_never_leaves_a_pooled_daemon(
+    postgres_server: ThrowawayPostgres, pgbouncer_server: ThrowawayPgBouncer, tmp_path: Path, anyio_backend: str
+) -> None:
+    home_a, home_b = homes(tmp_path, 2)
+    pooled_url = pgbouncer_server.url(user=PASSWORD_ROLE, password=PASSWORD)
+    async with AsyncExitStack() as stack:
+        client, init = await _initialized(stack, home_a, {"PONDER_STORE_URL": pooled_url}, anyio_backend)
+        [problem] = [p for p in init["problems"] if "PostgreSQL" in p]
+        assert 'pooler = "transaction"' in problem and "ponder_pw@" in problem and PASSWORD not in problem
+        with pytest.raises(RpcError) as refused:
+            await client.request("session/start", {"model_id": "mock/echo"})
+        assert "connection pooler" in refused.value.message and PASSWORD not in refused.value.message
+        assert await client.request("ping", {}) == {}
+    # Declared, with a password in the pooled URL and in the listen URL: neither leaves the daemon.
+    env = {
+        "PONDER_STORE_URL": pooled_url,
+        "PONDER_STORE_POOLER": "transaction",
+        "PONDER_STORE_LISTEN_URL": postgres_server.url(user=PASSWORD_ROLE, password=PASSWORD),
+    }
+    seen: list[str] = []
+    async with subprocess_daemon(home_b, env=env, backend=anyio_backend) as client:
+        client_messages = client.on_message
+
+        def record(message: Any, method_of_id: dict[Any, str]) -> None:
+            seen.append(json.dumps(message))
+            if client_messages is not None:
+                client_messages(message, method_of_id)
+
+        client.on_message = record
+        session_id = await start(client, model_id="mock/tools", approval_policy="auto", cwd=str(tmp_path))
+        events = await prompt_and_collect(client, session_id, 'tool: run_command {"command": "env"}')
+        [result] = [e for e in events if e["type"] == "tool_execution_end"]
+        assert "PONDER_HOME=" in json.dumps(result)
+        assert "PONDER_STORE_LISTEN_URL" not in json.dumps(result) and "PONDER_STORE_URL" not in json.dumps(result)
+    text = "\n".join(seen)
+    for home in (home_a, home_b):
+        text += "".join(p.read_text(errors="replace") for p in (home / "logs").glob("*"))
+    assert PASSWORD not in text
+
+
+async def test_initialize_stops_naming_an_unreachable_server_once_it_is_back(
+    postgres_server: ThrowawayPostgres, postgres_url: str, tmp_path: Path, anyio_backend: str
+) -> None:
+    [home] = homes(tmp_path, 1)
+    await anyio.to_thread.run_sync(postgres_server.stop)
+    try:
+        async with AsyncExitStack() as stack:
+            client, init = await _initialized(stack, home, {"PONDER_STORE_URL": postgres_url}, anyio_backend)
+            assert [p for p in init["problems"] if "cannot be reached" in p]
+            await anyio.to_thread.run_sync(postgres_server.start)
+            with anyio.fail_after(10):
+                while [p for p in (await initialize(client))["problems"] if "PostgreSQL" in p]:
+                    await anyio.sleep(0.2)  # (a try to connect at most every half second)
+            assert (await client.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+    finally:
+        await anyio.to_thread.run_sync(postgres_server.start)  # a no-op when it runs

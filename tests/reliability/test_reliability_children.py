@@ -59,21 +59,59 @@ async def test_a_sigkilled_daemon_takes_its_children_along(home, tmp_path, anyio
         assert Path(f"/proc/{grandchild}").exists() and Path(f"/proc/{mcp_child}").exists()
 
         process = process_of(client)
+        watchers = _children_running(process.pid, b"group_watcher.py")
+        assert len(watchers) == 1, f"the daemon has {len(watchers)} group watchers"
         process.kill()  # SIGKILL: the daemon gets no chance to clean up
         await process.wait()
         killed_at = time.monotonic()
         gone_after: dict[str, float] = {}
-        with anyio.fail_after(WITHIN_S):
+        groups = {"run_command": command_group, "mcp": mcp_group}
+        with anyio.move_on_after(WITHIN_S):
             while len(gone_after) < 2:
-                for name, group in (("run_command", command_group), ("mcp", mcp_group)):
+                for name, group in groups.items():
                     if name not in gone_after and not group_alive(group):
                         gone_after[name] = time.monotonic() - killed_at
                 await anyio.sleep(0.01)
+        left = {name: _members(group) for name, group in groups.items() if name not in gone_after}
+        # What is left, and whether the watcher still runs, tell a slow machine from a lost group.
+        assert not left, f"alive {WITHIN_S} s after the SIGKILL: {left}; watcher: {_members(watchers[0])}"
         # let the client's reader see the end of stdout, so the pipe is closed, not left to the GC
         with anyio.fail_after(5):
             async for _ in client.notifications:
                 pass
     print("gone after the SIGKILL: " + ", ".join(f"{name} group {s:.2f} s" for name, s in gone_after.items()))
+
+
+def _stat_fields(pid: str) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _children_running(parent: int, needle: bytes) -> list[int]:
+    """Pids of ``parent``'s children whose command line contains ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int(_stat_fields(entry.name)[1]) == parent:
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _members(pgid: int) -> list[str]:
+    """Each process of group ``pgid`` as ``pid:state:command``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int(_stat_fields(entry.name)[2]) == pgid:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                members.append(f"{entry.name}:{_stat_fields(entry.name)[0].decode()}:{command[:60]}")
+        except OSError:
+            continue
+    return members
 
 
 def _pids_running(argv: bytes) -> list[int]:

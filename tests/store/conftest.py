@@ -1,6 +1,8 @@
 """The conformance fixtures: ``store`` is the same store on each backend (``store_backend``:
-SQLite in a temporary home, PostgreSQL in a schema of the test's own), with a fake clock for the
-rows' timestamps; ``reopen`` opens another connection to the same store (another daemon)."""
+SQLite in a temporary home, PostgreSQL in a schema of the test's own, and that PostgreSQL
+reached through PgBouncer in transaction mode, declared with ``pooler="transaction"``), with a
+fake clock for the rows' timestamps; ``reopen`` opens another connection to the same store
+(another daemon)."""
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +35,7 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "home" / "sessions.db"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "pgbouncer"])
 def store_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -43,6 +45,8 @@ def store_location(store_backend: str, db_path: Path, request: pytest.FixtureReq
     """Where the test's store is: the SQLite file, or the PostgreSQL URL of the test's schema."""
     if store_backend == "sqlite":
         return str(db_path)
+    if store_backend == "pgbouncer":
+        return str(request.getfixturevalue("pgbouncer_url"))
     return str(request.getfixturevalue("postgres_url"))
 
 
@@ -57,6 +61,8 @@ def reopen(store_backend: str, store_location: str) -> Iterator[Callable[..., St
         else:
             from daemon.store.postgres import PostgresStore
 
+            if store_backend == "pgbouncer":
+                options.setdefault("pooler", "transaction")
             one = PostgresStore(store_location, **options)  # type: ignore[arg-type]
         opened.append(one)
         return one

@@ -253,3 +253,38 @@ async def test_a_secret_is_masked_before_the_output_is_cut(tmp_path):
     for fragment in (secret[:12], secret[-12:-1], secret[8:20]):
         assert fragment not in result.text and fragment not in emit.text
     assert "x***y" in result.text and "x***y" in emit.text
+
+
+async def _gated(tmp_path: Path, open_it: bool) -> tuple[int, bool]:
+    """Start a command that records its stdin behind the watcher's gate; open the gate or drop it."""
+    from daemon.tools.procgroup import gated_argv, release_group, watch_then_open_gate
+
+    gate_read, gate = os.pipe()
+    try:
+        process = await anyio.open_process(
+            gated_argv(["/bin/sh", "-c", "readlink /proc/$$/fd/0 > ran"]),
+            stdin=gate_read,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+    finally:
+        os.close(gate_read)
+    if open_it:
+        watch_then_open_gate(process.pid, gate)
+    else:
+        os.close(gate)  # as when the daemon dies before the group is watched
+    with anyio.fail_after(10):
+        code = await process.wait()
+    await process.aclose()
+    release_group(process.pid)
+    return code, (tmp_path / "ran").exists()
+
+
+async def test_a_gated_command_starts_once_its_gate_opens_with_stdin_from_dev_null(tmp_path):
+    code, ran = await _gated(tmp_path, open_it=True)
+    assert (code, ran) == (0, True)
+    assert (tmp_path / "ran").read_text() == "/dev/null\n"  # the gate's pipe is not the command's input
+
+
+async def test_a_gated_command_whose_gate_is_dropped_never_runs(tmp_path):
+    assert await _gated(tmp_path, open_it=False) == (125, False)
