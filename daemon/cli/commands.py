@@ -19,6 +19,7 @@ from typing import NoReturn, TypeVar
 
 import anyio
 
+from daemon.cli.ending import exit_now, reader_went_away
 from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         return anyio.run(_run, args, daemon, backend=backend)
     except BaseException as exc:
         if _find(exc, BrokenPipeError) is not None:
-            return _reader_went_away()
+            return reader_went_away()
         error = _find(exc, RpcError)
         if error is not None:
             print(f"ponder: {for_person(error.message)}", file=sys.stderr)
@@ -100,30 +101,12 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
 
 
 def run_then_exit(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None) -> NoReturn:
-    """``run``, then end the process at once: its output flushed, then ``os._exit``, without the
-    interpreter's teardown of every module the command loaded (a tenth of a second on a busy
-    machine, after the answer is already out). Nothing is left to do by then: the daemon was
-    told to shut down and finishes alone, and no file is open for writing but stdout and stderr."""
-    code = run(args, daemon)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # the reader of stdout went away with output still buffered
-        code = _reader_went_away()
-    os._exit(code)
+    """``run``, then end the process at once (``ending.exit_now``): the daemon was told to shut
+    down and finishes alone."""
+    exit_now(run(args, daemon))
 
 
 SHUTDOWN_WAIT_S = 5.0
-SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
-
-
-def _reader_went_away() -> int:
-    """stdout's reader closed the pipe: nothing more can be said there, and nothing should be said
-    elsewhere. stdout is pointed at /dev/null so the interpreter's last flush cannot fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return SIGPIPE_STATUS
 
 
 _E = TypeVar("_E", bound=BaseException)

@@ -2,7 +2,9 @@
 ``compact``, ``models``, ``store`` (status, copy: the store itself, no daemon).
 
 Only ``serve`` is the daemon; the others are small clients that spawn it and speak the
-real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see.
+real protocol (``daemon.jsonrpc.client``), so scripts see exactly what editors see. The one
+exception is the ``sessions`` table, which a plain home lets the store say alone
+(``daemon.cli.listing``: the same rows and problems, without a second interpreter's start-up).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_TOKENS = 2**31 - 1
+DEFAULT_LISTING = 20  # sessions --limit
+MAX_LISTING = 1000  # session/list's largest page: a larger --limit is the daemon's to refuse
 
 
 def _tokens(text: str) -> int:
@@ -182,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sessions = sub.add_parser("sessions", help="list stored sessions, or show one")
     sessions.add_argument("session_id", nargs="?", help="show this session's messages")
-    sessions.add_argument("--limit", type=_positive, default=20, help="how many sessions to list (default: 20)")
+    sessions.add_argument(
+        "--limit", type=_positive, default=DEFAULT_LISTING, help="how many sessions to list (default: 20)"
+    )
     sessions.add_argument("--json", action="store_true", help="print what the daemon returned, as JSON")
 
     compact = sub.add_parser("compact", help="fold a session's older messages into a summary (nothing is deleted)")
@@ -222,6 +228,14 @@ class Serve(NamedTuple):
     log_level: str
     max_line_bytes: int
     quiet: bool = False
+
+
+class Listing(NamedTuple):
+    """What ``ponder sessions [--limit N]`` (the table) runs with."""
+
+    home: str | None
+    log_level: str
+    limit: int
 
 
 CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
@@ -268,11 +282,37 @@ def plain_serve(argv: list[str]) -> Serve | None:
     return Serve("serve", home, level, limit, quiet)
 
 
+def plain_listing(argv: list[str]) -> Listing | None:
+    """``[--home H] [--log-level L] sessions [--limit N]``, read without argparse (the table,
+    which ``daemon.cli.listing`` prints from the store); None for any other line."""
+    found = _global_options(argv)
+    if found is None or not found[2] or found[2][0] != "sessions":
+        return None
+    home, level, rest = found
+    match rest[1:]:
+        case []:
+            limit = str(DEFAULT_LISTING)
+        case ["--limit", limit]:
+            pass
+        case [option] if option.startswith("--limit="):
+            limit = option.removeprefix("--limit=")
+        case _:
+            return None
+    if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_LISTING):
+        return None  # argparse explains it, or the daemon refuses it
+    return Listing(home, level, int(limit))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     plain = plain_serve(argv)
     if plain is not None:
         return run_serve(plain)
+    listing = plain_listing(argv)
+    if listing is not None:
+        from daemon.cli.listing import list_sessions_then_exit
+
+        list_sessions_then_exit(listing)  # returns only when a daemon must answer
     # Every client command talks to a daemon: start it first, before even argparse, so that
     # it starts up while this process reads its arguments and imports the client's stack.
     # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.

@@ -6,12 +6,14 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.cli.figures import money, usage_line
 from daemon.cli.table import Column, render
 from daemon.cli.terminal import BOLD, CYAN, DIM, Style, ago
-from daemon.jsonrpc.client import RpcClient
+
+if TYPE_CHECKING:  # the table is also printed without a daemon (daemon.cli.listing): no client stack then
+    from daemon.jsonrpc.client import RpcClient
 
 COLUMNS = [
     Column("SESSION", style=DIM),
@@ -25,14 +27,19 @@ COLUMNS = [
 UNTITLED = "(untitled)"
 
 
-async def sessions(client: RpcClient, args: argparse.Namespace) -> int:
+async def sessions(client: "RpcClient", args: argparse.Namespace) -> int:
     if args.session_id:
         return await _one(client, args)
     listed = await client.request("session/list", {"limit": args.limit})
     if args.json:
         print(json.dumps(listed, ensure_ascii=False, indent=2))
         return 0
-    if not listed["sessions"]:
+    return print_table(listed["sessions"])
+
+
+def print_table(sessions: list[dict[str, Any]]) -> int:
+    """The stored sessions (``session/list`` rows, as JSON objects) as a table on stdout; 0."""
+    if not sessions:
         print('No sessions yet: `ponder ask "…"` starts one.', file=sys.stderr)
         return 0
     rows = [
@@ -45,7 +52,7 @@ async def sessions(client: RpcClient, args: argparse.Namespace) -> int:
             session["model_id"],
             session["title"] or UNTITLED,
         ]
-        for session in listed["sessions"]
+        for session in sessions
     ]
     for line in render(COLUMNS, rows, sys.stdout):
         print(line)
@@ -58,7 +65,7 @@ def tokens_of(session: dict[str, Any]) -> int:
     return int((totals.get("input_tokens") or 0) + (totals.get("output_tokens") or 0))
 
 
-async def _one(client: RpcClient, args: argparse.Namespace) -> int:
+async def _one(client: "RpcClient", args: argparse.Namespace) -> int:
     resumed = await client.request("session/resume", {"session_id": args.session_id})
     if args.json:
         print(json.dumps(resumed, ensure_ascii=False, indent=2))

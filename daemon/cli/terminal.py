@@ -15,8 +15,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TextIO
 
-import anyio
-
 DIM, RESET = "\x1b[2m", "\x1b[0m"
 BOLD, RED, GREEN, YELLOW, CYAN = "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m"
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -102,6 +100,8 @@ class Progress:
         sys.stderr.flush()
 
     async def spin(self) -> None:
+        import anyio  # here: the table of ``ponder sessions`` is printed without an event loop
+
         for frame in itertools.cycle(_SPINNER):
             self.frame = frame
             self._draw(frame)
@@ -119,6 +119,8 @@ async def progress(text: str) -> AsyncIterator[Progress]:
     if not shown.active:
         yield shown
         return
+    import anyio
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(shown.spin)
         try:

@@ -40,9 +40,15 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
     """
     token = anyio.lowlevel.current_token()
 
-    def deliver(items: list[bytes | _Overlong]) -> None:
+    async def send_all(items: list[bytes | _Overlong]) -> None:
         for item in items:
-            anyio.from_thread.run(send.send, item, token=token)
+            await send.send(item)
+
+    def deliver(items: list[bytes | _Overlong]) -> None:
+        # The lines of one read in one hop to the loop, in order: a hop per line is a round trip
+        # between this thread and a loop that may be busy (200 prompts sent at once).
+        if items:
+            anyio.from_thread.run(send_all, items, token=token)
 
     def read_forever() -> None:
         splitter = LineSplitter(max_line_bytes)

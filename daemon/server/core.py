@@ -94,22 +94,29 @@ class Daemon:
             self.catalog  # noqa: B018 - declared models are checked now: initialize reports their problems
         if config.permission_rules or config.hooks or (config.home / PERMISSIONS_FILE).exists():
             self.permissions  # noqa: B018 - so are rules and hooks (when there are any)
-        # What initialize reports: the config's problems, then the store's (if it could not be opened).
+        # What initialize reports: the config's problems, then the store's (asked again at each
+        # initialize: a server that could not be reached at start may be back), then its notice.
         self.problems = [
             *config.problems,
             *(self._permissions.problems if self._permissions is not None else []),
-            *([store.store.problem] if store.store.problem else []),
-            *([store.store.notice] if store.store.notice else []),
         ]
-        for problem in self.problems:
-            log.warning("%s", problem)
+        for problem in [*self.problems, store.store.problem, store.store.notice]:
+            if problem:
+                log.warning("%s", problem)
 
     async def problems_now(self) -> list[str]:
         """What ``initialize`` reports: the config's and the store's problems, and a missing sandbox."""
         if not self.sandbox.probed:  # (open_daemon waited already; without a yield, answers stay in order)
             await anyio.to_thread.run_sync(self.sandbox.wait_probed)
         sandbox_problem = self.sandbox.problem()
-        return [*self.problems, *([sandbox_problem] if sandbox_problem else [])]
+        store_problem = await self.store.problem_now()
+        notice = self.store.store.notice
+        return [
+            *self.problems,
+            *([store_problem] if store_problem else []),
+            *([notice] if notice else []),
+            *([sandbox_problem] if sandbox_problem else []),
+        ]
 
     # --- the parts, built on first use -----------------------------------------------------
 

@@ -98,6 +98,17 @@ class AsyncStore:
         finally:
             feed.close()
 
+    async def problem_now(self) -> str | None:
+        """Why the store cannot be used now; None when it can. A store with a problem is tried
+        once more first (a PostgreSQL server that was away may be back: the try connects again)."""
+        if self.store.problem is None or self._closing:
+            return self.store.problem
+        try:
+            await self._call(self.store.check)
+        except (StoreUnavailable, StoreClosed):
+            pass  # still: the problem says why
+        return self.store.problem
+
     async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         if self._closing:
             raise StoreClosed()

@@ -147,6 +147,11 @@ class StoreBackend(ABC):
 
         return self._transaction(body, write=write)
 
+    def check(self) -> None:
+        """One empty read: ``StoreUnavailable`` when the store cannot be used (a backend that
+        lost its server connects again here)."""
+        self._read(lambda db: None)
+
     def _write(self, body: Body[T]) -> T:
         return self._transaction(body, write=True)
 

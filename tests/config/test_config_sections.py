@@ -18,6 +18,7 @@ from daemon.config.sections import (
     ReliabilitySection,
     SandboxSection,
     Section,
+    StoreSection,
     ToolsSection,
     read_section,
 )
@@ -30,6 +31,7 @@ SECTIONS: list[tuple[str, type[Section]]] = [
     ("compaction", CompactionSection),
     ("budget", BudgetSection),
     ("sandbox", SandboxSection),
+    ("store", StoreSection),
     ("providers.local", ProviderSection),
 ]
 # A value no key of any section takes: a table holding a list of numbers.
@@ -42,6 +44,7 @@ KEPT = {
     "compaction": ("reserve_tokens = 1234", lambda c: c.compaction.reserve_tokens == 1234),
     "budget": ("max_tokens = 777", lambda c: c.budget is not None and c.budget.max_tokens == 777),
     "sandbox": ("network = true", lambda c: c.sandbox.network is True),
+    "store": ('pooler = "Transaction"', lambda c: c.store_pooler == "transaction"),
     "providers.local": (
         'base_url = "http://127.0.0.1:9/v1"',
         lambda c: c.providers["local"].base_url.endswith(":9/v1"),
@@ -102,3 +105,29 @@ def test_sections_are_structs_checked_by_msgspec() -> None:
         assert issubclass(kind, msgspec.Struct)
         with pytest.raises(msgspec.ValidationError):
             msgspec.convert({next(iter(kind.__struct_fields__)): {"x": [1]}}, kind)
+
+
+def test_the_store_pooler_and_listen_url_from_the_file_and_the_environment_which_wins(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(
+        '[store]\nurl = "postgresql://u@bouncer:6432/d"\npooler = "session"\nlisten_url = "postgresql://u:pw-in-listen-url@db/d"\n'
+    )
+    config = load_config(tmp_path, env={})
+    assert (config.store_pooler, config.store_listen_url, config.problems) == (
+        "session",
+        "postgresql://u:pw-in-listen-url@db/d",
+        [],
+    )
+    from daemon.util import redact
+
+    assert "pw-in-listen-url" not in redact.scrub("a log line: postgresql://u:pw-in-listen-url@db/d")
+    config = load_config(
+        tmp_path, env={"PONDER_STORE_POOLER": "transaction", "PONDER_STORE_LISTEN_URL": "postgresql://u@db2/d"}
+    )
+    assert (config.store_pooler, config.store_listen_url) == ("transaction", "postgresql://u@db2/d")
+    config = load_config(tmp_path, env={"PONDER_STORE_POOLER": "none"})
+    assert config.store_pooler is None and config.problems == []
+    config = load_config(tmp_path, env={"PONDER_STORE_POOLER": "statement"})
+    assert config.store_pooler is None
+    assert config.problems == [
+        "PONDER_STORE_POOLER = 'statement' is not one of none, transaction, session; using none."
+    ]

@@ -190,10 +190,12 @@ async def test_fencing_refuses_a_daemon_whose_session_was_taken_over(
         assert final[-2]["content"][0]["text"] == "A again" and final[-2]["seq"] > after[0]["seq"]
 
 
-async def _initialized(stack: AsyncExitStack, home: Path, env: dict[str, str]) -> tuple[RpcClient, dict[str, Any]]:
+async def _initialized(
+    stack: AsyncExitStack, home: Path, env: dict[str, str], backend: str = "asyncio"
+) -> tuple[RpcClient, dict[str, Any]]:
     client = await stack.enter_async_context(
-        spawn_daemon(home=home, env=subprocess_env(home, env), stderr=-1)  # stderr: DEVNULL
-    )
+        spawn_daemon(home=home, env=subprocess_env(home, {"PONDER_ASYNC_BACKEND": backend, **env}), stderr=-1)
+    )  # stderr: DEVNULL
     return client, await initialize(client)
 
 
@@ -287,8 +289,16 @@ async def test_a_server_gone_mid_turn_and_back_loses_nothing(
 def test_no_store_url_reaches_a_tools_environment() -> None:
     from daemon.config.settings import child_env
 
-    env = child_env({"PONDER_STORE_URL": "postgresql://u:p@h/d", "PGPASSWORD": "x", "HOME": "/root"})
-    assert env == {"HOME": "/root"}
+    env = child_env(
+        {
+            "PONDER_STORE_URL": "postgresql://u:p@h/d",
+            "PONDER_STORE_LISTEN_URL": "postgresql://u:p@h2/d",
+            "PONDER_STORE_POOLER": "transaction",
+            "PGPASSWORD": "x",
+            "HOME": "/root",
+        }
+    )
+    assert env == {"PONDER_STORE_POOLER": "transaction", "HOME": "/root"}  # the mode is no secret
 
 
 async def next_update(client: RpcClient, session_id: str, check: Any = None, within_s: float = 5.0) -> dict[str, Any]:
@@ -366,7 +376,7 @@ async def test_daemons_behind_a_transaction_pooler_share_sessions_and_take_a_kil
                 home_a, env={**pooled.env, "PONDER_STORE_LISTEN_URL": pooled.direct}, backend=anyio_backend
             )
         )
-        b_client, b_init = await _initialized(stack, home_b, pooled.env)
+        b_client, b_init = await _initialized(stack, home_b, pooled.env, anyio_backend)
         a_init = await initialize(a)
         assert not [p for p in a_init["problems"] if "PostgreSQL" in p]
         assert [p for p in b_init["problems"] if "Cross-daemon notifications are off" in p]
@@ -459,7 +469,7 @@ async def test_an_undeclared_pooler_is_a_sentence_and_a_password_never_leaves_a_
     home_a, home_b = homes(tmp_path, 2)
     pooled_url = pgbouncer_server.url(user=PASSWORD_ROLE, password=PASSWORD)
     async with AsyncExitStack() as stack:
-        client, init = await _initialized(stack, home_a, {"PONDER_STORE_URL": pooled_url})
+        client, init = await _initialized(stack, home_a, {"PONDER_STORE_URL": pooled_url}, anyio_backend)
         [problem] = [p for p in init["problems"] if "PostgreSQL" in p]
         assert 'pooler = "transaction"' in problem and "ponder_pw@" in problem and PASSWORD not in problem
         with pytest.raises(RpcError) as refused:
@@ -491,3 +501,21 @@ async def test_an_undeclared_pooler_is_a_sentence_and_a_password_never_leaves_a_
     for home in (home_a, home_b):
         text += "".join(p.read_text(errors="replace") for p in (home / "logs").glob("*"))
     assert PASSWORD not in text
+
+
+async def test_initialize_stops_naming_an_unreachable_server_once_it_is_back(
+    postgres_server: ThrowawayPostgres, postgres_url: str, tmp_path: Path, anyio_backend: str
+) -> None:
+    [home] = homes(tmp_path, 1)
+    await anyio.to_thread.run_sync(postgres_server.stop)
+    try:
+        async with AsyncExitStack() as stack:
+            client, init = await _initialized(stack, home, {"PONDER_STORE_URL": postgres_url}, anyio_backend)
+            assert [p for p in init["problems"] if "cannot be reached" in p]
+            await anyio.to_thread.run_sync(postgres_server.start)
+            with anyio.fail_after(10):
+                while [p for p in (await initialize(client))["problems"] if "PostgreSQL" in p]:
+                    await anyio.sleep(0.2)  # (a try to connect at most every half second)
+            assert (await client.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+    finally:
+        await anyio.to_thread.run_sync(postgres_server.start)  # a no-op when it runs

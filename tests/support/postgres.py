@@ -101,7 +101,9 @@ class ThrowawayPostgres:
         hba.write_text(f"local all {PASSWORD_ROLE} scram-sha-256\nlocal all all trust\n")
 
     def start(self) -> None:
-        """Start (or restart) the server; returns once it accepts connections."""
+        """Start (or restart) the server; returns once it accepts connections (at once if it runs)."""
+        if self.process is not None and self.process.poll() is None:
+            return
         log = open(self.root / "server.log", "ab")
         self.process = subprocess.Popen(
             [
