@@ -17,13 +17,21 @@ when loaded), a home or store that cannot be opened. ``--json`` and one session'
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 from daemon.cli.ending import exit_now, reader_went_away
-from daemon.cli.main import Listing
 
 # config.toml's permission rules file (``daemon.permissions.always.FILE_NAME``): when there is one,
 # the daemon loads the rules at start and reports their problems.
 PERMISSIONS_FILE = "permissions.toml"
+
+
+class Listing(NamedTuple):
+    """What ``ponder sessions [--limit N]`` (the table) runs with (``cli.main.plain_listing``)."""
+
+    home: str | None
+    log_level: str
+    limit: int
 
 
 def list_sessions_then_exit(listing: Listing) -> None:

@@ -237,14 +237,6 @@ class Serve(NamedTuple):
     warm_up: bool = True  # load the session stack on a thread shortly after initialize (not: --no-warm-up)
 
 
-class Listing(NamedTuple):
-    """What ``ponder sessions [--limit N]`` (the table) runs with."""
-
-    home: str | None
-    log_level: str
-    limit: int
-
-
 CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
 
 
@@ -291,9 +283,10 @@ def plain_serve(argv: list[str]) -> Serve | None:
     return Serve("serve", home, level, limit, quiet, warm_up)
 
 
-def plain_listing(argv: list[str]) -> Listing | None:
+def plain_listing(argv: list[str]) -> tuple[str | None, str, int] | None:
     """``[--home H] [--log-level L] sessions [--limit N]``, read without argparse (the table,
-    which ``daemon.cli.listing`` prints from the store); None for any other line."""
+    which ``daemon.cli.listing`` prints from the store): home, log level and limit; None for
+    any other line."""
     found = _global_options(argv)
     if found is None or not found[2] or found[2][0] != "sessions":
         return None
@@ -309,7 +302,7 @@ def plain_listing(argv: list[str]) -> Listing | None:
             return None
     if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_LISTING):
         return None  # argparse explains it, or the daemon refuses it
-    return Listing(home, level, int(limit))
+    return home, level, int(limit)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         end_daemon(code)
     listing = plain_listing(argv)
     if listing is not None:
-        from daemon.cli.listing import list_sessions_then_exit
+        from daemon.cli.listing import Listing, list_sessions_then_exit
 
-        list_sessions_then_exit(listing)  # returns only when a daemon must answer
+        list_sessions_then_exit(Listing(*listing))  # returns only when a daemon must answer
     # Every client command talks to a daemon: start it first, before even argparse, so that
     # it starts up while this process reads its arguments and imports the client's stack.
     # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.

@@ -24,6 +24,7 @@ per-message overhead for the role and framing, and the pending input.
 import json
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from daemon.conversation import ChatMessage, Part, ToolSpec
 
@@ -96,9 +97,33 @@ def messages_tokens(messages: Iterable[ChatMessage]) -> int:
 
 
 def tools_tokens(tools: Sequence[ToolSpec]) -> int:
-    return sum(
-        text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False)) for tool in tools
-    )
+    return sum(tool_tokens(tool) for tool in tools)
+
+
+def tool_tokens(tool: ToolSpec) -> int:
+    """One tool's name, description and JSON Schema.
+
+    Every request is estimated several times, and every turn offers the same tools (each turn
+    its own copy of each schema), so the count is kept per tool and reused while the schema is
+    equal: comparing two dicts costs a fraction of dumping one. Equal schemas dump to the same
+    characters in whatever key order, hence the same count (but for a number that equals a
+    boolean or a float, ``1 == 1.0 == true``: a schema differing from the last only so is counted
+    as that one, a token apart at most).
+    """
+    key = (tool.name, tool.description)
+    counted = _TOOL_TOKENS.get(key)
+    if counted is not None and counted[0] == tool.input_schema:
+        return counted[1]
+    tokens = text_tokens(tool.name + tool.description + json.dumps(tool.input_schema, ensure_ascii=False))
+    if len(_TOOL_TOKENS) >= _TOOL_TOKENS_KEPT:
+        _TOOL_TOKENS.clear()  # tools from MCP servers come and go: start over
+    _TOOL_TOKENS[key] = (tool.input_schema, tokens)
+    return tokens
+
+
+# (name, description) -> (the schema counted, its tokens)
+_TOOL_TOKENS: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+_TOOL_TOKENS_KEPT = 1024
 
 
 def request_estimate(

@@ -252,6 +252,12 @@ class MessageQueries(StoreBackend):
             params += (limit,)
 
         def body(db: SqlConnection) -> list[ChatMessage]:
+            from daemon.util.collector import paused  # with the first read of a history: off the start path
+
+            with paused():  # a long history is ~25,000 rows and structs, none in a cycle
+                return rows_to_messages(db)
+
+        def rows_to_messages(db: SqlConnection) -> list[ChatMessage]:
             rows = db.execute(sql, params).fetchall()
             if not rows:
                 return []

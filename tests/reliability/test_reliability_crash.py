@@ -44,6 +44,10 @@ class Tracked:
     acked_prompts: list[str] = field(default_factory=list)
     titles: set[str | None] = field(default_factory=lambda: {None})  # the acked title and any sent after it
     delete: str | None = None  # "sent" | "acked"
+    # Renames of one session by several workers at once: the daemon may apply them in another
+    # order than their answers arrive, so once none is in flight the title is any of that burst.
+    renaming: int = 0
+    burst: set[str | None] = field(default_factory=set)
 
 
 @dataclass
@@ -90,9 +94,17 @@ async def act(client: RpcClient, world: World) -> None:
             tracked.acked_prompts.append(text)
         elif roll < 0.65:
             title = f"title {world.next()}"
+            if tracked.renaming == 0:
+                tracked.burst = set()
+            tracked.renaming += 1
+            tracked.burst.add(title)
             tracked.titles.add(title)
-            await client.request("session/rename", {"session_id": sid, "title": title})
-            tracked.titles = {title}
+            try:
+                await client.request("session/rename", {"session_id": sid, "title": title})
+            finally:
+                tracked.renaming -= 1
+            if tracked.renaming == 0:
+                tracked.titles = set(tracked.burst)
         elif roll < 0.72:
             await client.request("thinking/set", {"session_id": sid, "level": rng.choice(LEVELS)})
         elif roll < 0.78:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,36 @@ def listening_daemon(
 
 
 @asynccontextmanager
+async def _driven(
+    send_line: Callable[[bytes], Awaitable[None]],
+    read: Callable[[RpcClient], Coroutine[Any, Any, None]],
+    role: str | None,
+    permission_requests: bool,
+    name: str,
+    initialize: bool,
+) -> AsyncIterator[RpcClient]:
+    """An ``RpcClient`` sending with ``send_line`` while ``read`` feeds it in a task of its own."""
+    client = RpcClient(send_line)
+    client.on_message = validate_message
+    async with anyio.create_task_group() as tg:
+        client.task_group = tg
+        tg.start_soon(read, client)
+        try:
+            if initialize:
+                capabilities: dict[str, Any] = {"permission_requests": permission_requests}
+                if role is not None:
+                    capabilities["role"] = role
+                await client.request(
+                    "initialize",
+                    {"protocol_version": 1, "client_info": {"name": name}, "capabilities": capabilities},
+                )
+            yield client
+        finally:
+            client.notifications.close()
+            tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def unix_client(
     path: Path,
     *,
@@ -97,38 +127,21 @@ async def unix_client(
         async with lock:
             await stream.send(line + b"\n")
 
-    client = RpcClient(send_line)
-    client.on_message = validate_message
-    async with anyio.create_task_group() as tg:
-        client.task_group = tg
-
-        async def read() -> None:
-            splitter = LineSplitter()
-            try:
-                while True:
-                    chunk = await stream.receive()
-                    for line in splitter.feed(chunk):
-                        assert isinstance(line, bytes)
-                        await client.dispatch(line)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass
-            finally:
-                client.notify_send.close()
-
-        tg.start_soon(read)
+    async def read(client: RpcClient) -> None:
+        splitter = LineSplitter()
         try:
-            if initialize:
-                capabilities: dict[str, Any] = {"permission_requests": permission_requests}
-                if role is not None:
-                    capabilities["role"] = role
-                await client.request(
-                    "initialize",
-                    {"protocol_version": 1, "client_info": {"name": name}, "capabilities": capabilities},
-                )
-            yield client
+            while True:
+                chunk = await stream.receive()
+                for line in splitter.feed(chunk):
+                    assert isinstance(line, bytes)
+                    await client.dispatch(line)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
         finally:
-            client.notifications.close()
-            tg.cancel_scope.cancel()
+            client.notify_send.close()
+
+    async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
+        yield client
     await stream.aclose()
 
 
@@ -162,33 +175,16 @@ async def ws_client(
         async with lock:
             await anyio.to_thread.run_sync(connection.send, line.decode())
 
-    client = RpcClient(send_line)
-    client.on_message = validate_message
-    async with anyio.create_task_group() as tg:
-        client.task_group = tg
-
-        async def read() -> None:
-            try:
-                while True:
-                    message = await anyio.to_thread.run_sync(connection.recv, abandon_on_cancel=True)
-                    await client.dispatch(message.encode() if isinstance(message, str) else message)
-            except ConnectionClosed:
-                pass
-            finally:
-                client.notify_send.close()
-
-        tg.start_soon(read)
+    async def read(client: RpcClient) -> None:
         try:
-            if initialize:
-                capabilities: dict[str, Any] = {"permission_requests": permission_requests}
-                if role is not None:
-                    capabilities["role"] = role
-                await client.request(
-                    "initialize",
-                    {"protocol_version": 1, "client_info": {"name": name}, "capabilities": capabilities},
-                )
-            yield client
+            while True:
+                message = await anyio.to_thread.run_sync(connection.recv, abandon_on_cancel=True)
+                await client.dispatch(message.encode() if isinstance(message, str) else message)
+        except ConnectionClosed:
+            pass
         finally:
-            client.notifications.close()
-            tg.cancel_scope.cancel()
+            client.notify_send.close()
+
+    async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
+        yield client
     await anyio.to_thread.run_sync(connection.close)

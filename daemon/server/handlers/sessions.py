@@ -118,21 +118,26 @@ class SessionHandlers:
 
     async def session_resume(self, params: m.SessionIdParams) -> m.SessionResumeResult:
         from daemon.context.history import history_items  # with the session manager: off the start path
+        from daemon.util.collector import paused
 
         live = await self.sessions.get(params.session_id)
         # A reply still streaming is shown as it stands (``streaming``), not as last checkpointed.
         streaming = live.current.in_progress.snapshot() if live.current and live.current.in_progress else None
-        messages = [
-            (streaming if streaming is not None and message.message_id == streaming.message_id else message).to_wire()
-            for message in live.stored_messages
-        ]
+        with paused():  # every message twice over as wire structs (a long history: ~100,000 objects)
+            messages = [
+                (
+                    streaming if streaming is not None and message.message_id == streaming.message_id else message
+                ).to_wire()
+                for message in live.stored_messages
+            ]
+            items = history_items(messages, live.compactions)
         # No await from here to the answer: the events after last_seq reach the caller live.
         self._follow(live.row.id)
         return m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
             messages=messages,
-            items=history_items(messages, live.compactions),
+            items=items,
             last_seq=self.bridge.last_seq(live.row.id),
             epoch=self.bridge.epoch,
         )
