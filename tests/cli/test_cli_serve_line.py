@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Listing, Serve, build_parser, plain_listing, plain_serve
+from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Serve, build_parser, plain_listing, plain_serve
 from tests.support.harness import subprocess_env
 
 
@@ -79,7 +79,7 @@ LISTINGS = [
 def test_the_plain_sessions_line_reads_as_argparse_reads_it(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     assert args.session_id is None and not args.json
-    assert plain_listing(argv) == Listing(args.home, args.log_level, args.limit)
+    assert plain_listing(argv) == (args.home, args.log_level, args.limit)
 
 
 @pytest.mark.parametrize(
