@@ -37,6 +37,8 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
             async with unix_client(path, role="observer", name="watcher") as watcher:
                 answer = await watcher.request("session/subscribe", {"session_id": session_id})
                 assert answer["replay"] == "none" and answer["last_seq"] == 0
+                # Subscribed twice: each live event still reaches it once (checked below).
+                await watcher.request("session/subscribe", {"session_id": session_id})
                 with pytest.raises(RpcError) as refused:
                     await watcher.request("session/prompt", {"session_id": session_id, "text": "hi"})
                 assert refused.value.code == -32008 and refused.value.data == {"reason": "observer"}
