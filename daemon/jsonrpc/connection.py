@@ -31,6 +31,7 @@ from daemon.errors import (
     StateConflict,
 )
 from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
+from daemon.util import foreground
 
 log = logging.getLogger("ponder.rpc")
 
@@ -370,6 +371,7 @@ class Connection:
 
     async def _handle_and_send(self, message: Any) -> None:
         self._received()
+        answering = foreground.Hold()  # the client waits for this answer (``daemon.util.foreground``)
         cut_short: list[bytes] = []
         then: list[Callable[[], Awaitable[None]]] = []
         try:
@@ -377,6 +379,7 @@ class Connection:
             if reply is not None:
                 await self._send_reply(reply)
         finally:
+            answering.release()
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
             self._reply_queued()
@@ -399,9 +402,11 @@ class Connection:
 
     async def _handle_batch(self, messages: list[Any]) -> None:
         self._received()
+        answering = foreground.Hold()
         try:
             await self._answer_batch(messages)
         finally:
+            answering.release()
             self._reply_queued()
 
     async def _answer_batch(self, messages: list[Any]) -> None:

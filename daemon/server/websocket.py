@@ -185,8 +185,9 @@ class _Socket:
         self.ws = WSConnection(ConnectionType.SERVER)
         self.lock = anyio.Lock()
 
-    async def send(self, event: object) -> None:
-        data = self.ws.send(event)  # type: ignore[arg-type]
+    async def send(self, *events: object) -> None:
+        """``events`` in one write (a refusal's head and body reach the client as one segment)."""
+        data = b"".join(self.ws.send(event) for event in events)  # type: ignore[arg-type]
         async with self.lock:
             await self.stream.send(data)
 
@@ -210,8 +211,9 @@ async def _serve_one(clients: Clients, stream: ByteStream, options: WebSocketOpt
             headers = [(b"content-type", b"text/plain; charset=utf-8")]
             if status == 401:
                 headers.append((b"www-authenticate", b'Bearer realm="ponder"'))
-            await sock.send(RejectConnection(status_code=status, headers=headers, has_body=True))
-            await sock.send(RejectData(data=why.encode()))
+            await sock.send(
+                RejectConnection(status_code=status, headers=headers, has_body=True), RejectData(data=why.encode())
+            )
             return
         await sock.send(AcceptConnection())
         await _serve_messages(clients, sock, options)

@@ -17,7 +17,7 @@ import pytest
 
 from protocol.events import NOTIFICATIONS, AgentEvent
 from protocol.methods import CLIENT_REQUESTS, METHODS
-from tests.support.wire import validate_message
+from tests.support.wire import check, validate_message
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "schemas" / "protocol.json").read_text(encoding="utf-8"))
@@ -124,11 +124,17 @@ def test_wire_validation_reads_the_tables():
     event = {"type": "turn_end", "session_id": "s", "turn_id": "t", "seq": 3, "stop_reason": "end_turn"}
     event |= {"usage": None, "error": None, "structured_output": None}
     validate_message({"jsonrpc": "2.0", "method": "agent/event", "params": event}, {})
-    for bad in ({**event, "stop_reason": "tool_use"}, {k: v for k, v in event.items() if k != "error"}):
+    not_an_event = {**event, "type": "turn_ended"}  # a tag no member has: refused like the oneOf refuses it
+    for bad in ({**event, "stop_reason": "tool_use"}, {k: v for k, v in event.items() if k != "error"}, not_an_event):
         with pytest.raises(AssertionError, match="does not match"):
             validate_message({"jsonrpc": "2.0", "method": "agent/event", "params": bad}, {})
     with pytest.raises(AssertionError, match="does not match"):
         validate_message({"jsonrpc": "2.0", "id": 1, "result": {"turn_id": "t"}}, {1: "session/prompt"})
+    # A union inside a message (a Message's blocks) is checked through its tag too.
+    check([{"type": "text", "text": "hi"}], "#/$defs/Message/properties/content")
+    for block in ({"type": "text", "text": 1}, {"type": "texts", "text": "hi"}, {"text": "hi"}, "hi"):
+        with pytest.raises(AssertionError, match="does not match"):
+            check([{"type": "text", "text": "hi"}, block], "#/$defs/Message/properties/content")
     with pytest.raises(AssertionError, match="not in Notifications"):
         validate_message({"jsonrpc": "2.0", "method": "agent/nonsense", "params": {}}, {})
 

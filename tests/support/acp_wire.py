@@ -12,14 +12,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+from tests.support.tagged_unions import Validator, through_tags
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "acp-schema.json"
 
 
 @cache
 def _defs() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+    """The schema's definitions, its discriminated unions checked through their tag
+    (``tests/support/tagged_unions``)."""
+    defs = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+    return through_tags(defs, defs, None)
 
 
 @cache
@@ -32,8 +35,8 @@ def definition_for(method: str, kind: str) -> str:
 
 
 @cache
-def _validator(name: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator({"$defs": _defs(), "$ref": f"#/$defs/{name}"})
+def _validator(name: str) -> Any:
+    return Validator({"$defs": _defs(), "$ref": f"#/$defs/{name}"})
 
 
 def check(instance: Any, name: str) -> None:

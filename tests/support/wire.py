@@ -1,10 +1,11 @@
-"""Validates every message the daemon writes against the generated ``schemas/protocol.json``."""
+"""Validates every message the daemon writes against the generated ``schemas/protocol.json``
+(its tagged unions checked through their tag: ``tests/support/tagged_unions``)."""
 
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+from tests.support.tagged_unions import Validator, through_tags
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "protocol.json"
 
@@ -13,16 +14,17 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "protocol.json"
 def _root() -> dict[str, Any]:
     import json
 
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    root: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return {**root, "$defs": through_tags(root["$defs"], root["$defs"], "type")}
 
 
 @cache
-def _validator(pointer: str) -> jsonschema.Draft202012Validator:
-    schema = {**_root(), "$ref": pointer}
-    return jsonschema.Draft202012Validator(schema)
+def _validator(pointer: str) -> Any:
+    return Validator({**_root(), "$ref": pointer})
 
 
-def _check(instance: Any, pointer: str) -> None:
+def check(instance: Any, pointer: str) -> None:
+    """Raise AssertionError unless ``instance`` fits the schema ``pointer`` names."""
     errors = sorted(_validator(pointer).iter_errors(instance), key=lambda e: list(e.path))
     if errors:
         details = "; ".join(f"{list(e.path)}: {e.message}" for e in errors[:3])
@@ -47,15 +49,15 @@ def validate_message(message: Any, method_of_id: dict[Any, str]) -> None:
         return
     assert isinstance(message, dict), f"not a JSON-RPC object: {message!r}"
     if "method" in message and "id" in message:
-        _check(message, "#/$defs/JsonRpcRequest")
-        _check(message["params"], member_pointer("DaemonRequests", message["method"], "params"))
+        check(message, "#/$defs/JsonRpcRequest")
+        check(message["params"], member_pointer("DaemonRequests", message["method"], "params"))
     elif "method" in message:
-        _check(message, "#/$defs/JsonRpcNotification")
-        _check(message["params"], member_pointer("Notifications", message["method"], "params"))
+        check(message, "#/$defs/JsonRpcNotification")
+        check(message["params"], member_pointer("Notifications", message["method"], "params"))
     elif "error" in message:
-        _check(message, "#/$defs/JsonRpcErrorResponse")
+        check(message, "#/$defs/JsonRpcErrorResponse")
     else:
-        _check(message, "#/$defs/JsonRpcResponse")
+        check(message, "#/$defs/JsonRpcResponse")
         method = method_of_id.get(message["id"])
         if method is not None:
-            _check(message["result"], member_pointer("Methods", method, "result"))
+            check(message["result"], member_pointer("Methods", method, "result"))
