@@ -7,6 +7,7 @@ It also hands a running prompt turn the steers waiting for it (``InboxSteers``, 
 model call), and turns the steers that arrived too late to join into the next turn."""
 
 import logging
+import math
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -62,13 +63,24 @@ async def run_actor(manager: SessionHost, live: LiveSession, *, task_status: Any
 
 
 async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
+    followed = False
     while True:
         try:
-            pending = await live.inbox.next(manager.config.idle_unload_s)
+            # Idle for ``idle_unload_s`` with nobody following it: unloaded. Followed (a listening
+            # daemon's subscriber): kept until a turn comes or the last follower leaves, and
+            # unloaded one idle period after that if nobody follows it again.
+            pending = await live.inbox.next(math.inf if followed else manager.config.idle_unload_s, wakeable=followed)
         except InboxClosed:
             return
+        if pending is None and followed:
+            followed = False
+            continue  # its last follower left: a new idle period starts
+        followed = False
         if pending is None:
             if live.status == "idle" and not manager.shutting_down and not live.unsaved:
+                if manager.bridge.keeps_loaded(live.row.id, live.inbox.wake):
+                    followed = True
+                    continue
                 manager.unload(live)
                 return
             continue
