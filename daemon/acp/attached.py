@@ -43,7 +43,9 @@ async def serve_attached_acp(
 ) -> None:
     """Serve one ACP connection on the listening daemon until it goes away or is dropped."""
     daemon, shared = clients.daemon, clients.bridge
-    connection = Connection(outgoing, cancel_method="$/cancel_request", cancel_id_field="requestId")
+    connection = Connection(
+        outgoing, cancel_method="$/cancel_request", cancel_id_field="requestId", backlog=drop.backlog
+    )
     bridge = AcpBridge(connection)
     bridge.attached = True
     bridge.attach(daemon.sessions)
@@ -93,10 +95,18 @@ class _Detaching:
 
 
 async def _translate(bridge: AcpBridge, receive: MemoryObjectReceiveStream[object]) -> None:
-    """The queued events (and changed sessions), in order, as this client's ACP updates."""
+    """The queued events (and changed sessions), in order, as this client's ACP updates: all those
+    queued at once before it looks again (each look yields to the loop, and a turn streaming a
+    burst yields only every few hundred events)."""
     async with receive:
-        async for item in receive:
-            if isinstance(item, Session):
-                await bridge.session_updated(item)
-            else:
-                await bridge.emit(item)  # type: ignore[arg-type]  # an agent event
+        async for first in receive:
+            item = first
+            while True:
+                if isinstance(item, Session):
+                    await bridge.session_updated(item)
+                else:
+                    await bridge.emit(item)  # type: ignore[arg-type]  # an agent event
+                try:
+                    item = receive.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break

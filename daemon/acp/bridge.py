@@ -172,6 +172,9 @@ class AcpBridge:
             await held.wait()
         await self.connection.notify("session/update", t.SessionNotification(session_id=session_id, update=update))
 
+    def keeps_loaded(self, session_id: str, released: Callable[[], None]) -> bool:
+        return False  # stdio ``ponder acp``: its one client follows every session (the plain idle rule)
+
     def files_for(self, session_id: str) -> EditorFiles | None:
         if self.attached or not (self.fs_reads or self.fs_writes):
             return None

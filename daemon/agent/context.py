@@ -23,6 +23,7 @@ from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
 from daemon.providers.base import Provider, StreamLimits
+from daemon.util.foreground import Hold
 from protocol import events as ev
 from protocol.objects import Compaction, ErrorInfo, Thinking, Usage
 
@@ -253,6 +254,8 @@ class Turn(msgspec.Struct):
     # The thinking the client was last told of (``turn_start``, then each ``thinking_update``).
     reported: Thinking | None = None
     hurried: bool = False  # the daemon is shutting down: finish within SHUTDOWN_GRACE_S
+    # Held from the turn's start until its first delta is relayed (``daemon.util.foreground``).
+    starting: Hold | None = None
     _final_scopes: set[anyio.CancelScope] = msgspec.field(default_factory=set)
 
     def hurry(self) -> None:

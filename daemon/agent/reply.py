@@ -43,6 +43,7 @@ from daemon.providers.base import (
     UsageUpdate,
     decode_arguments,
 )
+from daemon.util import foreground
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
 from daemon.util.heap import release_free_memory
@@ -88,6 +89,8 @@ class Reply:
         self.late_end: tuple[type, dict[str, Any]] | None = None  # a big block's end event, see LATE_END_CHARS
         self.thinking = turn.thinking  # what this call sends, once its request is built
         self.sent_estimate: int | None = None  # the estimate of the request as sent (for the calibration)
+        # A delta went out: the turn has started, and this reply gives way to starting ones.
+        self.relayed_delta = False
 
     @property
     def started(self) -> bool:
@@ -151,7 +154,11 @@ class Reply:
         await call_thinking.announce(turn, request.thinking)
         async with AsyncExitStack() as stack, watching(turn.settings) as watchdog:
             events = aiter(await stack.enter_async_context(turn.provider.stream(request)))
+            marked = False
             while True:
+                if self.relayed_delta and not marked:  # its reads give way to starting turns from now on
+                    stack.enter_context(foreground.streaming())
+                    marked = True
                 try:
                     event = await anext(events)
                 except StopAsyncIteration:
@@ -223,6 +230,10 @@ class Reply:
                 self.unsaved_bytes += len(event.delta)
                 kind = ev.ThinkingDelta if part.type == "thinking" else ev.TextDelta
                 await emit(kind, {"message_id": message.message_id, "index": index, "delta": event.delta})
+            if not self.relayed_delta:
+                self.relayed_delta = True
+                if self.turn.starting is not None:  # the first delta: the turn has started
+                    self.turn.starting.release()
             if self.unsaved_bytes >= CHECKPOINT_BYTES or time.monotonic() - self.last_checkpoint >= CHECKPOINT_S:
                 await self._checkpoint()
         elif isinstance(event, BlockStart):

@@ -88,6 +88,8 @@ async def run_turn(turn: Turn) -> str:
     answer = turn.output.value if turn.output is not None and turn.output.answered else None
     if stop_reason != "end_turn":
         answer = None  # structured_output is null on every turn that did not end with a valid answer
+    if turn.starting is not None:  # one that ends without a delta (cancelled, failed) has started too
+        turn.starting.release()
     with turn.finishing():
         await turn.emit(
             ev.TurnEnd, {"stop_reason": stop_reason, "usage": turn.usage, "error": error, "structured_output": answer}

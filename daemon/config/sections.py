@@ -89,9 +89,14 @@ class ReliabilitySection(Section):
 
 
 class ServeSection(Section):
-    """``[serve]``: a listening daemon's settings (PROTOCOL.md "Transports and several clients")."""
+    """``[serve]``: the daemon's settings for its clients (PROTOCOL.md "Transports and several clients")."""
 
     approval_timeout_s: AtLeastZero = 300.0  # how long a permission request waits for a controller to attach
+    # How long a loaded session nobody drives stays in memory (on a listening daemon: once nobody
+    # follows it either); stdio daemons use it too.
+    idle_unload_s: Seconds = 600.0
+    # What may wait for one client of a listening daemon before it counts as not reading (dropped).
+    client_queue_bytes: ByteLimit = 4 * 1024 * 1024
 
 
 class StoreSection(Section):

@@ -135,10 +135,15 @@ class Config(msgspec.Struct):
     max_event_bytes: int = 16 * 1024 * 1024
     max_response_bytes: int = 1024 * 1024 * 1024
     scan_time_limit_s: float = 30.0  # one list_files or search, in its child process
+    # [serve] idle_unload_s: a loaded session nobody drives (nor, on a listening daemon, follows)
+    # is unloaded after this long (daemon.sessions.actor).
     idle_unload_s: float = 600.0
     # [serve] approval_timeout_s: on a listening daemon, how long a permission request waits for a
     # controller able to answer to attach before it is denied (PROTOCOL.md "Transports").
     serve_approval_timeout_s: float = 300.0
+    # [serve] client_queue_bytes: what may wait for one client of a listening daemon before it is
+    # dropped as not reading (daemon.jsonrpc.backlog).
+    serve_client_queue_bytes: int = 4 * 1024 * 1024
     # [tools] pass_env: credential variables run_command's children get anyway (see child_env).
     pass_env: tuple[str, ...] = ()
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
@@ -209,7 +214,8 @@ def load_config(home: Path, env: dict[str, str] | None = None) -> Config:
     config.default_approval_policy = defaults.approval_policy
     config.max_tool_steps, config.max_queued_prompts = defaults.max_tool_steps, defaults.max_queued_prompts
     serve = read_section(raw.get("serve"), "serve", ServeSection, problems)
-    config.serve_approval_timeout_s = serve.approval_timeout_s
+    config.serve_approval_timeout_s, config.idle_unload_s = serve.approval_timeout_s, serve.idle_unload_s
+    config.serve_client_queue_bytes = serve.client_queue_bytes
     reliability = read_section(raw.get("reliability"), "reliability", ReliabilitySection, problems)
     config.retry_max_attempts = reliability.max_attempts
     config.stall_timeout_s, config.no_progress_timeout_s = (

@@ -11,7 +11,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -31,6 +31,10 @@ from daemon.errors import (
     StateConflict,
 )
 from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
+from daemon.util import foreground
+
+if TYPE_CHECKING:  # only a listening daemon's connections have one (not on the start path)
+    from daemon.jsonrpc.backlog import Backlog
 
 log = logging.getLogger("ponder.rpc")
 
@@ -175,8 +179,12 @@ class Connection:
         *,
         cancel_method: str = "$/cancelRequest",
         cancel_id_field: str = "id",
+        backlog: "Backlog | None" = None,
     ) -> None:
         self._outgoing = outgoing
+        # A listening daemon's connection: its queue is bounded in bytes (its writer gives them
+        # back), not by the queue's count of messages (stdio: None).
+        self.backlog = backlog
         # The mark queued after the last big message, set once the writer has written it and
         # let go of it: until then notifications wait before they are encoded, so a reply's
         # message_end is never encoded while its text_end is still in memory.
@@ -206,9 +214,17 @@ class Connection:
         # is pure overhead on the streaming hot path, so try the synchronous path first.
         if self._send_nowait(data):
             return
-        big = len(data) >= BIG_MESSAGE
+        backlog = self.backlog
+        while backlog is not None and backlog.full:
+            await backlog.room()  # its writer has written enough of what waits
+            if self._send_nowait(data):
+                return
+        size = len(data)
+        big = size >= BIG_MESSAGE
         try:
             await self._outgoing.send(data)
+            if backlog is not None:
+                backlog.add(size)
             if big:
                 del data  # the queue alone holds it now; the writer lets go of it once written
                 written = Written()
@@ -219,18 +235,27 @@ class Connection:
 
     def _send_nowait(self, data: bytes) -> bool:
         """Queue ``data`` if there is room; False when the caller must wait (back-pressure)."""
+        backlog = self.backlog
         try:
+            if backlog is not None:
+                if backlog.full:
+                    return False
+                backlog.add(len(data))  # (given back if it cannot be queued)
             if len(data) < BIG_MESSAGE:
                 self._outgoing.send_nowait(data)
                 return True
             stats = self._outgoing.statistics()
             if stats.current_buffer_used + 2 > stats.max_buffer_size:  # no room for it and its mark
+                if backlog is not None:
+                    backlog.add(-len(data))
                 return False
             self._outgoing.send_nowait(data)
             written = Written()
             self._outgoing.send_nowait(written)
             self._written = written
         except anyio.WouldBlock:
+            if backlog is not None:
+                backlog.add(-len(data))
             return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
@@ -370,6 +395,7 @@ class Connection:
 
     async def _handle_and_send(self, message: Any) -> None:
         self._received()
+        answering = foreground.Hold()  # the client waits for this answer (``daemon.util.foreground``)
         cut_short: list[bytes] = []
         then: list[Callable[[], Awaitable[None]]] = []
         try:
@@ -377,6 +403,7 @@ class Connection:
             if reply is not None:
                 await self._send_reply(reply)
         finally:
+            answering.release()
             if cut_short:  # the connection is going away: still answer, exactly once
                 await self._send_reply(cut_short[0])
             self._reply_queued()
@@ -399,9 +426,11 @@ class Connection:
 
     async def _handle_batch(self, messages: list[Any]) -> None:
         self._received()
+        answering = foreground.Hold()
         try:
             await self._answer_batch(messages)
         finally:
+            answering.release()
             self._reply_queued()
 
     async def _answer_batch(self, messages: list[Any]) -> None:

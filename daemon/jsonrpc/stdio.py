@@ -25,6 +25,7 @@ import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.jsonrpc.framing import BIG_MESSAGE, DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
+from daemon.util import foreground
 
 log = logging.getLogger("ponder.transport")
 READ_CHUNK = 256 * 1024
@@ -39,10 +40,24 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
     while the loop is busy, which is the back-pressure we want.
     """
     token = anyio.lowlevel.current_token()
+    # A line on its way to the loop holds the foreground: a client waits for its answer, and
+    # the replies already streaming give way meanwhile (``daemon.util.foreground``).
+    handoffs = foreground.Handoffs()
+
+    async def hand_over(item: bytes | _Overlong) -> None:
+        try:
+            await send.send(item)
+        finally:
+            handoffs.took()
 
     def deliver(items: list[bytes | _Overlong]) -> None:
         for item in items:
-            anyio.from_thread.run(send.send, item, token=token)
+            handoffs.offer()
+            anyio.from_thread.run(hand_over, item, token=token)
+
+    def closed() -> None:
+        handoffs.close()
+        send.close()
 
     def read_forever() -> None:
         splitter = LineSplitter(max_line_bytes)
@@ -60,9 +75,9 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
             return
         finally:
             try:
-                anyio.from_thread.run_sync(send.close, token=token)
+                anyio.from_thread.run_sync(closed, token=token)
             except Exception:
-                pass
+                handoffs.close()  # the loop has ended: nothing is on its way any more
 
     threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
 

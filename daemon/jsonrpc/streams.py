@@ -2,11 +2,13 @@
 lines with ``LineSplitter``, one writer task draining the outgoing queue, as ``stdio`` does for
 stdin and stdout.
 
-The outgoing queue is bounded (``OUTGOING_BUFFER`` messages). Whoever queues decides what a
-full queue means: the listening daemon drops a client that stops reading rather than wait for
-it (``daemon.server.rpc_bridge``).
+The outgoing queue is bounded by a ``Backlog`` in bytes when one is given (a listening daemon's
+connection), else by ``OUTGOING_BUFFER`` messages. Whoever queues decides what a full queue
+means: the listening daemon drops a client that stops reading rather than wait for it
+(``daemon.server.rpc_bridge``).
 """
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,6 +16,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
 
 READ_CHUNK = 256 * 1024
@@ -41,47 +44,60 @@ async def read_lines(
             pass  # nobody reads the lines any more: the connection is closing
 
 
-async def write_lines(stream: ByteSendStream, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
+async def write_lines(
+    stream: ByteSendStream, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog | None = None
+) -> None:
     """Write each queued message and its newline (several at once when they are queued together);
-    set the ``Written`` marks. Once the client is gone the rest is drained unwritten."""
+    set the ``Written`` marks; give the bytes back to ``backlog`` once written. Once the client is
+    gone the rest is drained unwritten."""
     writable = True
-    async with receive:
-        async for first in receive:
-            batch = [first]
-            del first
-            while True:
-                try:
-                    batch.append(receive.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-            data = [item for item in batch if not isinstance(item, Written)]
-            marks = [item for item in batch if isinstance(item, Written)]
-            del batch
-            if writable and data:
-                try:
-                    await stream.send(b"".join(part for message in data for part in (message, b"\n")))
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    writable = False
-            del data
-            for mark in marks:
-                mark.set()
+    try:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                del first
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                data = [item for item in batch if not isinstance(item, Written)]
+                marks = [item for item in batch if isinstance(item, Written)]
+                del batch
+                if writable and data:
+                    try:
+                        await stream.send(b"".join(part for message in data for part in (message, b"\n")))
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        writable = False
+                if backlog is not None:
+                    backlog.written(sum(map(len, data)))
+                del data
+                for mark in marks:
+                    mark.set()
+    finally:
+        if backlog is not None:
+            backlog.close()  # nobody gives bytes back any more: nothing may wait for room
 
 
 @asynccontextmanager
 async def open_stream(
     stream: anyio.abc.ByteStream,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    outgoing_buffer: int = OUTGOING_BUFFER,
+    backlog: Backlog | None = None,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[bytes | _Overlong], MemoryObjectSendStream[Outgoing]]]:
     """Run the reader and the writer of one stream; yield (incoming lines, outgoing messages).
-    On exit what is queued is written (bounded by the caller's cancel scope), then the stream closes."""
+    The outgoing queue is bounded by ``backlog`` (bytes) when given, else by ``OUTGOING_BUFFER``
+    messages. On exit what is queued is written (bounded by the caller's cancel scope), then the
+    stream closes."""
     in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](64)
-    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](outgoing_buffer)
+    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](
+        OUTGOING_BUFFER if backlog is None else math.inf
+    )
     written = anyio.Event()
 
     async def writer() -> None:
         try:
-            await write_lines(stream, out_receive)
+            await write_lines(stream, out_receive, backlog)
         finally:
             written.set()
 

@@ -23,6 +23,7 @@ from httpx_sse import ServerSentEvent, SSEError
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
 from daemon.providers.base import StreamLimits
+from daemon.util import foreground
 from daemon.util.redact import scrub
 
 CONNECT_TIMEOUT_S = 15.0
@@ -355,6 +356,8 @@ async def aiter_body(response: httpx.Response, provider: str, limits: StreamLimi
                 if total > limits.max_response_bytes:
                     raise response_too_large(provider, limits.max_response_bytes)
                 yield out
+            # A reply already relaying gives way to starting turns before its next read.
+            await foreground.step_back()
         if inflater is not None and (out := inflater.flush()):
             if total + len(out) > limits.max_response_bytes:
                 raise response_too_large(provider, limits.max_response_bytes)

@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from daemon.config.settings import Config
 from daemon.errors import InvalidRequest
+from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.connection import Connection, encode_error
 from daemon.jsonrpc.dialect import chosen_dialect
 from daemon.jsonrpc.framing import Outgoing, _Overlong
@@ -43,8 +44,10 @@ CLOSE_ANSWERED_S = 0.5  # a closing connection's answers in flight get this long
 
 @dataclass(eq=False)
 class Drop:
-    """How a transport learns that its client is dropped (it read too slowly), and why."""
+    """What waits for a client (``backlog``: bounded in bytes, ``[serve] client_queue_bytes``);
+    how its transport learns that it is dropped (it read too slowly), and why."""
 
+    backlog: Backlog
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     reason: str | None = None
 
@@ -79,6 +82,10 @@ class Clients:
         self.shared = SharedHandlers(daemon, bridge)
         self.dialects = dialects or {}
         self._open: set[tuple[Connection, anyio.CancelScope]] = set()
+
+    def new_drop(self) -> Drop:
+        """A new connection's ``Drop``, its backlog bounded as configured."""
+        return Drop(Backlog(self.daemon.config.serve_client_queue_bytes))
 
     async def serve(
         self,
@@ -115,7 +122,7 @@ class Clients:
         outgoing: MemoryObjectSendStream[Outgoing],
         drop: Drop,
     ) -> None:
-        connection = Connection(outgoing)
+        connection = Connection(outgoing, backlog=drop.backlog)
         peer = self.bridge.add_peer(connection, kind, drop)
         register_methods(self.daemon, self.bridge, peer, self.shared)
         with self.tracked(connection, peer, drop):

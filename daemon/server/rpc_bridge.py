@@ -5,8 +5,10 @@ events as ``agent/event`` notifications, setting changes as ``session/updated``,
 Each connection is a ``Peer``. A stdio peer follows every session and is waited for when it
 reads slowly (back-pressure: nothing is lost). A listening daemon's peers follow the sessions
 they subscribed to (``session/subscribe``, or a method that subscribes the caller); an event is
-encoded once and queued to each without waiting: a peer whose bounded queue is full is dropped
-with a reason, so one client that stops reading never stalls the others or the turn.
+encoded once and queued to each without waiting: a peer with more than its bound waiting for it
+(in bytes: ``daemon.jsonrpc.backlog``) is dropped with a reason, so one client that stops reading
+never stalls the others or the turn. A session someone follows stays loaded while idle
+(``keeps_loaded``); on stdio the plain idle rule applies.
 
 A peer may speak another dialect on the same core (ACP, through ``ponder acp --attach``): its
 events are handed, unencoded, to its own ``DialectClient`` (the dialect's bridge) through a
@@ -121,6 +123,8 @@ class RpcBridge:
         self.peers: list[Peer] = []
         self._followers: dict[str, list[Peer]] = {}  # session -> peers that subscribed to it
         self._everyone: list[Peer] = []  # peers that follow every session (stdio)
+        # session -> what to call when its last follower leaves (its actor keeps it loaded till then)
+        self._released: dict[str, Callable[[], None]] = {}
         self._rings: OrderedDict[str, EventRing] = OrderedDict()
         self._let_go: dict[str, int] = {}  # the last seq of each session whose ring was let go
         # This daemon run's event numbering: the emitter counts each session's events from 1 in
@@ -223,6 +227,18 @@ class RpcBridge:
             followers.remove(peer)
             if not followers:
                 del self._followers[session_id]
+                released = self._released.pop(session_id, None)
+                if released is not None:
+                    released()
+
+    def keeps_loaded(self, session_id: str, released: Callable[[], None]) -> bool:
+        """Whether a subscriber keeps the idle session loaded (a listening daemon; a stdio client
+        follows every session, so the plain idle rule applies there); ``released`` is called when
+        the last one leaves."""
+        if not self._followers.get(session_id):
+            return False
+        self._released[session_id] = released  # one actor per session: a reloaded one replaces it
+        return True
 
     def subscribers(self, session_id: str) -> int:
         """How many connections follow the session (``session/list`` rows say so)."""

@@ -18,7 +18,7 @@ from anyio.abc import SocketStream, TaskGroup, TaskStatus
 
 from daemon.errors import ListenRefused
 from daemon.jsonrpc.streams import open_stream
-from daemon.server.listen import Clients, Drop, Listener
+from daemon.server.listen import Clients, Listener
 
 log = logging.getLogger("ponder.server")
 
@@ -94,10 +94,10 @@ def unix_listener(path: Path, max_line_bytes: int) -> Listener:
 
 
 async def _serve_one(clients: Clients, stream: SocketStream, max_line_bytes: int) -> None:
-    drop = Drop()
+    drop = clients.new_drop()
     try:
         with drop.scope:
-            async with open_stream(stream, max_line_bytes) as (incoming, outgoing):
+            async with open_stream(stream, max_line_bytes, drop.backlog) as (incoming, outgoing):
                 await clients.serve("unix", incoming, outgoing, drop)
     except Exception:  # a bug met by one client's connection: it closes, the daemon and the others go on
         log.exception("a Unix socket connection failed")

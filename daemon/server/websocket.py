@@ -14,6 +14,7 @@ client that stops reading is dropped with a close frame saying why (1008).
 
 import ipaddress
 import logging
+import math
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +40,10 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from daemon.errors import ListenRefused
+from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.framing import BINARY_FRAME, OVERLONG, Outgoing, Written, _Overlong
-from daemon.jsonrpc.streams import DRAIN_S, OUTGOING_BUFFER, READ_CHUNK
-from daemon.server.listen import Clients, Drop, Listener
+from daemon.jsonrpc.streams import DRAIN_S, READ_CHUNK
+from daemon.server.listen import Clients, Listener
 from daemon.server.token import ensure_token, read_token, token_matches
 
 log = logging.getLogger("ponder.server")
@@ -191,6 +193,12 @@ class _Socket:
         async with self.lock:
             await self.stream.send(data)
 
+    async def send_messages(self, messages: list[bytes]) -> None:
+        """Each message as a text frame, in one write."""
+        data = b"".join(self.ws.send(Message(data=message.decode("utf-8"))) for message in messages)
+        async with self.lock:
+            await self.stream.send(data)
+
 
 async def _serve_one(clients: Clients, stream: ByteStream, options: WebSocketOptions) -> None:
     sock = _Socket(stream)
@@ -255,12 +263,12 @@ async def _handshake(sock: _Socket) -> Request | None:
 
 async def _serve_messages(clients: Clients, sock: _Socket, options: WebSocketOptions) -> None:
     in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](64)
-    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](OUTGOING_BUFFER)
-    drop = Drop()
+    out_send, out_receive = anyio.create_memory_object_stream[Outgoing](math.inf)  # bounded by its backlog
+    drop = clients.new_drop()
     with drop.scope:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_read_messages, sock, in_send, options.max_message_bytes)
-            tg.start_soon(_write_messages, sock, out_receive)
+            tg.start_soon(_write_messages, sock, out_receive, drop.backlog)
             try:
                 await clients.serve("websocket", in_receive, out_send, drop)
             finally:
@@ -311,23 +319,37 @@ async def _read_messages(sock: _Socket, send: MemoryObjectSendStream[bytes | _Ov
                     return
 
 
-async def _write_messages(sock: _Socket, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
-    """Each queued message as one text frame; once the client is gone the rest is drained unwritten."""
+async def _write_messages(sock: _Socket, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog) -> None:
+    """Each queued message as one text frame (those queued together written at once), the bytes
+    given back to ``backlog`` once written; once the client is gone the rest is drained unwritten."""
     writable = True
-    async with receive:
-        async for item in receive:
-            if isinstance(item, Written):
-                item.set()
-                continue
-            if writable:
-                try:
-                    await sock.send(Message(data=item.decode("utf-8")))
-                except (
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                    OSError,
-                    ssl.SSLError,
-                    LocalProtocolError,
-                ):
-                    writable = False
-            del item
+    try:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                del first
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                data = [item for item in batch if not isinstance(item, Written)]
+                marks = [item for item in batch if isinstance(item, Written)]
+                del batch
+                if writable and data:
+                    try:
+                        await sock.send_messages(data)
+                    except (
+                        anyio.BrokenResourceError,
+                        anyio.ClosedResourceError,
+                        OSError,
+                        ssl.SSLError,
+                        LocalProtocolError,
+                    ):
+                        writable = False
+                backlog.written(sum(map(len, data)))
+                del data
+                for mark in marks:
+                    mark.set()
+    finally:
+        backlog.close()  # nobody gives bytes back any more: nothing may wait for room

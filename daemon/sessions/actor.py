@@ -7,6 +7,7 @@ It also hands a running prompt turn the steers waiting for it (``InboxSteers``, 
 model call), and turns the steers that arrived too late to join into the next turn."""
 
 import logging
+import math
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from daemon.sessions.live import LiveSession, PendingTurn, no_thinking
 from daemon.sessions.persistence import SessionWrites
 from daemon.sessions.thinking_settings import ThinkingRequest
 from daemon.store import AsyncStore, SessionRow
+from daemon.util import foreground
 from daemon.util.clock import new_id
 from protocol import events as ev
 from protocol.objects import ErrorInfo, Session, Thinking
@@ -61,22 +63,37 @@ async def run_actor(manager: SessionHost, live: LiveSession, *, task_status: Any
 
 
 async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
+    followed = False
     while True:
         try:
-            pending = await live.inbox.next(manager.config.idle_unload_s)
+            # Idle for ``idle_unload_s`` with nobody following it: unloaded. Followed (a listening
+            # daemon's subscriber): kept until a turn comes or the last follower leaves, and
+            # unloaded one idle period after that if nobody follows it again.
+            pending = await live.inbox.next(math.inf if followed else manager.config.idle_unload_s, wakeable=followed)
         except InboxClosed:
             return
+        if pending is None and followed:
+            followed = False
+            continue  # its last follower left: a new idle period starts
+        followed = False
         if pending is None:
             if live.status == "idle" and not manager.shutting_down and not live.unsaved:
+                if manager.bridge.keeps_loaded(live.row.id, live.inbox.wake):
+                    followed = True
+                    continue
                 manager.unload(live)
                 return
             continue
         live.active = pending  # taken together with the queue: a steer from now on joins this turn
+        # Someone waits for this turn's first delta: until it is relayed, the replies already
+        # streaming give way (``daemon.util.foreground``).
+        starting = foreground.Hold()
         try:
             if pending.announced:
                 await manager.events.queue_update(live)
-            await _run_turn(manager, live, pending)
+            await _run_turn(manager, live, pending, starting)
         finally:
+            starting.release()
             if _requeue_steers(live, pending) and manager.task_group is not None:
                 manager.task_group.start_soon(manager.events.queue_update, live)
             live.active = None  # together with the requeue: no steer falls between the two
@@ -86,7 +103,7 @@ async def _serve_inbox(manager: SessionHost, live: LiveSession) -> None:
                     await manager.writes.release_lease(live)
 
 
-async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTurn) -> None:
+async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTurn, starting: foreground.Hold) -> None:
     message = pending.user_message
     emit = _releasing_emitter(manager, live, manager.events.emitter(live, pending.turn_id))
     messages = manager.writes.messages(live, pending.turn_id)
@@ -111,6 +128,7 @@ async def _run_turn(manager: SessionHost, live: LiveSession, pending: PendingTur
             await messages.save(message)
         turn = manager.assembly.build(live, pending, emit, messages)
         turn.continued_from = pending.continued_from
+        turn.starting = starting
         if pending.compaction is None:
             turn.steers = InboxSteers(manager, live)
         # Before a prompt, when its request would not fit: a compaction turn of its own first (the

@@ -2,6 +2,7 @@
 come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bridge: ``daemon.server.rpc_bridge``
 for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
@@ -42,3 +43,9 @@ class ClientBridge(Protocol):
 
     def files_for(self, session_id: str) -> "ClientFiles | None":
         """The client's view of the session's files, when it offers one (ACP ``fs``); None: the disk."""
+
+    def keeps_loaded(self, session_id: str, released: Callable[[], None]) -> bool:
+        """Whether a client follows the idle session so that it stays loaded (a listening daemon's
+        subscribers: their catch-up and live events need it); then ``released`` is called once
+        nobody follows it any more. False where the one client follows everything (stdio): the
+        plain idle rule keeps memory bounded there."""

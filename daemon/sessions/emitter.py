@@ -1,12 +1,19 @@
 """Event numbering: every ``agent/event`` of a session gets the next ``seq`` (per session, no
-gaps, wire order equal to seq order), delivered through the ``ClientBridge``."""
+gaps, wire order equal to seq order), delivered through the ``ClientBridge``; a long burst of
+events yields to the loop now and then, so the clients' writers run while a turn streams."""
 
 from typing import Any, cast
+
+from anyio.lowlevel import cancel_shielded_checkpoint
 
 from daemon import agent
 from daemon.sessions.bridge import ClientBridge
 from daemon.sessions.live import LiveSession
 from protocol import events as ev
+
+# Events delivered without awaiting before the emitter yields to the loop once (so the writers of
+# a listening daemon's connections drain their queues during a burst; ~0.1 µs an event).
+YIELD_EVERY = 256
 
 
 class EventNumbers:
@@ -30,6 +37,7 @@ class EventNumbers:
         event_seq = self._seq
         # Only ``queue_update`` is emitted with no turn (its ``turn_id`` field is nullable).
         turn = cast(str, turn_id)
+        burst = 0  # events delivered without yielding to the loop since it last ran others
 
         async def emit(kind: type[ev.BaseEvent], fields: dict[str, Any]) -> None:
             # The lock keeps seq order equal to wire order when tools emit concurrently.
@@ -39,16 +47,27 @@ class EventNumbers:
             # queue is full it is taken (free: nothing ran since it was seen free) while
             # waiting. An event that was not delivered (cancelled while the client was not
             # reading, or unencodable) gives its seq back, so the client never sees a gap.
+            nonlocal burst
             if not lock.locked():
                 seq = event_seq[session_id] = event_seq.get(session_id, 0) + 1
                 try:
                     event = kind(session_id=session_id, turn_id=turn, seq=seq, **fields)
-                    if deliver_nowait(event):
-                        return
+                    delivered = deliver_nowait(event)
                 except BaseException:
                     event_seq[session_id] = seq - 1
                     raise
+                if delivered:
+                    burst += 1
+                    if burst >= YIELD_EVERY:
+                        # A producer that never awaits (a provider whose data is all buffered)
+                        # would keep the connections' writers from running: the events would
+                        # pile up in their queues. Let them run; this event is out already, so
+                        # nothing is cancelled here (the next emit that waits sees a cancel).
+                        burst = 0
+                        await cancel_shielded_checkpoint()
+                    return
                 lock.acquire_nowait()
+                burst = 0
                 try:
                     await deliver(event)  # queue full: wait, holding the lock
                 except BaseException:

@@ -51,6 +51,7 @@ class Inbox:
         self.steers: list[PendingSteer] = []
         self.closed = False
         self._arrived = anyio.Event()
+        self._woken = False
 
     def __len__(self) -> int:
         return len(self.turns) + len(self.steers)
@@ -93,12 +94,16 @@ class Inbox:
                 return pending
         return None
 
-    async def next(self, timeout_s: float) -> PendingTurn | None:
-        """The next queued turn, waiting up to ``timeout_s`` for one (None then); ``InboxClosed`` once closed."""
+    async def next(self, timeout_s: float, *, wakeable: bool = False) -> PendingTurn | None:
+        """The next queued turn, waiting up to ``timeout_s`` for one (None then, or at ``wake``
+        when ``wakeable``); ``InboxClosed`` once closed."""
+        self._woken = False  # a wake meant for an earlier wait is not this one's
         with anyio.move_on_after(timeout_s):
             while not self.turns:
                 if self.closed:
                     raise InboxClosed()
+                if wakeable and self._woken:
+                    return None
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
             if self.closed:
@@ -107,6 +112,12 @@ class Inbox:
         if self.closed:
             raise InboxClosed()
         return None
+
+    def wake(self) -> None:
+        """End a ``wakeable`` wait of ``next`` (the session's last subscriber left: its actor looks
+        again at whether to unload it); any other wait goes on."""
+        self._woken = True
+        self._arrived.set()
 
     def close(self) -> None:
         self.closed = True

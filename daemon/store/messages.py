@@ -43,13 +43,15 @@ def _admission_json(message: ChatMessage) -> str | None:
     return json_encode(stored).decode()
 
 
-def _admission_fields(text: str | None) -> dict[str, Any]:
-    """``admission`` and ``output`` of a stored message, from its ``admission_json``."""
-    if text is None:
-        return {"admission": None, "output": None}
-    stored = _decode_object(text)
-    output = stored.pop(_OUTPUT_KEY, None)
-    return {"admission": stored or None, "output": output}
+def _with_admission(message: ChatMessage, text: str | None) -> ChatMessage:
+    """``message`` with the ``admission`` and ``output`` its ``admission_json`` holds (a prompt's)."""
+    # Set here rather than passed as ``**fields``: a history is mostly messages without, and
+    # building and spreading a dict for each cost more than the rest of the message.
+    if text is not None:
+        stored = _decode_object(text)
+        message.output = stored.pop(_OUTPUT_KEY, None)
+        message.admission = stored or None
+    return message
 
 
 _decode_usage = msgspec.json.Decoder(Usage).decode
@@ -275,23 +277,25 @@ class MessageQueries(StoreBackend):
                 parts[part_row[0]].append(_part_from_row(part_row))
             self._add_appended_text(db, parts, session_id, low, rows[-1][2])
             return [
-                ChatMessage(
-                    message_id=row[0],
-                    session_id=row[1],
-                    seq=row[2],
-                    role=row[3],
-                    parts=parts[row[0]],
-                    model_id=row[4],
-                    thinking_requested=row[5],
-                    thinking_effective=row[6],
-                    stop_reason=row[7],
-                    usage=None if row[8] is None else _decode_usage(row[8]),
-                    status=row[9],
-                    created_at=row[10],
-                    origin=row[11],
-                    turn_id=row[12],
-                    client_message_id=row[13],
-                    **_admission_fields(row[14]),
+                _with_admission(
+                    ChatMessage(
+                        message_id=row[0],
+                        session_id=row[1],
+                        seq=row[2],
+                        role=row[3],
+                        parts=parts[row[0]],
+                        model_id=row[4],
+                        thinking_requested=row[5],
+                        thinking_effective=row[6],
+                        stop_reason=row[7],
+                        usage=None if row[8] is None else _decode_usage(row[8]),
+                        status=row[9],
+                        created_at=row[10],
+                        origin=row[11],
+                        turn_id=row[12],
+                        client_message_id=row[13],
+                    ),
+                    row[14],
                 )
                 for row in rows
             ]

@@ -162,3 +162,41 @@ async def test_two_acp_clients_share_a_session_through_one_listening_daemon(
         assert daemon.process.poll() is None
         assert "Traceback" not in (home / "logs" / "ponder.log").read_text()
     assert observed[0].failures == [] and observed[1].failures == []
+
+
+async def test_an_acp_client_that_opens_a_session_while_a_request_waits_is_asked_and_answers(
+    home: Path, work: Path, daemon_backend: str
+) -> None:
+    """``RpcBridge.follow_in_dialect``: the request is waiting (the only client cannot answer)
+    when an editor loads the session; the editor is asked it, and its answer decides the call."""
+    with listening_daemon(home, f"unix:{short_socket_dir() / 's.sock'}", backend=daemon_backend) as daemon:
+        async with unix_client(daemon.socket, name="no-asks") as driver:
+            started = await driver.request(
+                "session/start", {"model_id": "mock/tools", "cwd": str(work), "approval_policy": "ask"}
+            )
+            session_id = started["session"]["session_id"]
+            script = 'tool: write_file {"path": "late.txt", "content": "the editor said yes\\n"}'
+            turn = await driver.request("session/prompt", {"session_id": session_id, "text": script})
+            events = []
+            async with asyncio.timeout(30), aclosing(driver.events(turn["turn_id"])) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if event["type"] == "tool_call_end":
+                        break
+            await asyncio.sleep(0.3)  # the request waits now (for a controller, up to 300 s)
+            assert not (work / "late.txt").exists()
+
+            editor, observed = Recorder("allow_once"), SchemaObserver()
+            async with attached_acp(editor, home, ["--socket", str(daemon.socket)], "helix", observed) as (conn, _):
+                await conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+                async with asyncio.timeout(30):
+                    events += await driver.collect_turn(turn["turn_id"])
+                assert len(editor.permissions) == 1, "asked once, on opening the session"
+                _tool_call, options = editor.permissions[0]
+                assert "allow_once" in [option.option_id for option in options]
+        assert events[-1]["type"] == "turn_end" and events[-1]["stop_reason"] == "end_turn"
+        resolved = [e for e in events if e["type"] == "permission_resolved"]
+        assert [(r["decision"], r["resolved_by"]["client_name"]) for r in resolved] == [("allow_once", "helix")]
+        assert (work / "late.txt").read_text() == "the editor said yes\n"
+        assert daemon.process.poll() is None
+    assert observed.failures == []

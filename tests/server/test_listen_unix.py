@@ -15,7 +15,7 @@ import pytest
 
 from daemon.jsonrpc.client import RpcError
 from tests.support.harness import subprocess_env
-from tests.support.listening import listening_daemon, short_socket_dir, unix_client
+from tests.support.listening import burst_to_two_readers, listening_daemon, short_socket_dir, unix_client
 
 pytestmark = pytest.mark.anyio
 
@@ -104,6 +104,7 @@ async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, any
     path = short_socket_dir() / "s.sock"
     with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
         async with unix_client(path) as driver:
+            driver.on_message = None  # ~5,000 events read for their seqs: not each checked against the schema
             session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
             seqs = []
             for i in range(2):  # each echo streams a delta a word: ~2,600 events a turn
@@ -113,6 +114,7 @@ async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, any
                     seqs += [e["seq"] for e in await driver.collect_turn(turn["turn_id"])]
         assert len(seqs) > 4096 + 500, "more events than a connection's queue holds (4,096)"
         async with unix_client(path, role="observer") as late:
+            late.on_message = None
             answer = await late.request("session/subscribe", {"session_id": session_id, "after_seq": 0})
             assert answer["replay"] == "events" and answer["last_seq"] == seqs[-1]
             got = []
@@ -124,6 +126,15 @@ async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, any
                             break
             assert got == list(range(1, seqs[-1] + 1)), "all of it, in order, no duplicate"
             assert await late.request("ping") == {}, "still connected: a catch-up waits for room, it is not dropped"
+
+
+async def test_a_burst_longer_than_4096_messages_reaches_every_reading_client_whole(home, anyio_backend):
+    path = short_socket_dir() / "s.sock"
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0"}) as d:
+        async with unix_client(path, name="driver") as driver, unix_client(path, role="observer") as watcher:
+            await burst_to_two_readers(driver, watcher)
+        assert "does not read its messages" not in (home / "logs" / "ponder.log").read_text()
+        assert d.process.poll() is None
 
 
 async def test_first_answer_wins_and_everyone_hears_how_it_was_resolved(home, anyio_backend, tmp_path):
@@ -186,6 +197,7 @@ async def test_first_answer_wins_and_everyone_hears_how_it_was_resolved(home, an
 
 
 async def test_a_client_that_never_reads_is_dropped_and_the_others_go_on(home, anyio_backend):
+    (home / "config.toml").write_text("[serve]\nclient_queue_bytes = 65536\n")
     path = short_socket_dir() / "s.sock"
     with listening_daemon(home, f"unix:{path}", backend=anyio_backend, env={"PONDER_MOCK_DELAY_MS": "0"}) as daemon:
         async with unix_client(path) as driver:
@@ -201,19 +213,25 @@ async def test_a_client_that_never_reads_is_dropped_and_the_others_go_on(home, a
                 + b'"}}\n'
             )
             await anyio.sleep(0.3)
-            # ~240 events a turn: far more than the stuck client's queue (4096) and socket hold.
+            # ~60 KB a turn: within a few turns the socket's buffers are full and what waits for
+            # the stuck client passes its bound (64 KiB here), while the driver reads every turn.
+            log_path = home / "logs" / "ponder.log"
             with anyio.fail_after(120):
                 for i in range(30):
                     turn = await driver.request("session/prompt", {"session_id": session_id, "text": f"Think long {i}"})
                     events = await driver.collect_turn(turn["turn_id"])
                     assert events[-1]["stop_reason"] == "end_turn"
+                    if "does not read its messages" in log_path.read_text():
+                        break
+                turn = await driver.request("session/prompt", {"session_id": session_id, "text": "after"})
+                assert (await driver.collect_turn(turn["turn_id"]))[-1]["stop_reason"] == "end_turn"
             # The stuck client was dropped: reading what reached it ends in the end of the stream.
             stuck.settimeout(10)
             total = 0
             while chunk := stuck.recv(1 << 20):
                 total += len(chunk)
             stuck.close()
-            assert "does not read its messages" in (home / "logs" / "ponder.log").read_text()
+            assert "connection c2 closed: the client does not read its messages" in log_path.read_text()
         assert daemon.process.poll() is None
 
 
@@ -364,6 +382,47 @@ async def test_nobody_to_answer_then_a_late_controller_gets_the_waiting_request(
             resolved = [e for e in events if e["type"] == "permission_resolved"]
             assert resolved[-1]["resolved_by"]["client_name"] == "late"
             assert (work / "x.txt").read_text() == "hi"
+
+
+async def test_a_followed_session_stays_loaded_and_unloads_once_nobody_follows_it(home, anyio_backend):
+    idle_s = 0.5
+    (home / "config.toml").write_text(f"[serve]\nidle_unload_s = {idle_s}\n")
+    path = short_socket_dir() / "s.sock"
+    echo = {"model_id": "mock/echo"}
+
+    async def loaded(client) -> dict[str, bool]:
+        return {row["session_id"]: row["loaded"] for row in (await client.request("session/list", {}))["sessions"]}
+
+    async def until_unloaded(client, session_id: str) -> None:
+        with anyio.fail_after(30):
+            while (await loaded(client))[session_id]:
+                await anyio.sleep(0.1)
+
+    with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
+        async with unix_client(path, name="follower") as follower:
+            followed = (await follower.request("session/start", echo))["session"]["session_id"]
+            turn = await follower.request("session/prompt", {"session_id": followed, "text": "hello"})
+            await _events_until_turn_end(follower, turn["turn_id"])
+            async with unix_client(path, name="passer-by") as other:
+                unsubscribed = (await other.request("session/start", echo))["session"]["session_id"]
+                await other.request("session/unsubscribe", {"session_id": unsubscribed})
+                left = (await other.request("session/start", echo))["session"]["session_id"]
+                assert (await loaded(other)) == {followed: True, unsubscribed: True, left: True}
+            # Nobody follows these two (one was unsubscribed from, the other's client left): unloaded.
+            await until_unloaded(follower, unsubscribed)
+            await until_unloaded(follower, left)
+            await anyio.sleep(4 * idle_s)  # many idle periods: the followed one is still loaded
+            assert (await loaded(follower))[followed] is True
+            # Its last follower leaves: unloaded an idle period later.
+            await follower.request("session/unsubscribe", {"session_id": followed})
+            await until_unloaded(follower, followed)
+            # Loaded again by a client that drives it, and kept while that client follows it.
+            turn = await follower.request("session/prompt", {"session_id": followed, "text": "again"})
+            await _events_until_turn_end(follower, turn["turn_id"])
+            await anyio.sleep(4 * idle_s)
+            assert (await loaded(follower))[followed] is True
+        async with unix_client(path, name="later") as later:
+            await until_unloaded(later, followed)  # its follower left with its connection
 
 
 def test_ponder_attach_bridges_stdio_to_the_listening_daemon(home):

@@ -16,7 +16,7 @@ from websockets.sync.client import connect
 
 from daemon.jsonrpc.client import RpcError
 from tests.support.harness import subprocess_env
-from tests.support.listening import listening_daemon, read_token, ws_client
+from tests.support.listening import burst_to_two_readers, listening_daemon, read_token, ws_client
 
 pytestmark = pytest.mark.anyio
 
@@ -378,6 +378,16 @@ async def test_a_websocket_client_that_never_reads_is_dropped_and_the_others_go_
             finally:
                 await anyio.to_thread.run_sync(stuck.close)
             assert await driver.request("ping") == {}
+        assert d.process.poll() is None
+
+
+async def test_a_burst_longer_than_4096_messages_reaches_every_reading_websocket_client(home, anyio_backend):
+    env = {"PONDER_MOCK_DELAY_MS": "0"}
+    with listening_daemon(home, "ws://127.0.0.1:0", backend=anyio_backend, env=env) as d:
+        token = read_token(home)
+        async with ws_client(d.endpoint, token, name="driver") as driver, ws_client(d.endpoint, token) as watcher:
+            await burst_to_two_readers(driver, watcher)
+        assert "does not read its messages" not in (home / "logs" / "ponder.log").read_text()
         assert d.process.poll() is None
 
 

@@ -90,6 +90,7 @@ PONDER_START_PATH = frozenset(
         "daemon.store.store",
         "daemon.util",
         "daemon.util.clock",
+        "daemon.util.foreground",  # stdin's lines and the requests hold the foreground from the first one
         "daemon.util.redact",
         "daemon.util.secret",
         "daemon.vendors",

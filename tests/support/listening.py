@@ -188,3 +188,25 @@ async def ws_client(
     async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
         yield client
     await anyio.to_thread.run_sync(connection.close)
+
+
+async def burst_to_two_readers(driver: RpcClient, watcher: RpcClient, words: int = 12_000) -> None:
+    """A turn of ``words`` events in a fraction of a second (mock/echo at 0 ms: a delta a word, a
+    yield every 64), more than 4,096 messages, which a listening daemon's queue per client once
+    held: ``driver`` prompts it, ``watcher`` subscribes; both read all along and get every event,
+    in order, and stay connected. They do not check each message against the schema, so they
+    read about as fast as a client in a compiled language would relative to this daemon."""
+    driver.on_message = watcher.on_message = None
+    session_id = (await driver.request("session/start", {"model_id": "mock/echo"}))["session"]["session_id"]
+    await watcher.request("session/subscribe", {"session_id": session_id})
+    text = " ".join(f"w{j}" for j in range(words))
+    turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
+    with anyio.fail_after(120):
+        seen = [await client.collect_turn(turn["turn_id"]) for client in (driver, watcher)]
+    for events in seen:
+        assert events[-1]["type"] == "turn_end" and events[-1]["stop_reason"] == "end_turn"
+        seqs = [e["seq"] for e in events]
+        assert len(seqs) > words and seqs == list(range(seqs[0], seqs[0] + len(seqs))), "whole, in order"
+        assert "".join(e["delta"] for e in events if e["type"] == "text_delta").split() == text.split()
+    assert seen[0] == seen[1]
+    assert await watcher.request("ping") == {} and await driver.request("ping") == {}
