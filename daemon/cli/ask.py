@@ -34,12 +34,12 @@ from daemon.cli.headless import (
     load_output_schema,
     write_line,
 )
+from daemon.cli.opening import session_start_params
 from daemon.cli.terminal import DIM, RESET, colour_on, stderr_is_terminal
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import RpcClient, RpcError
 from daemon.vendors.table import OFFLINE_PROVIDERS, PROVIDERS
 
-TITLE_CHARS = 60
 TOOL_ARGS_CHARS = 200  # of a tool call's arguments shown as it starts
 _KEY_ENVS = [info.key_envs[0] for info in PROVIDERS.values() if info.key_envs][:3]
 MOCK_NOTICE = (
@@ -221,12 +221,6 @@ def _read(path: str) -> bytes:
     return data
 
 
-def title_of(prompt: str) -> str:
-    """A new session's title: its first prompt on one line, cut to ``TITLE_CHARS``."""
-    words = " ".join(prompt.split())
-    return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rstrip() + "…"
-
-
 async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str) -> str:
     session_id = args.session
     if args.continue_last:
@@ -244,16 +238,8 @@ async def _open_session(client: RpcClient, args: argparse.Namespace, prompt: str
         await _set_spending(client, session_id, args)
         await client.request("session/get", {"session_id": session_id})
         return session_id
-    params: dict[str, Any] = {"cwd": os.path.abspath(args.cwd or os.getcwd()), "title": title_of(prompt)}
-    if args.model:
-        params["model_id"] = args.model
-    if args.thinking:
-        params["thinking_level"] = args.thinking
-    if args.approval:
-        params["approval_policy"] = args.approval
-    if args.max_cost is not None or args.max_tokens is not None:
-        params["budget"] = {"max_cost": args.max_cost, "max_tokens": args.max_tokens}
-    started = await client.request("session/start", params)
+    # The same params main may have sent already, before this process was connected (``opening``).
+    started = await client.request("session/start", session_start_params(args, prompt))
     model_id = started["session"]["model_id"]
     if not args.model and model_id.split("/", 1)[0] in OFFLINE_PROVIDERS:
         print(MOCK_NOTICE.format(model=model_id), file=sys.stderr)

@@ -14,18 +14,21 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn, TypeVar
 
 import anyio
 
+from daemon.cli import opening
 from daemon.cli.ending import exit_now, reader_went_away
 from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
-from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
+from daemon.jsonrpc.client import DaemonStopped, RpcClient, RpcError, spawn_daemon
+from daemon.jsonrpc.early import SentEarly
 from daemon.jsonrpc.spawn import QUIET_SERVE
 
 Command = Callable[[RpcClient, argparse.Namespace], Awaitable[int]]
+DAEMON_STOPPED = "ponder: the daemon stopped before it answered; see logs/ponder.log in the home."
 
 
 # Each command's module is imported when it runs, not with this one: the daemon it spawned is
@@ -83,11 +86,14 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None) -> int:
-    """Run the client command ``args`` against ``daemon`` (from ``start_daemon``; started here if None)."""
+def run(
+    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None, sent_early: Sequence[SentEarly] = ()
+) -> int:
+    """Run the client command ``args`` against ``daemon`` (from ``start_daemon``; started here if None),
+    to which ``sent_early`` was written already (``daemon.jsonrpc.early``)."""
     backend = os.environ.get("PONDER_ASYNC_BACKEND", "asyncio")
     try:
-        return anyio.run(_run, args, daemon, backend=backend)
+        return anyio.run(_run, args, daemon, sent_early, backend=backend)
     except BaseException as exc:
         if _find(exc, BrokenPipeError) is not None:
             return reader_went_away()
@@ -95,15 +101,20 @@ def run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None)
         if error is not None:
             print(f"ponder: {for_person(error.message)}", file=sys.stderr)
             return 1
+        if _find(exc, DaemonStopped) is not None:
+            print(DAEMON_STOPPED, file=sys.stderr)
+            return 1
         if _find(exc, KeyboardInterrupt) is not None:
             return 130
         raise
 
 
-def run_then_exit(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None) -> NoReturn:
+def run_then_exit(
+    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None, sent_early: Sequence[SentEarly] = ()
+) -> NoReturn:
     """``run``, then end the process at once (``ending.exit_now``): the daemon was told to shut
     down and finishes alone."""
-    exit_now(run(args, daemon))
+    exit_now(run(args, daemon, sent_early))
 
 
 SHUTDOWN_WAIT_S = 5.0
@@ -124,8 +135,10 @@ def _find(exc: BaseException, kind: type[_E]) -> _E | None:
     return None
 
 
-async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None) -> int:
-    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+async def _run(
+    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None, sent_early: Sequence[SentEarly]
+) -> int:
+    interactive = opening.interactive()
     prompt = PermissionPrompt()
     on_request = prompt.answer if interactive else None
     # Not waiting for the daemon to exit: by the end every answer is in (see spawn_daemon).
@@ -135,17 +148,11 @@ async def _run(args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None)
         log_level=args.log_level,
         on_request=on_request,
         started=daemon,
+        sent_early=sent_early,
         wait_for_exit=False,
     ) as client:
         prompt.client = client
-        initialized = await client.request(
-            "initialize",
-            {
-                "protocol_version": 1,
-                "client_info": {"name": "ponder-cli", "version": "1"},
-                "capabilities": {"permission_requests": interactive},
-            },
-        )
+        initialized = await client.request("initialize", opening.initialize_params(interactive))
         for problem in initialized.get("problems") or []:
             print(f"ponder: {for_person(problem)}", file=sys.stderr)
         code = await COMMANDS[args.command](client, args)

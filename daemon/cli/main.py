@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it; argpa
     import argparse
 
     from daemon.config.settings import Config
+    from daemon.jsonrpc.early import EarlyRequests
     from daemon.sandbox.probe import ProbeRun
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
@@ -322,17 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     # it starts up while this process reads its arguments and imports the client's stack.
     # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.
     found = _global_options(argv)
-    daemon = None
+    early = None
     if found is not None and found[2] and found[2][0] in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
-        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
-
-        daemon = start_daemon(home=found[0], log_level=found[1], serve_args=QUIET_SERVE)
+        early = _start_client_daemon(found[0], found[1])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit:  # a mistake in the command's own arguments: argparse said which
-        if daemon is not None:
-            daemon.kill()
-            daemon.wait()
+        if early is not None:
+            early.daemon.kill()
+            early.daemon.wait()
         raise
     if args.command == "acp" and args.login:
         args.command, args.provider = "login", args.login  # what `ponder login` does
@@ -356,13 +355,27 @@ def main(argv: list[str] | None = None) -> int:
         from daemon.cli.ending import end_daemon
 
         end_daemon(code)
-    if daemon is None:
-        from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
+    if early is None:
+        early = _start_client_daemon(args.home, args.log_level)
+    from daemon.cli import opening
 
-        daemon = start_daemon(home=args.home, log_level=args.log_level, serve_args=QUIET_SERVE)
+    if opening.starts_at_once(args):  # its first request after initialize is known now: ask it now
+        early.send("session/start", opening.session_start_params(args, args.prompt))
     from daemon.cli import commands
 
-    commands.run_then_exit(args, daemon)
+    commands.run_then_exit(args, early.daemon, early.sent)
+
+
+def _start_client_daemon(home: str | None, log_level: str) -> EarlyRequests:
+    """Start a client command's daemon and write it ``initialize`` at once: it answers while this
+    process loads the rest (the command's requests are matched to what was sent, see ``opening``)."""
+    from daemon.cli.opening import initialize_params, interactive
+    from daemon.jsonrpc.early import EarlyRequests
+    from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
+
+    early = EarlyRequests(start_daemon(home=home, log_level=log_level, serve_args=QUIET_SERVE))
+    early.send("initialize", initialize_params(interactive()))
+    return early
 
 
 def run_serve(args: Serve) -> int:

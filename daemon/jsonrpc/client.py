@@ -10,7 +10,7 @@ import itertools
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import msgspec
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from daemon.jsonrpc.early import SentEarly
 from daemon.jsonrpc.framing import Outgoing, Written
 from daemon.jsonrpc.spawn import daemon_command
 
@@ -35,40 +36,86 @@ class RpcError(Exception):
         self.data = data
 
 
+class DaemonStopped(anyio.BrokenResourceError):
+    """The daemon's output ended (it exited) before it answered: raised by every request waiting
+    then, and by any later one."""
+
+    def __init__(self) -> None:
+        super().__init__("The daemon stopped before it answered.")
+
+
 class RpcClient:
-    def __init__(self, send_line: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(self, send_line: Callable[[bytes], Awaitable[None]], sent_early: Sequence[SentEarly] = ()) -> None:
         self._send_line = send_line
-        self._ids = itertools.count(1)
         self._waiting: dict[Any, tuple[anyio.Event, list[Any]]] = {}
+        # Requests written before this client existed (``daemon.jsonrpc.early``): their answers are
+        # kept for the first ``request`` of the same method with the same params.
+        self._early: dict[Any, tuple[str, Any]] = {}
+        for early in sent_early:
+            self._waiting[early.request_id] = (anyio.Event(), [])
+            self._early[early.request_id] = (early.method, early.params)
+        self._ids = itertools.count(max((early.request_id for early in sent_early), default=0) + 1)
+        # request id -> method, to interpret replies
+        self.sent_methods: dict[Any, str] = {early.request_id: early.method for early in sent_early}
         self.notify_send, self.notifications = anyio.create_memory_object_stream[tuple[str, Any]](100_000)
         self.on_request: RequestHandler | None = None
         # Daemon → client requests are answered in their own tasks, so a person taking
         # their time over a permission prompt never stalls the reading of events.
         self.task_group: anyio.abc.TaskGroup | None = None
-        self.sent_methods: dict[Any, str] = {}  # request id -> method, to interpret replies
         # Called with every decoded message from the daemon (tests validate the wire here).
         self.on_message: Callable[[Any, dict[Any, str]], None] | None = None
         self.process: anyio.abc.Process | None = None  # the daemon's process, when spawn_daemon started one
+        self._lost = False  # the daemon's output ended: no answer will come
 
     async def request(self, method: str, params: Any = None, *, request_id: Any = None) -> Any:
-        request_id = next(self._ids) if request_id is None else request_id
-        done = anyio.Event()
-        slot: list[Any] = []
-        self._waiting[request_id] = (done, slot)
+        """Send a request and return its result (raise ``RpcError`` for an error answer). One that
+        was sent early with the same method and params is not sent again: its answer is taken."""
+        early_id = self._sent_early(method, params) if request_id is None else None
+        if early_id is not None:
+            request_id = early_id
+        elif request_id is None:
+            request_id = next(self._ids)
+        if early_id is None:
+            self._waiting[request_id] = (anyio.Event(), [])
+        done, slot = self._waiting[request_id]
         self.sent_methods[request_id] = method
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
         try:
-            await self._send_line(msgspec.json.encode(message))
+            if early_id is None:
+                if self._lost:
+                    raise DaemonStopped()
+                message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+                if params is not None:
+                    message["params"] = params
+                try:
+                    await self._send_line(msgspec.json.encode(message))
+                except anyio.BrokenResourceError as exc:  # its input is closed: it is gone (or going)
+                    raise DaemonStopped() from exc
             await done.wait()
         finally:
             self._waiting.pop(request_id, None)
+        if not slot:  # the daemon's output ended first
+            raise DaemonStopped()
         reply = slot[0]
         if "error" in reply:
             error = reply["error"]
             raise RpcError(error.get("code", 0), error.get("message", ""), error.get("data"))
         return reply.get("result")
+
+    def connection_lost(self) -> None:
+        """The daemon's output ended: the requests waiting for an answer fail (``DaemonStopped``)
+        instead of waiting for ever, and so does any later one."""
+        self._lost = True
+        for done, slot in self._waiting.values():
+            if not slot:
+                done.set()
+
+    def _sent_early(self, method: str, params: Any) -> Any:
+        """The id of the request sent early as ``method`` with ``params``, now taken; None if none was."""
+        for request_id, early in self._early.items():
+            if early == (method, params):
+                del self._early[request_id]
+                return request_id
+        return None
 
     async def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -140,10 +187,11 @@ async def spawn_daemon(
     on_request: RequestHandler | None = None,
     stderr: int | None = None,
     started: subprocess.Popen[bytes] | None = None,
+    sent_early: Sequence[SentEarly] = (),
     wait_for_exit: bool = True,
 ) -> AsyncIterator[RpcClient]:
     """Run ``python -m daemon [--home H] serve SERVE_ARGS`` (or take the one ``start_daemon``
-    started) and yield a client connected to it.
+    started, and the requests already written to it: ``sent_early``) and yield a client connected to it.
 
     Leaving the block closes the daemon's stdin (a graceful shutdown) and waits for it to
     exit, unless ``wait_for_exit`` is False: a one-shot command whose requests were all
@@ -166,7 +214,7 @@ async def spawn_daemon(
     async def send_line(line: bytes) -> None:
         await stdin.send(line + b"\n")
 
-    client = RpcClient(send_line)
+    client = RpcClient(send_line, sent_early)
     client.on_request = on_request
     client.process = process
     try:
@@ -182,6 +230,7 @@ async def spawn_daemon(
                 except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
                 finally:
+                    client.connection_lost()
                     client.notify_send.close()
 
             tg.start_soon(read)
