@@ -9,7 +9,7 @@ means: the listening daemon drops a client that stops reading rather than wait f
 """
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -44,12 +44,15 @@ async def read_lines(
             pass  # nobody reads the lines any more: the connection is closing
 
 
-async def write_lines(
-    stream: ByteSendStream, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog | None = None
+async def write_batches(
+    receive: MemoryObjectReceiveStream[Outgoing],
+    write: Callable[[list[bytes]], Awaitable[None]],
+    gone: tuple[type[BaseException], ...],
+    backlog: Backlog | None = None,
 ) -> None:
-    """Write each queued message and its newline (several at once when they are queued together);
-    set the ``Written`` marks; give the bytes back to ``backlog`` once written. Once the client is
-    gone the rest is drained unwritten."""
+    """Hand ``write`` every message queued together at once; set the ``Written`` marks; give the
+    bytes back to ``backlog`` once written. Once ``write`` raises one of ``gone`` (the client went
+    away) the rest is drained unwritten."""
     writable = True
     try:
         async with receive:
@@ -66,8 +69,8 @@ async def write_lines(
                 del batch
                 if writable and data:
                     try:
-                        await stream.send(b"".join(part for message in data for part in (message, b"\n")))
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        await write(data)
+                    except gone:
                         writable = False
                 if backlog is not None:
                     backlog.written(sum(map(len, data)))
@@ -77,6 +80,17 @@ async def write_lines(
     finally:
         if backlog is not None:
             backlog.close()  # nobody gives bytes back any more: nothing may wait for room
+
+
+async def write_lines(
+    stream: ByteSendStream, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog | None = None
+) -> None:
+    """Each queued message and its newline, those queued together in one write (``write_batches``)."""
+
+    async def write(data: list[bytes]) -> None:
+        await stream.send(b"".join(part for message in data for part in (message, b"\n")))
+
+    await write_batches(receive, write, (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError), backlog)
 
 
 @asynccontextmanager

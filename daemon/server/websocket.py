@@ -41,8 +41,8 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from daemon.errors import ListenRefused
 from daemon.jsonrpc.backlog import Backlog
-from daemon.jsonrpc.framing import BINARY_FRAME, OVERLONG, Outgoing, Written, _Overlong
-from daemon.jsonrpc.streams import DRAIN_S, READ_CHUNK
+from daemon.jsonrpc.framing import BINARY_FRAME, OVERLONG, Outgoing, _Overlong
+from daemon.jsonrpc.streams import DRAIN_S, READ_CHUNK, write_batches
 from daemon.server.listen import Clients, Listener
 from daemon.server.token import ensure_token, read_token, token_matches
 
@@ -320,36 +320,6 @@ async def _read_messages(sock: _Socket, send: MemoryObjectSendStream[bytes | _Ov
 
 
 async def _write_messages(sock: _Socket, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog) -> None:
-    """Each queued message as one text frame (those queued together written at once), the bytes
-    given back to ``backlog`` once written; once the client is gone the rest is drained unwritten."""
-    writable = True
-    try:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                del first
-                while True:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                data = [item for item in batch if not isinstance(item, Written)]
-                marks = [item for item in batch if isinstance(item, Written)]
-                del batch
-                if writable and data:
-                    try:
-                        await sock.send_messages(data)
-                    except (
-                        anyio.BrokenResourceError,
-                        anyio.ClosedResourceError,
-                        OSError,
-                        ssl.SSLError,
-                        LocalProtocolError,
-                    ):
-                        writable = False
-                backlog.written(sum(map(len, data)))
-                del data
-                for mark in marks:
-                    mark.set()
-    finally:
-        backlog.close()  # nobody gives bytes back any more: nothing may wait for room
+    """Each queued message as one text frame, those queued together in one write (``write_batches``)."""
+    gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError, LocalProtocolError)
+    await write_batches(receive, sock.send_messages, gone, backlog)
