@@ -163,12 +163,13 @@ _APPENDER = """
 import sys, time
 from daemon.conversation import ChatMessage, Part
 from daemon.store import SessionRow
-backend, where, session_id, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+backend, where, session_id, seconds, pooler = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 if backend == "sqlite":
-    from daemon.store import Store as Opened
+    from daemon.store import Store
+    store = Store(where)
 else:
-    from daemon.store.postgres import PostgresStore as Opened
-store = Opened(where)
+    from daemon.store.postgres import PostgresStore
+    store = PostgresStore(where, pooler=pooler or None)
 store.create_session(SessionRow(id=session_id, cwd="/", model_id="mock/echo", thinking_level="off"))
 print("ready", flush=True)
 sys.stdin.readline()
@@ -182,10 +183,12 @@ store.close()
 """
 
 
-def _appends(where: str, backend: str, processes: int, seconds: float) -> float:
+def appends(where: str, backend: str, processes: int, seconds: float, pooler: str = "") -> float:
+    """Messages saved per second by ``processes`` processes at once, each in its own session
+    (``pooler``: PostgreSQL's ``pooler`` setting, as ``store_pooler`` uses it)."""
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", _APPENDER, backend, where, f"s{index}", str(seconds)],
+            [sys.executable, "-c", _APPENDER, backend, where, f"s{index}", str(seconds), pooler],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -326,7 +329,7 @@ def measure_backends(bench: Any = None, seconds: float = 3.0, rounds: int = 5) -
                     where = str(backends.fresh_home() / "sessions.db")
                 else:
                     where = backends.fresh_url()
-                figures[f"appends_per_s_{processes}"] = _appends(where, backend, processes, seconds)
+                figures[f"appends_per_s_{processes}"] = appends(where, backend, processes, seconds)
             figures["takeover"] = _takeover(backends, backend, rounds)
             figures["burst_200"] = _burst(backends, backend, 200)
             figures["cold_start"] = _cold(backends, backend, rounds * 3)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,53 +29,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make ``scripts.bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from scripts.bench.store_backends import _Daemon
-
-ROOT = Path(__file__).resolve().parents[2]
-
-_APPENDER = """
-import sys, time
-from daemon.conversation import ChatMessage, Part
-from daemon.store import SessionRow
-from daemon.store.postgres import PostgresStore
-where, pooler, session_id, seconds = sys.argv[1], sys.argv[2] or None, sys.argv[3], float(sys.argv[4])
-store = PostgresStore(where, pooler=pooler)
-store.create_session(SessionRow(id=session_id, cwd="/", model_id="mock/echo", thinking_level="off"))
-print("ready", flush=True)
-sys.stdin.readline()
-count, end = 0, time.monotonic() + seconds
-while time.monotonic() < end:
-    count += 1
-    store.save_message(ChatMessage(message_id=f"{session_id}-{count}", session_id=session_id, seq=count,
-                                   role="assistant", parts=[Part(type="text", text="x" * 200)]))
-print(count, flush=True)
-store.close()
-"""
-
-
-def _appends(url: str, pooler: str, processes: int, seconds: float) -> float:
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _APPENDER, url, pooler, f"s{index}", str(seconds)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for index in range(processes)
-    ]
-    for worker in workers:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
-    for worker in workers:
-        assert worker.stdin is not None
-        worker.stdin.write("go\n")
-        worker.stdin.flush()
-    total = 0
-    for worker in workers:
-        assert worker.stdout is not None
-        total += int(worker.stdout.readline())
-        worker.wait()
-    return total / seconds
+from scripts.bench.store_backends import _Daemon, appends
 
 
 def _takeover(url: str, work: Path, rounds: int) -> dict[str, float]:
@@ -125,7 +78,7 @@ def measure_pooler(seconds: float = 3.0, rounds: int = 5) -> dict[str, Any]:
     try:
         for through, pooler in (("direct", ""), ("pgbouncer", "transaction")):
             result[through] = {
-                f"appends_per_s_{processes}": _appends(fresh(through), pooler, processes, seconds)
+                f"appends_per_s_{processes}": appends(fresh(through), "postgresql", processes, seconds, pooler)
                 for processes in (1, 4)
             }
         result["pgbouncer"]["takeover"] = _takeover(fresh("pgbouncer"), work, rounds)

@@ -32,13 +32,6 @@ def anyio_backend() -> str:
     return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 class Silent(Recorder):
     """A client that never answers a permission request (its question is withdrawn when another answers)."""
 

@@ -37,13 +37,6 @@ def anyio_backend() -> str:
     return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 class Recorder:
     """An ACP client: records session updates, answers permission requests with ``answer``."""
 

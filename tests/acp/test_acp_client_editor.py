@@ -22,13 +22,6 @@ def anyio_backend() -> str:
     return "asyncio"  # the ACP client library; the daemon's backend is daemon_backend
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 class EditorClient(Recorder):
     """A Recorder that is also an editor: open buffers, read and written through ``fs``."""
 

@@ -16,13 +16,6 @@ from tests.support.acp_subprocess import Wire, acp_subprocess
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 async def until(condition: Any, timeout_s: float = 15) -> None:
     with anyio.fail_after(timeout_s):
         while not condition():

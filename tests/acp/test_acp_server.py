@@ -15,13 +15,6 @@ from tests.support.acp_harness import acp_daemon, drain, text_by_message, update
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    return path
-
-
 def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 

@@ -250,9 +250,10 @@ def _compile(tmp_path: Path, tsc: str, body: str) -> subprocess.CompletedProcess
 
 
 def test_typescript_frontend_narrows_events_with_tsc(tmp_path: Path):
-    tsc = shutil.which("tsc")
+    pinned = ROOT / "tests" / "protocol" / "ts_frontend" / "node_modules" / ".bin" / "tsc"
+    tsc = str(pinned) if pinned.exists() else shutil.which("tsc")
     if tsc is None:
-        pytest.skip("tsc is not on PATH (npm install typescript, then add node_modules/.bin to PATH)")
+        pytest.skip("needs the TypeScript compiler: npm ci --prefix tests/protocol/ts_frontend (.ci/run does it)")
     every_case = "".join(_case(name, tag) for name, tag in EVENT_TAGS.items())
     compiled = _compile(tmp_path, tsc, every_case)
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr

@@ -103,6 +103,30 @@ async def until_thinking(client: RpcClient, turn_id: str, into: list[dict[str, A
                 return
 
 
+async def taken_over_after_a_kill(
+    holder: RpcClient, taker: RpcClient, session_id: str, *, within_s: float
+) -> tuple[dict[str, Any], float]:
+    """``holder`` streams a long turn of ``session_id`` and ``taker`` is refused the session
+    (-32004); then ``holder`` is SIGKILLed and ``taker`` prompts until admitted, which must happen
+    within ``within_s``: the admitted turn and the seconds from the kill to the admission."""
+    turn = await holder.request("session/prompt", {"session_id": session_id, "text": "a long one"})
+    await until_thinking(holder, turn["turn_id"])  # streaming, under the holder's lease
+    with pytest.raises(RpcError) as busy:
+        await taker.request("session/prompt", {"session_id": session_id, "text": "me too"})
+    assert busy.value.code == -32004
+    process_of(holder).send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    await process_of(holder).wait()
+    while True:
+        try:
+            taken = await taker.request("session/prompt", {"session_id": session_id, "text": "taken over"})
+            return taken, time.monotonic() - killed
+        except RpcError as error:
+            assert error.code == -32004
+            assert time.monotonic() - killed < within_s, f"not taken over within {within_s} s"
+            await anyio.sleep(0.02)
+
+
 async def test_a_killed_holders_session_is_taken_over_within_a_second(
     postgres_url: str, tmp_path: Path, anyio_backend: str
 ) -> None:
@@ -111,23 +135,7 @@ async def test_a_killed_holders_session_is_taken_over_within_a_second(
     async with subprocess_daemon(home_b, env=env, backend=anyio_backend) as b:
         async with subprocess_daemon(home_a, env=env, backend=anyio_backend) as a:
             session_id = await start(a, thinking_level="max")
-            turn = await a.request("session/prompt", {"session_id": session_id, "text": "a long one"})
-            await until_thinking(a, turn["turn_id"])  # streaming, under A's lease
-            with pytest.raises(RpcError) as busy:
-                await b.request("session/prompt", {"session_id": session_id, "text": "me too"})
-            assert busy.value.code == -32004
-            process_of(a).send_signal(signal.SIGKILL)
-            killed = time.monotonic()
-            await process_of(a).wait()
-            taken = None
-            while taken is None:
-                try:
-                    taken = await b.request("session/prompt", {"session_id": session_id, "text": "taken over"})
-                except RpcError as error:
-                    assert error.code == -32004
-                    assert time.monotonic() - killed < 1.0, "not taken over within a second"
-                    await anyio.sleep(0.02)
-            took = time.monotonic() - killed
+            taken, took = await taken_over_after_a_kill(a, b, session_id, within_s=1.0)
         with anyio.fail_after(60):
             events = await b.collect_turn(taken["turn_id"])
         assert events[-1]["stop_reason"] == "end_turn"
@@ -395,22 +403,7 @@ async def test_daemons_behind_a_transaction_pooler_share_sessions_and_take_a_kil
             subprocess_daemon(home_c, env={**pooled.env, "PONDER_MOCK_DELAY_MS": "20"}, backend=anyio_backend)
         )
         long_one = await start(c, thinking_level="max")
-        turn = await c.request("session/prompt", {"session_id": long_one, "text": "a long one"})
-        await until_thinking(c, turn["turn_id"])
-        with pytest.raises(RpcError) as busy:
-            await b.request("session/prompt", {"session_id": long_one, "text": "me too"})
-        assert busy.value.code == -32004
-        process_of(c).send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        await process_of(c).wait()
-        taken = None
-        while taken is None:
-            try:
-                taken = await b.request("session/prompt", {"session_id": long_one, "text": "taken over"})
-            except RpcError as error:
-                assert error.code == -32004
-                assert time.monotonic() - killed < POOLED_LEASE_TTL_S + 1.0, "not taken over"
-                await anyio.sleep(0.05)
+        taken, _ = await taken_over_after_a_kill(c, b, long_one, within_s=POOLED_LEASE_TTL_S + 1.0)
         with anyio.fail_after(60):
             events = await b.collect_turn(taken["turn_id"])
         assert events[-1]["stop_reason"] == "end_turn"

@@ -6,11 +6,15 @@ fake clock for the rows' timestamps; ``reopen`` opens another connection to the 
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from daemon.store import Store
 from daemon.store.store import StoreQueries
+
+if TYPE_CHECKING:
+    from daemon.store.postgres import PostgresStore
 
 
 class FakeClock:
@@ -75,3 +79,20 @@ def reopen(store_backend: str, store_location: str) -> Iterator[Callable[..., St
 @pytest.fixture
 def store(reopen: Callable[..., StoreQueries], clock: FakeClock) -> StoreQueries:
     return reopen(clock=clock)
+
+
+@pytest.fixture
+def opened() -> Iterator[Callable[..., "PostgresStore"]]:
+    """Opens PostgreSQL stores (URL, options) and closes them after the test."""
+    from daemon.store.postgres import PostgresStore
+
+    stores: list[PostgresStore] = []
+
+    def open_one(url: str, **options: object) -> PostgresStore:
+        store = PostgresStore(url, **options)  # type: ignore[arg-type]
+        stores.append(store)
+        return store
+
+    yield open_one
+    for store in stores:
+        store.close()

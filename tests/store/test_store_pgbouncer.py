@@ -38,20 +38,6 @@ def schema(postgres_server: ThrowawayPostgres, pgbouncer_server: ThrowawayPgBoun
     return Schema(postgres_server, pgbouncer_server)
 
 
-@pytest.fixture
-def opened():
-    stores: list[PostgresStore] = []
-
-    def open_one(url: str, **options: object) -> PostgresStore:
-        store = PostgresStore(url, **options)  # type: ignore[arg-type]
-        stores.append(store)
-        return store
-
-    yield open_one
-    for store in stores:
-        store.close()
-
-
 def tables_in(url: str, schema: str) -> list[str]:
     with psycopg.connect(url) as db:
         rows = db.execute(

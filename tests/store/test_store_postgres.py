@@ -34,20 +34,6 @@ def text_message(message_id: str, seq: int, session_id: str = "s1", text: str = 
     )
 
 
-@pytest.fixture
-def opened():
-    stores: list[PostgresStore] = []
-
-    def open_one(url: str, **options: object) -> PostgresStore:
-        store = PostgresStore(url, **options)  # type: ignore[arg-type]
-        stores.append(store)
-        return store
-
-    yield open_one
-    for store in stores:
-        store.close()
-
-
 def test_many_daemons_starting_together_migrate_once(postgres_url: str) -> None:
     stores: list[PostgresStore] = []
     errors: list[BaseException] = []

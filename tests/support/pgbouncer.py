@@ -19,7 +19,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from tests.support.postgres import PASSWORD, PASSWORD_ROLE, ThrowawayPostgres
+from tests.support.postgres import PASSWORD, PASSWORD_ROLE, ThrowawayPostgres, interrupt
 
 PORT = 6432  # the socket's name (.s.PGSQL.6432); there is no TCP listener
 POOL_SIZE = 4  # server connections per database and user: fewer than the clients of a test
@@ -104,14 +104,8 @@ class ThrowawayPgBouncer:
             return "(no log)"
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(2)  # SIGINT: shut down at once
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            interrupt(self.process)
 
     def close(self) -> None:
         self.stop()

@@ -142,14 +142,8 @@ class ThrowawayPostgres:
     def stop(self) -> None:
         """Stop the server: a fast shutdown, which cuts every connection at once (what clients see of
         a server going away) and keeps what was committed."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(2)  # SIGINT: fast shutdown
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            interrupt(self.process)  # SIGINT: PostgreSQL's fast shutdown
 
     def close(self) -> None:
         self.stop()
@@ -186,3 +180,16 @@ class ThrowawayPostgres:
         if schema is not None:
             query["options"] = f"-csearch_path={schema}"
         return f"postgresql://{auth}@/{database}?{urllib.parse.urlencode(query)}"
+
+
+def interrupt(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to a throwaway server (both PostgreSQL and PgBouncer shut down at once on it),
+    killed if it has not exited within 30 s."""
+    if process.poll() is not None:
+        return
+    process.send_signal(2)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
