@@ -20,7 +20,7 @@ from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
 
 READ_CHUNK = 256 * 1024
-OUTGOING_BUFFER = 4096  # messages queued for one client before it counts as not reading
+OUTGOING_BUFFER = 4096  # messages queued for a stream without a ``Backlog`` before its queue is full
 DRAIN_S = 1.0  # what is queued when a connection ends gets this long to be written
 
 

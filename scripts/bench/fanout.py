@@ -194,6 +194,7 @@ def queueing_cost(lines: list[bytes], events: int = 20_000) -> dict[str, Any]:
     import anyio
     import msgspec
 
+    from daemon.jsonrpc.backlog import Backlog
     from daemon.jsonrpc.connection import Connection
     from daemon.jsonrpc.framing import Outgoing
     from daemon.server.rpc_bridge import RpcBridge
@@ -208,7 +209,9 @@ def queueing_cost(lines: list[bytes], events: int = 20_000) -> dict[str, Any]:
         for _ in range(peers):
             send, receive = anyio.create_memory_object_stream[Outgoing](events + 10)
             queues.append((send, receive))
-            peer = bridge.add_peer(Connection(send), "unix", drop=lambda reason: None)
+            # As the daemon's connections: the queue bounded in bytes (here never reached).
+            connection = Connection(send, backlog=Backlog(1 << 40))
+            peer = bridge.add_peer(connection, "unix", drop=lambda reason: None)
             bridge.follow(peer, sample[0].session_id)
         started = time.perf_counter()
         for seq in range(1, events + 1):

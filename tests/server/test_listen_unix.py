@@ -37,6 +37,8 @@ async def test_two_clients_share_one_session_and_a_leaving_one_cancels_nothing(h
             async with unix_client(path, role="observer", name="watcher") as watcher:
                 answer = await watcher.request("session/subscribe", {"session_id": session_id})
                 assert answer["replay"] == "none" and answer["last_seq"] == 0
+                # Subscribed twice: each live event still reaches it once (checked below).
+                await watcher.request("session/subscribe", {"session_id": session_id})
                 with pytest.raises(RpcError) as refused:
                     await watcher.request("session/prompt", {"session_id": session_id, "text": "hi"})
                 assert refused.value.code == -32008 and refused.value.data == {"reason": "observer"}
@@ -101,6 +103,7 @@ async def test_reconnect_catches_up_without_gap_or_duplicate(home, anyio_backend
 
 
 async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, anyio_backend):
+    (home / "config.toml").write_text(f"[serve]\nclient_queue_bytes = {512 << 10}\n")
     path = short_socket_dir() / "s.sock"
     with listening_daemon(home, f"unix:{path}", backend=anyio_backend):
         async with unix_client(path) as driver:
@@ -112,7 +115,7 @@ async def test_a_catch_up_longer_than_a_connection_queue_arrives_whole(home, any
                 turn = await driver.request("session/prompt", {"session_id": session_id, "text": text})
                 with anyio.fail_after(60):
                     seqs += [e["seq"] for e in await driver.collect_turn(turn["turn_id"])]
-        assert len(seqs) > 4096 + 500, "more events than a connection's queue holds (4,096)"
+        assert len(seqs) > 4096 + 500, "~1.3 MB of events: more than a connection's queue holds (512 KiB here)"
         async with unix_client(path, role="observer") as late:
             late.on_message = None
             answer = await late.request("session/subscribe", {"session_id": session_id, "after_seq": 0})

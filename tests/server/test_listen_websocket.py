@@ -342,9 +342,9 @@ async def test_a_websocket_client_that_never_reads_is_dropped_and_the_others_go_
                     '{"jsonrpc":"2.0","id":2,"method":"session/subscribe","params":{"session_id":"' + session_id + '"}}'
                 )
                 await anyio.sleep(0.3)
-                # Each turn echoes 1 MB in 200 deltas (~4 MB on the wire): the loopback socket's
-                # buffers (a few MB) fill within a few turns, the stuck client's queue (4,096
-                # messages) some 20 turns later. The driver reads every turn to its end meanwhile.
+                # Each turn echoes 1 MB in 200 deltas (some MB on the wire with its ends): the
+                # loopback socket's buffers (a few MB) fill within a few turns, then what waits for
+                # the stuck client passes its bound (4 MiB). The driver reads every turn meanwhile.
                 log_path = home / "logs" / "ponder.log"
                 turns = 0
                 with anyio.fail_after(300):
