@@ -2,8 +2,8 @@
 known credential (``daemon.util.redact.MaskingFormatter``).
 
 ``logs/`` is created 0700 and every log file 0600, the ones made by a rotation included. The
-file is opened (and ``logging.handlers`` imported) when the first record arrives, not at
-start-up: a daemon with nothing to say has nothing to load.
+file is opened when the first record arrives, not at start-up: a daemon with nothing to say
+opens nothing.
 """
 
 import io
@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from daemon.config.home import make_private_dir, open_private
 from daemon.util.redact import MaskingFormatter
@@ -22,26 +21,65 @@ MAX_BYTES = 5 * 1024 * 1024
 BACKUP_COUNT = 3
 
 
-if TYPE_CHECKING:
-    import logging.handlers
+class PrivateRotatingFileHandler(logging.FileHandler):
+    """A log file rotated at ``max_bytes`` into ``.1`` … ``.BACKUP_COUNT``, as the standard library's
+    ``RotatingFileHandler`` does, whose files are owner-only, also the fresh one after each rotation.
+
+    Built on ``logging.FileHandler`` rather than on ``logging.handlers``: that module imports
+    pickle, socket, queue and struct for handlers ponder never uses, and every daemon that writes
+    a record (each ``ponder ask``'s does) would pay for it, about 3 % of the start-up floor."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        # backslashreplace: a record quoting a file name that is not UTF-8 (a lone surrogate) is still
+        # written, escaped, instead of lost with a "Logging error" traceback on stderr.
+        super().__init__(path, "a", encoding="utf-8", errors="backslashreplace")
+        self.max_bytes = max_bytes
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
+        stream = open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+        assert isinstance(stream, io.TextIOWrapper)  # a text mode always gives one
+        return stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self._should_rotate(record):
+                self._rotate()
+            super().emit(record)
+        except Exception:
+            self.handleError(record)
+
+    def _should_rotate(self, record: logging.LogRecord) -> bool:
+        if os.path.exists(self.baseFilename) and not os.path.isfile(self.baseFilename):
+            return False  # not a regular file (/dev/null, a pipe): nothing to rotate
+        if self.stream is None:
+            self.stream = self._open()
+        if self.max_bytes <= 0:
+            return False  # no limit: never rotated
+        self.stream.seek(0, 2)
+        return self.stream.tell() + len(f"{self.format(record)}\n") >= self.max_bytes
+
+    def _rotate(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        for n in range(BACKUP_COUNT - 1, 0, -1):
+            older, newer = f"{self.baseFilename}.{n}", f"{self.baseFilename}.{n + 1}"
+            if os.path.exists(older):
+                if os.path.exists(newer):
+                    os.remove(newer)
+                os.rename(older, newer)
+        first = f"{self.baseFilename}.1"
+        if os.path.exists(first):
+            os.remove(first)
+        if os.path.exists(self.baseFilename):
+            os.rename(self.baseFilename, first)
+        self.stream = self._open()
 
 
-def private_rotating_handler(path: Path, max_bytes: int) -> "logging.handlers.RotatingFileHandler":
-    """A ``RotatingFileHandler`` whose files are owner-only, also the fresh one after each rotation."""
-    import logging.handlers
-
-    class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-        def _open(self) -> io.TextIOWrapper:
-            fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
-            stream = open(fd, self.mode, encoding=self.encoding, errors=self.errors)
-            assert isinstance(stream, io.TextIOWrapper)  # a text mode always gives one
-            return stream
-
-    # backslashreplace: a record quoting a file name that is not UTF-8 (a lone surrogate) is still
-    # written, escaped, instead of lost with a "Logging error" traceback on stderr.
-    handler = PrivateRotatingFileHandler(
-        path, maxBytes=max_bytes, backupCount=BACKUP_COUNT, encoding="utf-8", errors="backslashreplace"
-    )
+def private_rotating_handler(path: Path, max_bytes: int) -> PrivateRotatingFileHandler:
+    """The home's log file (see ``PrivateRotatingFileHandler``), formatted without credentials."""
+    handler = PrivateRotatingFileHandler(path, max_bytes)
     handler.setFormatter(MaskingFormatter(FORMAT))
     return handler
 
