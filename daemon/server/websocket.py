@@ -195,9 +195,7 @@ class _Socket:
 
     async def send_messages(self, messages: list[bytes]) -> None:
         """Each message as a text frame, in one write."""
-        data = b"".join(self.ws.send(Message(data=message.decode("utf-8"))) for message in messages)
-        async with self.lock:
-            await self.stream.send(data)
+        await self.send(*(Message(data=message.decode("utf-8")) for message in messages))
 
 
 async def _serve_one(clients: Clients, stream: ByteStream, options: WebSocketOptions) -> None:
