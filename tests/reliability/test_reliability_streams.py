@@ -581,9 +581,8 @@ async def test_a_real_daemon_whose_client_stops_reading_ends_every_turn_without_
                 if message.get("method") == "agent/event":
                     events.append(message["params"])
     finally:
-        await process.stdin.aclose()
         with anyio.fail_after(10):
-            await process.wait()
+            await process.aclose()  # closes stdin (the daemon then exits) and stdout, not left to the GC
     assert events[-1]["stop_reason"] == "end_turn", events[-1]
     assert streamed_text(events) == "".join(pieces)
     seqs = [e["seq"] for e in events]
