@@ -12,7 +12,6 @@ Each command is a module of its own (``ask``, ``sessions``, ``compact``, ``conti
 
 import argparse
 import os
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn, TypeVar
@@ -25,7 +24,7 @@ from daemon.cli.permission import PermissionPrompt
 from daemon.cli.wording import for_person
 from daemon.jsonrpc.client import DaemonStopped, RpcClient, RpcError, spawn_daemon
 from daemon.jsonrpc.early import SentEarly
-from daemon.jsonrpc.spawn import QUIET_SERVE
+from daemon.jsonrpc.spawn import QUIET_SERVE, StartedDaemon
 
 Command = Callable[[RpcClient, argparse.Namespace], Awaitable[int]]
 DAEMON_STOPPED = "ponder: the daemon stopped before it answered; see logs/ponder.log in the home."
@@ -86,9 +85,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def run(
-    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None, sent_early: Sequence[SentEarly] = ()
-) -> int:
+def run(args: argparse.Namespace, daemon: StartedDaemon | None = None, sent_early: Sequence[SentEarly] = ()) -> int:
     """Run the client command ``args`` against ``daemon`` (from ``start_daemon``; started here if None),
     to which ``sent_early`` was written already (``daemon.jsonrpc.early``)."""
     backend = os.environ.get("PONDER_ASYNC_BACKEND", "asyncio")
@@ -110,7 +107,7 @@ def run(
 
 
 def run_then_exit(
-    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None = None, sent_early: Sequence[SentEarly] = ()
+    args: argparse.Namespace, daemon: StartedDaemon | None = None, sent_early: Sequence[SentEarly] = ()
 ) -> NoReturn:
     """``run``, then end the process at once (``ending.exit_now``): the daemon was told to shut
     down and finishes alone."""
@@ -135,9 +132,7 @@ def _find(exc: BaseException, kind: type[_E]) -> _E | None:
     return None
 
 
-async def _run(
-    args: argparse.Namespace, daemon: subprocess.Popen[bytes] | None, sent_early: Sequence[SentEarly]
-) -> int:
+async def _run(args: argparse.Namespace, daemon: StartedDaemon | None, sent_early: Sequence[SentEarly]) -> int:
     interactive = opening.interactive()
     prompt = PermissionPrompt()
     on_request = prompt.answer if interactive else None

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, NamedTuple
 
 from daemon import __version__
 from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
-if TYPE_CHECKING:  # the config module loads only when a command needs it; argparse only off the serve line
+# Not ``typing.TYPE_CHECKING``: a client command starts its daemon before importing anything
+# (``typing`` loads ``re`` and ``enum``), see ``_start_client_daemon``. mypy reads any name
+# TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # argparse only off the serve line
     import argparse
 
-    from daemon.config.settings import Config
     from daemon.jsonrpc.early import EarlyRequests
-    from daemon.sandbox.probe import ProbeRun
 
 BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -227,21 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Serve(NamedTuple):
-    """What ``serve`` and ``acp`` run with."""
-
-    command: str  # "serve" or "acp"
-    home: str | None
-    log_level: str
-    max_line_bytes: int
-    quiet: bool = False
-    warm_up: bool = True  # load the session stack on a thread shortly after initialize (not: --no-warm-up)
-
-
 CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
 
 
-def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None:
+def global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None:
     """``--home H`` and ``--log-level L`` (either spelling) before the command: (home, level,
     the command and its arguments); None when anything else comes first (argparse reads it)."""
     home, level, rest = None, "info", list(argv)
@@ -261,34 +251,11 @@ def _global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None
     return home, level, rest
 
 
-def plain_serve(argv: list[str]) -> Serve | None:
-    """``[--home H] [--log-level L] serve [--max-line-bytes N] [--quiet] [--no-warm-up]``, the line an editor (or
-    a client command) spawns, read without argparse: importing it and declaring every command's
-    arguments is a noticeable part of a daemon's start-up. None for any other line, which
-    argparse reads (and explains)."""
-    found = _global_options(argv)
-    if found is None or not found[2] or found[2][0] != "serve":
-        return None
-    home, level, rest = found
-    limit, quiet, warm_up, options = DEFAULT_MAX_LINE_BYTES, False, True, rest[1:]
-    while options:
-        match options:
-            case ["--quiet", *more]:
-                quiet, options = True, more
-            case ["--no-warm-up", *more]:
-                warm_up, options = False, more
-            case ["--max-line-bytes", digits, *more] if digits.isdigit():
-                limit, options = int(digits), more
-            case _:
-                return None
-    return Serve("serve", home, level, limit, quiet, warm_up)
-
-
 def plain_listing(argv: list[str]) -> tuple[str | None, str, int] | None:
     """``[--home H] [--log-level L] sessions [--limit N]``, read without argparse (the table,
     which ``daemon.cli.listing`` prints from the store): home, log level and limit; None for
     any other line."""
-    found = _global_options(argv)
+    found = global_options(argv)
     if found is None or not found[2] or found[2][0] != "sessions":
         return None
     home, level, rest = found
@@ -308,12 +275,17 @@ def plain_listing(argv: list[str]) -> tuple[str | None, str, int] | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    plain = plain_serve(argv)
-    if plain is not None:
-        code = run_serve(plain)
-        from daemon.cli.ending import end_daemon  # not on the start path
+    found = global_options(argv)
+    command = found[2][0] if found is not None and found[2] else None
+    if command == "serve":
+        from daemon.cli.serving import plain_serve, run_serve
 
-        end_daemon(code)
+        plain = plain_serve(argv)
+        if plain is not None:
+            code = run_serve(plain)
+            from daemon.cli.ending import end_daemon  # not on the start path
+
+            end_daemon(code)
     listing = plain_listing(argv)
     if listing is not None:
         from daemon.cli.listing import Listing, list_sessions_then_exit
@@ -322,9 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     # Every client command talks to a daemon: start it first, before even argparse, so that
     # it starts up while this process reads its arguments and imports the client's stack.
     # It logs to the home's logs/ponder.log at --log-level, not to the person's terminal.
-    found = _global_options(argv)
     early = None
-    if found is not None and found[2] and found[2][0] in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
+    if found is not None and command in CLIENT_COMMANDS and "-h" not in argv and "--help" not in argv:
         early = _start_client_daemon(found[0], found[1])
     try:
         args = build_parser().parse_args(argv)
@@ -350,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_store(args)
     if args.command in ("serve", "acp"):
+        from daemon.cli.serving import Serve, run_serve
+
         warm_up = args.warm_up if args.command == "serve" else True  # (--no-warm-up is serve's)
         code = run_serve(Serve(args.command, args.home, args.log_level, args.max_line_bytes, args.quiet, warm_up))
         from daemon.cli.ending import end_daemon
@@ -369,80 +342,16 @@ def main(argv: list[str] | None = None) -> int:
 def _start_client_daemon(home: str | None, log_level: str) -> EarlyRequests:
     """Start a client command's daemon and write it ``initialize`` at once: it answers while this
     process loads the rest (the command's requests are matched to what was sent, see ``opening``)."""
+    from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon  # os and sys only
+
+    daemon = start_daemon(home=home, log_level=log_level, serve_args=QUIET_SERVE)
+    # The rest (json, typing) loads while the daemon starts.
     from daemon.cli.opening import initialize_params, interactive
     from daemon.jsonrpc.early import EarlyRequests
-    from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
 
-    early = EarlyRequests(start_daemon(home=home, log_level=log_level, serve_args=QUIET_SERVE))
+    early = EarlyRequests(daemon)
     early.send("initialize", initialize_params(interactive()))
     return early
-
-
-def run_serve(args: Serve) -> int:
-    import gc
-
-    # Start-up allocates tens of thousands of objects that live as long as the daemon (its
-    # modules, its types): the collector would walk them over and over while they load (about
-    # a tenth of the time to initialize). serve_connection freezes them and turns it back on.
-    gc.disable()
-    from daemon.sandbox.probe import ProbeRun
-
-    # The sandbox probe's bwrap child runs while this process loads its stack and opens the
-    # store: initialize reports its result (PROTOCOL.md "Sandbox"). (ACP starts its own.)
-    sandbox_probe = ProbeRun() if args.command == "serve" else None
-
-    import anyio
-
-    from daemon.config.settings import load_config, resolve_home
-    from daemon.logs import setup_logging
-
-    # Keep the protocol channel private: stray prints (ours, a library's, a child
-    # process's) go to stderr, and tools' children cannot read the client's input.
-    protocol_out = os.dup(sys.stdout.fileno())
-    protocol_in = os.dup(sys.stdin.fileno())
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, sys.stdin.fileno())
-    os.close(devnull)
-
-    home = resolve_home(args.home)
-    config = load_config(home)
-    setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)
-    backend = os.environ.get(BACKEND_ENV, "asyncio")
-    anyio.run(
-        _serve_stdio,
-        config,
-        args.max_line_bytes,
-        protocol_in,
-        protocol_out,
-        args.command,
-        sandbox_probe,
-        args.warm_up,
-        backend=backend,
-    )
-    return 0
-
-
-async def _serve_stdio(
-    config: Config,
-    max_line_bytes: int,
-    in_fd: int,
-    out_fd: int,
-    dialect: str = "serve",
-    sandbox_probe: ProbeRun | None = None,
-    warm_up: bool = True,
-) -> None:
-    from daemon.jsonrpc.stdio import open_stdio
-
-    async with open_stdio(max_line_bytes, stdin_fd=in_fd, stdout_fd=out_fd) as (incoming, outgoing):
-        if dialect == "acp":
-            from daemon.acp import serve_acp  # the same daemon core, in the ACP dialect
-
-            await serve_acp(config, incoming, outgoing, handle_signals=True)
-        else:
-            from daemon.server import serve
-
-            await serve(config, incoming, outgoing, handle_signals=True, sandbox_probe=sandbox_probe, warm_up=warm_up)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ replies to their requests, queues notifications, and answers daemon → client r
 import itertools
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from daemon.jsonrpc.early import SentEarly
 from daemon.jsonrpc.framing import Outgoing, Written
-from daemon.jsonrpc.spawn import daemon_command
+from daemon.jsonrpc.spawn import StartedDaemon, daemon_command
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
@@ -186,7 +185,7 @@ async def spawn_daemon(
     env: dict[str, str] | None = None,
     on_request: RequestHandler | None = None,
     stderr: int | None = None,
-    started: subprocess.Popen[bytes] | None = None,
+    started: StartedDaemon | None = None,
     sent_early: Sequence[SentEarly] = (),
     wait_for_exit: bool = True,
 ) -> AsyncIterator[RpcClient]:
@@ -259,8 +258,7 @@ class _StartedProcess(anyio.abc.Process):
     """A daemon ``start_daemon`` started before the event loop existed, as an anyio process:
     its pipes are read and written without threads (non-blocking, the loop waits for them)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        assert popen.stdin is not None and popen.stdout is not None
+    def __init__(self, popen: StartedDaemon) -> None:
         self._popen = popen
         self._stdin = _PipeSendStream(popen.stdin)
         self._stdout = _PipeReceiveStream(popen.stdout)

@@ -419,6 +419,18 @@ class Connection:
                 await self.send_raw(reply)
             raise
 
+    async def wait_quiet(self) -> None:
+        """Wait until no request is being answered and the last big message queued (a long
+        ``session/resume`` reply) is written: what background work waits for before it takes
+        the CPU from the client's requests."""
+        while True:
+            await self._answered.wait()
+            if self._writing_big():
+                assert self._written is not None
+                await self._written.wait()
+            if not self._unanswered and not self._writing_big():
+                return
+
     async def wait_answered(self, timeout_s: float) -> None:
         """Wait (bounded) until every request received so far has had its reply queued."""
         with anyio.move_on_after(timeout_s):

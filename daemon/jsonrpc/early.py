@@ -8,12 +8,13 @@ same method with the same params, see ``RpcClient.request``) instead of asking a
 daemon handles requests concurrently anyway (PROTOCOL.md "Framing"): this changes when the
 lines arrive, not what they say.
 
-Stdlib only, like ``daemon.jsonrpc.spawn``.
+Stdlib only: imported right after ``daemon.jsonrpc.spawn`` started the daemon.
 """
 
 import json
-import subprocess
 from typing import Any, NamedTuple
+
+from daemon.jsonrpc.spawn import StartedDaemon
 
 
 class SentEarly(NamedTuple):
@@ -27,7 +28,7 @@ class SentEarly(NamedTuple):
 class EarlyRequests:
     """The requests written to one started daemon's stdin so far (ids 1, 2, ...)."""
 
-    def __init__(self, daemon: subprocess.Popen[bytes]) -> None:
+    def __init__(self, daemon: StartedDaemon) -> None:
         self.daemon = daemon
         self.sent: list[SentEarly] = []
         self.broken = False  # the daemon's stdin is closed already: send nothing more
@@ -43,10 +44,10 @@ class EarlyRequests:
             data = line.encode() + b"\n"
         except UnicodeEncodeError:  # text that is not UTF-8 (a lone surrogate): the client asks, and fails, itself
             return
-        assert self.daemon.stdin is not None
         try:
-            self.daemon.stdin.write(data)
-            self.daemon.stdin.flush()
+            view = memoryview(data)
+            while view:  # unbuffered: a long line may go in parts
+                view = view[self.daemon.stdin.write(view) or 0 :]
         except OSError:
             self.broken = True
             return

@@ -1,5 +1,5 @@
 """``ponder serve``'s command line is read without argparse when it is the plain line editors
-spawn (``daemon.cli.main.plain_serve``); anything else goes to argparse. Both must agree. A
+spawn (``daemon.cli.serving.plain_serve``); anything else goes to argparse. Both must agree. A
 client command starts its daemon before argparse reads the rest."""
 
 import os
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, Serve, build_parser, plain_listing, plain_serve
+from daemon.cli.main import DEFAULT_MAX_LINE_BYTES, build_parser, plain_listing
+from daemon.cli.serving import Serve, plain_serve
 from tests.support.harness import subprocess_env
 
 

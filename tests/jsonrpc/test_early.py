@@ -3,7 +3,6 @@ as ``ponder ask`` writes ``initialize`` and its ``session/start``: the client ta
 instead of asking again, and a daemon that stops before answering fails them clearly, not by
 hanging."""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,22 +14,22 @@ from daemon.cli import commands, opening
 from daemon.cli.main import build_parser
 from daemon.jsonrpc.client import DaemonStopped, spawn_daemon
 from daemon.jsonrpc.early import EarlyRequests
-from daemon.jsonrpc.spawn import QUIET_SERVE, start_daemon
+from daemon.jsonrpc.spawn import DEVNULL, QUIET_SERVE, StartedDaemon, start_daemon, start_process
 from tests.support.harness import subprocess_env
 
 # A "daemon" that reads one request and exits without answering it.
 STOPS_AT_ONCE = "import sys; sys.stdin.buffer.readline()"
+# One that writes back the first line it reads.
+ECHOES_ONE_LINE = "import sys; sys.stdout.buffer.write(sys.stdin.buffer.readline())"
 
 
-def _stopping_daemon() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-c", STOPS_AT_ONCE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
-    )
+def _stopping_daemon() -> StartedDaemon:
+    return start_process([sys.executable, "-c", STOPS_AT_ONCE])
 
 
 @pytest.mark.anyio
 async def test_requests_sent_early_are_answered_once_and_not_asked_again(home: Path, tmp_path: Path) -> None:
-    daemon = start_daemon(home=home, serve_args=QUIET_SERVE, env=subprocess_env(home), stderr=subprocess.DEVNULL)
+    daemon = start_daemon(home=home, serve_args=QUIET_SERVE, env=subprocess_env(home), stderr=DEVNULL)
     early = EarlyRequests(daemon)
     initialize = opening.initialize_params(False)
     start = {"cwd": str(tmp_path), "title": "hi", "model_id": "mock/echo"}
@@ -86,12 +85,16 @@ def test_a_client_command_whose_daemon_stopped_says_so(home: Path, capsys: pytes
 
 
 def test_text_that_is_not_utf8_is_not_sent_early() -> None:
-    with _stopping_daemon() as daemon:  # closes its pipes and waits for it
-        early = EarlyRequests(daemon)
-        early.send("session/start", {"cwd": "/", "title": "caf\udce9"})  # a lone surrogate from a non-UTF-8 argv
-        assert early.sent == []  # the command asks itself later, and fails the way it always did
-        early.send("initialize", opening.initialize_params(False))
-        assert [sent.request_id for sent in early.sent] == [1]
+    daemon = start_process([sys.executable, "-c", ECHOES_ONE_LINE])
+    early = EarlyRequests(daemon)
+    early.send("session/start", {"cwd": "/", "title": "caf\udce9"})  # a lone surrogate from a non-UTF-8 argv
+    assert early.sent == []  # the command asks itself later, and fails the way it always did
+    early.send("initialize", opening.initialize_params(False))
+    assert [sent.request_id for sent in early.sent] == [1]
+    assert msgspec.json.decode(daemon.stdout.readline())["method"] == "initialize"  # only that line went
+    assert daemon.wait(10) == 0
+    daemon.stdin.close()
+    daemon.stdout.close()
 
 
 def test_only_a_new_session_for_a_prompt_on_the_command_line_is_started_early() -> None:

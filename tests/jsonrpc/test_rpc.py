@@ -256,3 +256,41 @@ async def test_wait_answered_wakes_when_the_last_reply_is_queued_not_on_a_timer(
             assert waits == ["idle", "timed out", "answered"]
             assert msgspec.json.decode(receive.receive_nowait()) == {"jsonrpc": "2.0", "id": 1, "result": {}}
             tg.cancel_scope.cancel()
+
+
+async def test_wait_quiet_waits_for_the_requests_in_flight_and_for_a_big_reply_to_be_written():
+    # What the warm-up waits for (a session/resume's 20 MB reply must not share the CPU with it).
+    send, receive = anyio.create_memory_object_stream[Outgoing](10)
+    incoming_send, incoming = anyio.create_memory_object_stream[bytes](10)
+    connection = Connection(send)
+    release = anyio.Event()
+
+    async def slow_big(params: dict) -> dict:
+        await release.wait()
+        return {"text": "x" * BIG_MESSAGE}
+
+    connection.register("slow_big", dict, slow_big)
+    quiet: list[str] = []
+
+    async def wait_quiet(label: str) -> None:
+        await connection.wait_quiet()
+        quiet.append(label)
+
+    with send, receive, incoming_send:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.serve, incoming)
+            await wait_quiet("idle")  # nothing in flight, nothing being written: at once
+            await incoming_send.send(b'{"jsonrpc":"2.0","id":1,"method":"slow_big"}')
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(wait_quiet, "after the reply")
+            await anyio.wait_all_tasks_blocked()
+            assert quiet == ["idle"], "the request is still being answered"
+            release.set()
+            await anyio.wait_all_tasks_blocked()
+            reply, mark = receive.receive_nowait(), receive.receive_nowait()
+            assert len(reply) > BIG_MESSAGE and isinstance(mark, Written)
+            assert quiet == ["idle"], "answered, but its big reply is not written yet"
+            mark.set()  # what the writer does once it has written the reply
+            await anyio.wait_all_tasks_blocked()
+            assert quiet == ["idle", "after the reply"]
+            tg.cancel_scope.cancel()

@@ -34,7 +34,8 @@ PONDER_START_PATH = frozenset(
     {
         "daemon",
         "daemon.cli",
-        "daemon.cli.main",  # argv (the plain serve line without argparse)
+        "daemon.cli.main",  # argv
+        "daemon.cli.serving",  # the plain serve line without argparse (cli.main before #25-start s6)
         "daemon.config",
         "daemon.config.home",
         "daemon.config.sections",  # config.toml's tables as typed Structs

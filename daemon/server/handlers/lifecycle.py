@@ -16,6 +16,7 @@ from protocol import methods as m
 from protocol.objects import ApprovalPolicy, ThinkingLevel
 
 WARM_UP_AFTER_S = 0.2  # well before an editor's first turn, well after a one-shot client's requests
+WARM_UP_PATIENCE_S = 2.0  # how long the warm-up waits for the client's requests to be answered
 
 
 class LifecycleHandlers:
@@ -74,6 +75,12 @@ class LifecycleHandlers:
         must not wait for the warm-up to finish before the process exits.
         """
         await anyio.sleep(WARM_UP_AFTER_S)
+        # Not beside a request still being answered or written (a ``session/resume`` right after
+        # initialize, whose 20 MB reply takes ~0.3 s): the loading is ~0.2 s of CPU holding the
+        # GIL, and would slow that answer by as much. Bounded: a client that never pauses gets it
+        # anyway (else its turns would load it on the loop).
+        with anyio.move_on_after(WARM_UP_PATIENCE_S):
+            await self.peer.connection.wait_quiet()
 
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
