@@ -1,7 +1,13 @@
 """Newline-delimited JSON over stdio: the only code that touches stdin and stdout.
 
 ``open_stdio()`` yields a receive stream of incoming lines and a send stream of outgoing
-messages. Lines are cut by ``daemon.jsonrpc.framing.LineSplitter`` on a reader thread.
+messages. Lines are cut by ``daemon.jsonrpc.framing.LineSplitter``. A pipe or a socket (what a
+client spawning us provides) is read on the event loop itself, in non-blocking mode: a line
+reaches the dispatcher without a thread's round trip (which, while the loop is busy, waits a
+GIL switch interval per line: a second for a burst of 200 prompts). A terminal or a regular
+file is read on a thread (epoll refuses regular files; a terminal's flags are shared with
+whoever else holds it). Either way the reader reads no further than the lines already queued
+(at most ``INCOMING_BUFFER``) allow: a slow loop is not read unboundedly ahead of.
 
 One writer task owns stdout. Outgoing messages queue in a bounded stream, so a client
 that reads slowly slows the daemon down (back-pressure) instead of making it lose or
@@ -29,11 +35,47 @@ from daemon.util import foreground
 
 log = logging.getLogger("ponder.transport")
 READ_CHUNK = 256 * 1024
+INCOMING_BUFFER = 64  # lines read and not yet dispatched before the reader stops reading
 OUTGOING_BUFFER = 4096  # messages queued for stdout before producers wait
 
 
+async def _read_on_loop(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
+    """Read a non-blocking stdin on the loop, queueing complete lines (in order) for the dispatcher.
+
+    The next read waits until every line of the last one is queued, so what is read ahead
+    is bounded by the queue. End of input (or a read error) ends the stream after the last
+    line, which ``LineSplitter.finish`` yields even without its newline.
+    """
+    splitter = LineSplitter(max_line_bytes)
+    async with send:
+        while True:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            except OSError:
+                chunk = b""
+            items = splitter.feed(chunk) if chunk else splitter.finish()
+            try:
+                for item in items:
+                    await send.send(item)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return  # the dispatcher has stopped taking lines
+            if not chunk:
+                return
+
+
+async def _read_until_cancelled(
+    scope: anyio.CancelScope, fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_line_bytes: int
+) -> None:
+    with scope:
+        await _read_on_loop(fd, send, max_line_bytes)
+
+
 def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_line_bytes: int) -> None:
-    """Read stdin on a daemon thread, handing complete lines to the event loop.
+    """Read stdin (a terminal or a regular file) on a daemon thread, handing complete lines
+    to the event loop.
 
     A read blocked on stdin cannot be interrupted; a daemon thread (unlike a pooled worker
     thread) never keeps the process alive at exit. Handing lines over blocks the thread
@@ -83,7 +125,7 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
 
 
 async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
-    direct = _use_nonblocking(fd)
+    direct = _use_nonblocking(fd, grow=True)
     writable = True  # until a write finds the client gone; the rest is drained unwritten
     try:
         async with receive:
@@ -137,19 +179,21 @@ def _writes(batch: list[bytes]) -> list[bytes]:
     return out
 
 
-def _use_nonblocking(fd: int) -> bool:
-    """Pipes and sockets (what a client spawning us provides) are written without a thread.
+def _use_nonblocking(fd: int, grow: bool = False) -> bool:
+    """Pipes and sockets (what a client spawning us provides) are read and written without a thread.
 
     A worker-thread hop per batch costs more than the write itself; with the fd in
     non-blocking mode the loop writes at once and waits for writability only when the
-    client is behind. Terminals and files keep blocking writes on a thread, since their
-    flags are shared with whoever else holds them.
+    client is behind (and reads what is there, waiting for readability when nothing is).
+    Terminals and files keep blocking reads and writes on a thread, since their flags are
+    shared with whoever else holds them (and epoll refuses regular files). ``grow``: the
+    pipe to the client is made bigger (see ``_grow_pipe``).
     """
     try:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
             return False
-        if stat.S_ISFIFO(mode):
+        if grow and stat.S_ISFIFO(mode):
             _grow_pipe(fd)
         os.set_blocking(fd, False)
     except OSError:
@@ -226,13 +270,26 @@ async def open_stdio(
     """
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
-    in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](64)
+    in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](INCOMING_BUFFER)
     out_send, out_receive = anyio.create_memory_object_stream[Outgoing](OUTGOING_BUFFER)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_pump_output, out_fd, out_receive)
-        _start_reader(in_fd, in_send, max_line_bytes)
-        try:
-            yield in_receive, out_send
-        finally:
-            in_receive.close()  # the reader thread stops at its next line
-            await out_send.aclose()  # the writer drains what is queued, then ends
+    on_loop = _use_nonblocking(in_fd)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_pump_output, out_fd, out_receive)
+            reading = anyio.CancelScope()
+            if on_loop:
+                tg.start_soon(_read_until_cancelled, reading, in_fd, in_send, max_line_bytes)
+            else:
+                _start_reader(in_fd, in_send, max_line_bytes)
+            try:
+                yield in_receive, out_send
+            finally:
+                in_receive.close()  # a reader thread stops at its next line
+                reading.cancel()  # the loop's reader stops now, also while it waits for input
+                await out_send.aclose()  # the writer drains what is queued, then ends
+    finally:
+        if on_loop:  # as we found it, for whoever holds it after us; only once the writer is
+            try:  # done, as stdin and stdout can be one socket, whose flags they share
+                os.set_blocking(in_fd, True)
+            except OSError:
+                pass

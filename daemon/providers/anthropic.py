@@ -205,7 +205,7 @@ class AnthropicProvider(Provider):
         url = self.config.base_url.rstrip("/") + "/v1/messages"
         key = self.config.api_key.reveal() if self.config.api_key is not None else ""
         async with open_stream(
-            self._clients.get(),
+            self._clients,
             url,
             provider=self.name,
             headers=headers,

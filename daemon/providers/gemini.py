@@ -109,7 +109,7 @@ class GeminiProvider(Provider):
         }
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
         async with open_stream(
-            self._clients.get(),
+            self._clients,
             self.url(request.model),
             provider=self.name,
             headers=headers,

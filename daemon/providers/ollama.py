@@ -101,7 +101,7 @@ class OllamaProvider(Provider):
             headers["authorization"] = f"Bearer {self.config.api_key.reveal()}"
         content = json.dumps(build_body(request), ensure_ascii=False).encode("utf-8")
         async with open_stream(
-            self._clients.get(),
+            self._clients,
             f"{self._base_url}/api/chat",
             provider=self.name,
             headers=headers,

@@ -155,7 +155,7 @@ class OpenAIStyleProvider(Provider):
             return rejected or error
 
         async with open_stream(
-            self._clients.get(),
+            self._clients,
             url,
             provider=self.name,
             headers=headers,

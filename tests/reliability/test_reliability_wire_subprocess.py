@@ -57,7 +57,8 @@ class LineDaemon:
             env=env,
         )
         self.replies: queue.Queue[Any] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -73,21 +74,34 @@ class LineDaemon:
         self.process.stdin.write(line + b"\n")
         self.process.stdin.flush()
 
-    def replies_until(self, probe_id: str) -> list[Any]:
-        """Every reply up to (not including) the probe's, which must be a result."""
+    def replies_until(self, probe_id: str, others: int) -> list[Any]:
+        """The replies other than the probe's (which must be a result), once the probe's and at
+        least ``others`` more have come: requests are handled concurrently (PROTOCOL.md,
+        "Framing"), so the probe sent after a batch may be answered before it."""
         got = []
-        while True:
+        probed = False
+        while not probed or len(got) < others:
             reply = self.replies.get(timeout=15)
             assert reply is not None, f"the daemon died: {self.stderr_path.read_text(errors='replace')[-3000:]}"
             if isinstance(reply, dict) and reply.get("id") == probe_id:
                 assert "result" in reply, reply
-                return got
+                probed = True
+                continue
             got.append(reply)
+        return got
+
+    def rest(self) -> list[Any]:
+        """The replies still queued once the daemon has exited (its stdout ended)."""
+        rest = []
+        while (reply := self.replies.get_nowait()) is not None:
+            rest.append(reply)
+        return rest
 
     def close(self) -> int:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.close()
         code = self.process.wait(timeout=20)
+        self._reader.join(10)  # it has read everything the daemon wrote
         self.process.stdout.close()
         self._stderr.close()
         return code
@@ -125,13 +139,15 @@ def test_hostile_lines_that_used_to_kill_it_are_answered_and_it_goes_on(tmp_path
         initialize = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": dialect["initialize"]}
         daemon.send(json.dumps(initialize).encode())
         daemon.send(probe(0))
-        assert daemon.replies_until("probe-0")[0]["id"] == "init"
+        assert daemon.replies_until("probe-0", 1)[0]["id"] == "init"
         for n, (line, expected) in enumerate(_cases(mode, kind), start=1):
             daemon.send(line)
             daemon.send(probe(n))
-            assert daemon.replies_until(f"probe-{n}") == expected, line
+            # Exactly the expected replies: one too many shows up among the next probe's (or below).
+            assert daemon.replies_until(f"probe-{n}", len(expected)) == expected, line
     finally:
         code = daemon.close()
     log = daemon.stderr_path.read_text(errors="replace")
     assert code == 0, log[-3000:]
+    assert daemon.rest() == []
     assert "Traceback" not in log, log[-3000:]
