@@ -18,8 +18,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterable
@@ -62,6 +60,8 @@ class Hook(msgspec.Struct, frozen=True):
 
     @property
     def shown(self) -> str:
+        import shlex  # (as shutil below: every session loads this module, few have hooks)
+
         return shlex.join(self.command)
 
 
@@ -143,6 +143,8 @@ def _missing(program: str) -> str | None:
         return None
     if "/" in program:
         return None
+    import shutil  # (which imports bz2, lzma and zlib)
+
     return None if shutil.which(program) is not None else "is not on PATH"
 
 

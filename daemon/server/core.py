@@ -6,7 +6,8 @@ Only the config and the store are opened before the first request is served. The
 the provider adapters, the session manager (and with it the agent, the context rules and the
 tools) and the MCP manager are imported and built on first use (``load_parts``, or the first
 read of their attribute), so that ``initialize`` and a client that only lists sessions never
-load them; ``tests/server/test_start_path.py`` keeps it so.
+load them; ``tests/server/test_start_path.py`` keeps it so. The MCP manager is built only once
+there is a server to run (config.toml's, or a client's: ``_McpTools``).
 
 A home or store that cannot be opened does not stop the daemon: ``problems`` says so (each
 dialect reports it at initialize) and every session method answers with the same sentence.
@@ -42,6 +43,8 @@ if TYPE_CHECKING:  # built on first use (see the module docstring)
     from daemon.permissions.book import PermissionBook
     from daemon.providers.registry import ProviderRegistry
     from daemon.sessions.manager import SessionManager
+    from daemon.tools.base import Tool
+    from daemon.tools.source import SessionRef
 
 log = logging.getLogger("ponder.server")
 
@@ -59,6 +62,23 @@ class _Started:
 
     def started(self, value: object = None) -> None:
         self.event.set()
+
+
+class _McpTools:
+    """MCP as every session's tool source (``ToolSource``), without building the MCP manager
+    for a daemon that has no server: config.toml names none, and no client has handed it one
+    (ACP's session servers, ``mcp/list`` and tests build it through ``Daemon.mcp``; from then
+    on its tools are asked here). Importing and building it costs a session's first request
+    a few milliseconds that most daemons never need."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self._daemon = daemon
+
+    async def tools_for(self, row: "SessionRef") -> "dict[str, Tool[Any]]":
+        daemon = self._daemon
+        if daemon._mcp is None and not daemon.config.mcp_servers:
+            return {}
+        return await daemon.mcp.tools_for(row)
 
 
 class Daemon:
@@ -165,13 +185,15 @@ class Daemon:
         if self._sessions is None:
             from daemon.sessions.manager import SessionManager
 
+            if self.config.mcp_servers:
+                self.mcp  # noqa: B018 - config.toml's servers: built and running with the session manager
             self._sessions = SessionManager(
                 self.config,
                 self.store,
                 self.catalog,
                 self.providers,
                 self.bridge,
-                tool_sources=[self.mcp],
+                tool_sources=[_McpTools(self)],
                 discover_models=self._discover_for,
                 sandbox=self.sandbox,
                 permissions=self.permissions,
@@ -180,7 +202,8 @@ class Daemon:
         return self._sessions
 
     async def load_parts(self) -> None:
-        """Build the session manager and the MCP manager (if not yet) and wait until both run."""
+        """Build the session manager (and the MCP manager, when config.toml has servers) if not
+        yet, and wait until they run."""
         if self._sessions is not None and all(started.event.is_set() for started in self._started):
             return
         # Its imports (the agent, the tools, MCP, the context rules) allocate what lives as long
@@ -188,7 +211,7 @@ class Daemon:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self.sessions  # noqa: B018 - builds it (and the MCP manager) on first use
+            self.sessions  # noqa: B018 - builds it (and the MCP manager, see sessions) on first use
         finally:
             if collecting:
                 gc.enable()

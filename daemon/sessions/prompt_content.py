@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -211,7 +210,7 @@ def _image(index: int, what: str, data: bytes, name: str | None) -> Part:
 def _image_part(image: NormalizedImage, name: str | None) -> Part:
     return Part(
         type="image",
-        attachment_id="att_" + hashlib.sha256(image.data).hexdigest(),
+        attachment_id="att_" + _sha256(image.data),
         mime_type=image.mime_type,
         size=len(image.data),
         width=image.width,
@@ -347,3 +346,9 @@ def _too_many(index: int) -> ContentNotSupported:
         reason="too_many",
         limit=MAX_IMAGES_PER_PROMPT,
     )
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib  # only a prompt or a tool result with an image needs it (every session loads this module)
+
+    return hashlib.sha256(data).hexdigest()

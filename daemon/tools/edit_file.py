@@ -12,7 +12,6 @@ the two, both happen on disk, so an edit never mixes two versions of a file.
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated
@@ -172,6 +171,8 @@ def _context_end(text: str, end: int) -> int:
 
 
 def unified_diff(before: str, after: str, shown: str) -> str:
+    import difflib  # the first diff loads it, not every session's tool list
+
     lines = difflib.unified_diff(_lines(before), _lines(after), f"a/{shown}", f"b/{shown}")
     # A last line without a newline would run into the next diff line; mark it as git does.
     diff = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)

@@ -361,6 +361,27 @@ async def test_shutdown_escalates_to_sigkill_for_the_whole_group(home, state):
     assert not process_alive(pid), "stdin closed and SIGTERM ignored: SIGKILL ends the group"
 
 
+async def test_a_session_started_before_any_server_sees_the_servers_added_later(home, state):
+    """No server in config.toml: sessions start and run without the MCP manager (it is never
+    built); a client's servers added later (ACP's) build it, and the same session's next turn
+    has their tools."""
+    entry = {
+        "name": "acp",
+        "command": sys.executable,
+        "args": [str(SERVERS / "misbehaving.py"), "serve"],
+        "env": [{"name": "MCP_TEST_DIR", "value": str(state)}],
+    }
+    async with in_memory_daemon(home) as (client, daemon):
+        session = await start(client, home, approval_policy="auto")
+        events = await run_turn(client, session, ("mcp__acp__echo", {"text": "before"}))
+        assert "unknown tool" in tool_ends(events)[0]["result"]
+        assert daemon._mcp is None, "no server anywhere: the MCP manager is not built"
+        fast(daemon)  # builds it
+        await daemon.mcp.add_session_servers(session, [entry], cwd=str(home))
+        events = await run_turn(client, session, ("mcp__acp__echo", {"text": "after"}))
+        assert tool_ends(events)[0]["result"] == "echo: after"
+
+
 async def test_session_servers_from_acp(home, state):
     entry = {
         "name": "acp",
