@@ -13,6 +13,7 @@ import os
 import sys
 
 from daemon import __version__
+from daemon.cli.command_line import BACKEND_ENV, DEFAULT_MAX_LINE_BYTES, LOG_LEVELS, global_options
 from protocol import APPROVAL_POLICIES  # not protocol.objects: a client starts its daemon before loading msgspec
 
 # Not ``typing.TYPE_CHECKING``: a client command starts its daemon before importing anything
@@ -24,9 +25,6 @@ if TYPE_CHECKING:  # argparse only off the serve line
 
     from daemon.jsonrpc.early import EarlyRequests
 
-BACKEND_ENV = "PONDER_ASYNC_BACKEND"  # asyncio (default) or trio
-LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_TOKENS = 2**31 - 1
 DEFAULT_LISTING = 20  # sessions --limit
 MAX_LISTING = 1000  # session/list's largest page: a larger --limit is the daemon's to refuse
@@ -229,26 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 CLIENT_COMMANDS = ("ask", "sessions", "compact", "models", "mcp", "login")
-
-
-def global_options(argv: list[str]) -> tuple[str | None, str, list[str]] | None:
-    """``--home H`` and ``--log-level L`` (either spelling) before the command: (home, level,
-    the command and its arguments); None when anything else comes first (argparse reads it)."""
-    home, level, rest = None, "info", list(argv)
-    while rest and rest[0].startswith("-"):
-        option, _, inline = rest.pop(0).partition("=")
-        if option not in ("--home", "--log-level") or (not inline and not rest):
-            return None
-        value = inline or rest.pop(0)
-        if value.startswith("-"):
-            return None  # argparse takes it for an option
-        if option == "--home":
-            home = value
-        elif value in LOG_LEVELS:
-            level = value
-        else:
-            return None
-    return home, level, rest
 
 
 def plain_listing(argv: list[str]) -> tuple[str | None, str, int] | None:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, NamedTuple
 
-from daemon.cli.main import BACKEND_ENV, DEFAULT_MAX_LINE_BYTES, global_options
+from daemon.cli.command_line import BACKEND_ENV, DEFAULT_MAX_LINE_BYTES, global_options
 
 if TYPE_CHECKING:  # the config module loads only when a command needs it
     from daemon.config.settings import Config

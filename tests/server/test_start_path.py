@@ -34,6 +34,7 @@ PONDER_START_PATH = frozenset(
     {
         "daemon",
         "daemon.cli",
+        "daemon.cli.command_line",  # the global options, read without argparse
         "daemon.cli.main",  # argv
         "daemon.cli.serving",  # the plain serve line without argparse (cli.main before #25-start s6)
         "daemon.config",
