@@ -23,6 +23,7 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DELTA_TYPES = frozenset({"thinking_delta", "text_delta"})
+READ_BUFFER = 64 * 1024
 
 
 def cpu_seconds(pid: int) -> float:
@@ -85,8 +86,17 @@ class DaemonProcess:
         self.argv = argv
         self.stderr_file = open(stderr_path, "ab")
         self.spawned_ns = time.monotonic_ns()
+        # Read 64 KiB at a time, as an editor does (Node's pipe streams, anyio's buffered
+        # streams, ponder's own client): Popen's default 8 KiB makes a 23 MB reply ~2,800
+        # reads and the daemon's writer wake for each, which is the bench, not the daemon.
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file, env=env, cwd=cwd
+            argv,
+            bufsize=READ_BUFFER,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_file,
+            env=env,
+            cwd=cwd,
         )
         self.pid = self.proc.pid
         self._ids = itertools.count(1)
