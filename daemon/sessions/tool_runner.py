@@ -7,7 +7,7 @@ the turn's hooks (``user_prompt_submit`` when it starts, ``post_tool_use`` after
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon import agent
 from daemon.agent import ToolOutcome, Turn
@@ -16,7 +16,6 @@ from daemon.conversation import Part
 from daemon.errors import HookDenied
 from daemon.permissions.book import PermissionBook
 from daemon.permissions.decide import CallFacts
-from daemon.sandbox.command import CommandSandbox
 from daemon.sandbox.confinement import Override
 from daemon.sandbox.service import Sandbox
 from daemon.sessions.bridge import ClientBridge
@@ -33,6 +32,11 @@ from daemon.util.redact import SecretMask
 from daemon.util.redact import known as known_secrets
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams
+
+if (
+    TYPE_CHECKING
+):  # with the first run_command (``Sandbox.for_command``): the mechanisms' command lines, the denial guess
+    from daemon.sandbox.command import CommandSandbox
 
 # The one tool the OS sandbox confines (file tools are confined by their own path checks).
 SANDBOXED_TOOL = "run_command"
@@ -165,7 +169,7 @@ class ToolRunner:
         return answer is not None and answer.decision == "allow_once"
 
     async def _run(
-        self, call: Part, output: Callable[[str], Awaitable[None]] | None, sandbox: CommandSandbox | None
+        self, call: Part, output: Callable[[str], Awaitable[None]] | None, sandbox: "CommandSandbox | None"
     ) -> ToolOutcome:
         name, arguments = call.name or "", call.arguments or {}
         # Files may hold keys (``.env``) and MCP servers may echo theirs: what a tool prints

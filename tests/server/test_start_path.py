@@ -17,8 +17,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import msgspec
 
@@ -252,3 +253,66 @@ def test_the_client_commands_daemon_loads_nothing_after_initialize_unless_asked(
     assert not listed & WARM_UP
     _, warmed = served_modules(tmp_path / "warm", pause_s=1.5)
     assert warmed & WARM_UP
+
+
+# What a session/start and a plain turn (no MCP server configured, no command run, no edit)
+# must not load: the MCP manager (built once there is a server), run_command's sandbox command
+# lines and denial guess (with the first run_command), difflib (with the first diff), shlex
+# (with a hook's command line).
+NOT_FOR_A_PLAIN_TURN = {
+    "daemon.mcp.manager",
+    "daemon.mcp.client",
+    "daemon.sandbox.command",
+    "daemon.sandbox.denial",
+    "difflib",
+    "shlex",
+}
+
+
+def test_a_session_and_a_plain_turn_load_no_mcp_sandbox_commands_or_diffs(tmp_path: Path) -> None:
+    record = tmp_path / "modules.txt"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, **subprocess_env(home)}
+    env.pop("PONDER_ASYNC_BACKEND", None)
+    process = subprocess.Popen(
+        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", "--quiet", "--no-warm-up"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+    with process:  # closes the pipes
+        assert process.stdin is not None and process.stdout is not None
+        stdin, stdout = process.stdin, process.stdout
+
+        def send(request_id: int, method: str, params: dict[str, Any]) -> None:
+            line = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            stdin.write(msgspec.json.encode(line) + b"\n")
+            stdin.flush()
+
+        def until(done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+            while True:
+                message = msgspec.json.decode(stdout.readline())
+                if done(message):
+                    return message
+
+        try:
+            send(1, "initialize", {"protocol_version": 1})
+            until(lambda message: message.get("id") == 1)
+            send(2, "session/start", {"cwd": str(tmp_path), "model_id": "mock/echo"})
+            session_id = until(lambda message: message.get("id") == 2)["result"]["session"]["session_id"]
+            send(3, "session/prompt", {"session_id": session_id, "text": "hi"})
+            until(lambda message: message.get("params", {}).get("type") == "turn_end")
+            send(4, "ping", {})  # its answer records what the turn left loaded
+            until(lambda message: message.get("id") == 4)
+            stdin.close()
+            assert process.wait(30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+    after_turn = set(record.read_text().splitlines()[-1].split())
+    assert "daemon.agent.turn" in after_turn  # (the turn ran in this process)
+    loaded = sorted(after_turn & NOT_FOR_A_PLAIN_TURN)
+    assert not loaded, f"a session without MCP servers and a plain turn loaded {loaded}: load them on first use"
