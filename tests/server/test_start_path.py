@@ -161,6 +161,21 @@ def floor_modules() -> set[str]:
     return set(done.stdout.decode().split())
 
 
+def watched_serve(record: Path, home: Path, *serve_args: str) -> subprocess.Popen[bytes]:
+    """A real ``ponder serve SERVE_ARGS`` on ``home`` that writes to ``record`` the modules it
+    has imported each time it answers (``WATCHED_PONDER``), on the default loop, as editors run it."""
+    env = {**os.environ, **subprocess_env(home)}
+    env.pop("PONDER_ASYNC_BACKEND", None)
+    return subprocess.Popen(
+        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", *serve_args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
+
+
 def served_modules(tmp_path: Path, *serve_args: str, pause_s: float = 0.0) -> list[set[str]]:
     """The modules a real ``ponder serve SERVE_ARGS`` had imported at each answer: initialize,
     then (``pause_s`` later) session/list (of a stored session, so that its row is shown with
@@ -171,16 +186,7 @@ def served_modules(tmp_path: Path, *serve_args: str, pause_s: float = 0.0) -> li
     store = Store(home / "sessions.db")
     store.create_session(SessionRow(id="s1", cwd=str(tmp_path), model_id="mock/echo", thinking_level="off"))
     store.close()
-    env = {**os.environ, **subprocess_env(home)}
-    env.pop("PONDER_ASYNC_BACKEND", None)  # the default loop, as editors run it
-    process = subprocess.Popen(
-        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", *serve_args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
+    process = watched_serve(record, home, *serve_args)
     with process:  # closes the pipes
         assert process.stdin is not None and process.stdout is not None
         try:
@@ -273,16 +279,7 @@ def test_a_session_and_a_plain_turn_load_no_mcp_sandbox_commands_or_diffs(tmp_pa
     record = tmp_path / "modules.txt"
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, **subprocess_env(home)}
-    env.pop("PONDER_ASYNC_BACKEND", None)
-    process = subprocess.Popen(
-        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", "--quiet", "--no-warm-up"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
+    process = watched_serve(record, home, "--quiet", "--no-warm-up")
     with process:  # closes the pipes
         assert process.stdin is not None and process.stdout is not None
         stdin, stdout = process.stdin, process.stdout
