@@ -33,9 +33,9 @@ from daemon.util.redact import known as known_secrets
 from protocol import events as ev
 from protocol.methods import PermissionRequestParams
 
-if (
-    TYPE_CHECKING
-):  # with the first run_command (``Sandbox.for_command``): the mechanisms' command lines, the denial guess
+# Loaded with the first run_command (``Sandbox.for_command``): the mechanisms' command lines
+# and the denial guess, which a session that runs no command never needs.
+if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
 
 # The one tool the OS sandbox confines (file tools are confined by their own path checks).
