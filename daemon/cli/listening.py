@@ -5,7 +5,6 @@ on ENDPOINT`` (with the real port when ``:0`` was asked)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,15 +25,14 @@ def run_listening(args: argparse.Namespace, backend: str) -> int:
     """``backend``: the async library to run on (asyncio or trio)."""
     import anyio
 
+    from daemon.cli.serving import stdin_from_devnull
     from daemon.config.settings import load_config, resolve_home
     from daemon.errors import ListenRefused
     from daemon.logs import setup_logging
     from daemon.server.listen import serve_listening
 
     # Nothing is read from stdin and nothing but this command's own lines reaches stdout.
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, sys.stdin.fileno())
-    os.close(devnull)
+    stdin_from_devnull()
     home = resolve_home(args.home)
     config = load_config(home)
     setup_logging(config.log_dir, args.log_level, stderr=not args.quiet)

@@ -72,9 +72,7 @@ def run_serve(args: Serve) -> int:
     protocol_out = os.dup(sys.stdout.fileno())
     protocol_in = os.dup(sys.stdin.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, sys.stdin.fileno())
-    os.close(devnull)
+    stdin_from_devnull()
 
     home = resolve_home(args.home)
     config = load_config(home)
@@ -92,6 +90,14 @@ def run_serve(args: Serve) -> int:
         backend=backend,
     )
     return 0
+
+
+def stdin_from_devnull() -> None:
+    """Point this process's stdin at /dev/null: nothing (a tool's child included) reads the
+    client's input or the person's terminal through it."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, sys.stdin.fileno())
+    os.close(devnull)
 
 
 async def _serve_stdio(

@@ -264,10 +264,14 @@ class Connection:
     def _writing_big(self) -> bool:
         return self._written is not None and not self._written.is_set()
 
-    async def notify(self, method: str, params: Any) -> None:
-        if self._writing_big():
-            assert self._written is not None
+    async def _big_message_written(self) -> None:
+        """Wait until the last big message queued is written, if it is still being written (no
+        checkpoint otherwise: ``notify`` is on every event's path)."""
+        if self._written is not None and not self._written.is_set():
             await self._written.wait()
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self._big_message_written()
         await self.send_raw(_encoder.encode(_Notification("2.0", method, params)))
 
     def notify_nowait(self, method: str, params: Any) -> bool:
@@ -297,9 +301,7 @@ class Connection:
 
     async def send_encoded(self, data: bytes) -> None:
         """Queue an encoded message, waiting for room (back-pressure) and for a big one to be written."""
-        if self._writing_big():
-            assert self._written is not None
-            await self._written.wait()
+        await self._big_message_written()
         await self.send_raw(data)
 
     def expect_answer(self, request_id: str, on_answer: OnAnswer) -> None:
@@ -425,9 +427,7 @@ class Connection:
         the CPU from the client's requests."""
         while True:
             await self._answered.wait()
-            if self._writing_big():
-                assert self._written is not None
-                await self._written.wait()
+            await self._big_message_written()
             if not self._unanswered and not self._writing_big():
                 return
 
