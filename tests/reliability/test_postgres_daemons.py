@@ -42,8 +42,13 @@ async def start(client: RpcClient, **params: Any) -> str:
     return str(result["session"]["session_id"])
 
 
-async def prompt_and_collect(client: RpcClient, session_id: str, text: str) -> list[dict[str, Any]]:
-    turn = await client.request("session/prompt", {"session_id": session_id, "text": text})
+# For a turn whose length does not matter to the test (the taker's, after a takeover): the
+# sessions here think at "max" so that the holder's turn is still streaming when it is taken.
+QUICK = {"thinking_level": "off"}
+
+
+async def prompt_and_collect(client: RpcClient, session_id: str, text: str, **params: Any) -> list[dict[str, Any]]:
+    turn = await client.request("session/prompt", {"session_id": session_id, "text": text, **params})
     with anyio.fail_after(30):
         return await client.collect_turn(turn["turn_id"])
 
@@ -119,7 +124,7 @@ async def taken_over_after_a_kill(
     await process_of(holder).wait()
     while True:
         try:
-            taken = await taker.request("session/prompt", {"session_id": session_id, "text": "taken over"})
+            taken = await taker.request("session/prompt", {"session_id": session_id, "text": "taken over", **QUICK})
             return taken, time.monotonic() - killed
         except RpcError as error:
             assert error.code == -32004
@@ -168,7 +173,7 @@ async def test_fencing_refuses_a_daemon_whose_session_was_taken_over(
             with psycopg.connect(postgres_url) as db:
                 db.execute("SELECT pg_terminate_backend(%s)", (holder[2],))
             try:
-                taken = await b.request("session/prompt", {"session_id": session_id, "text": "B takes over"})
+                taken = await b.request("session/prompt", {"session_id": session_id, "text": "B takes over", **QUICK})
                 break
             except RpcError as error:  # A reconnected first and kept its lease: cut it again
                 assert error.code == -32004
@@ -191,7 +196,7 @@ async def test_fencing_refuses_a_daemon_whose_session_was_taken_over(
         assert after[0] == next(e["message"] for e in b_events if e["type"] == "message_end")
         assert await a.request("ping", {}) == {}  # A keeps answering
         # B's turn is over and its lease given back: A may take the session again, after B's messages.
-        again = await prompt_and_collect(a, session_id, "A again")
+        again = await prompt_and_collect(a, session_id, "A again", **QUICK)
         assert again[-1]["stop_reason"] == "end_turn"
         final = await messages(b, session_id)
         assert [m["seq"] for m in final] == list(range(1, len(final) + 1))
@@ -432,7 +437,9 @@ async def test_fencing_behind_a_transaction_pooler_refuses_a_stalled_daemon(
             taken = None
             while taken is None:
                 try:
-                    taken = await b.request("session/prompt", {"session_id": session_id, "text": "B takes over"})
+                    taken = await b.request(
+                        "session/prompt", {"session_id": session_id, "text": "B takes over", **QUICK}
+                    )
                 except RpcError as error:
                     assert error.code == -32004
                     assert time.monotonic() - stopped < POOLED_LEASE_TTL_S + 2.0
