@@ -9,6 +9,7 @@ opens nothing.
 import io
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ class PrivateRotatingFileHandler(logging.FileHandler):
     def __init__(self, path: Path, max_bytes: int) -> None:
         # backslashreplace: a record quoting a file name that is not UTF-8 (a lone surrogate) is still
         # written, escaped, instead of lost with a "Logging error" traceback on stderr.
+        self._regular = False  # whether the open file is a regular file (set by each ``_open``)
         super().__init__(path, "a", encoding="utf-8", errors="backslashreplace")
         self.max_bytes = max_bytes
 
@@ -39,25 +41,33 @@ class PrivateRotatingFileHandler(logging.FileHandler):
         fd = open_private(self.baseFilename, os.O_WRONLY | os.O_APPEND)
         stream = open(fd, self.mode, encoding=self.encoding, errors=self.errors)
         assert isinstance(stream, io.TextIOWrapper)  # a text mode always gives one
+        # Not a regular file (/dev/null, a pipe): nothing to rotate. Looked up once per opening.
+        self._regular = stat.S_ISREG(os.fstat(fd).st_mode)
         return stream
 
     def emit(self, record: logging.LogRecord) -> None:
+        # Formatted once (the standard library's handler formats each record twice: to size it,
+        # then to write it), and the file's kind known from its opening, not looked up per record:
+        # every turn writes a record, and 200 turns start at once in a burst.
         try:
-            if self._should_rotate(record):
+            line = self.format(record) + self.terminator
+            if self.stream is None:
+                self.stream = self._open()
+            if self._should_rotate(line):
                 self._rotate()
-            super().emit(record)
+            stream = self.stream
+            assert stream is not None  # opened above, or again by the rotation
+            stream.write(line)
+            stream.flush()
         except Exception:
             self.handleError(record)
 
-    def _should_rotate(self, record: logging.LogRecord) -> bool:
-        if os.path.exists(self.baseFilename) and not os.path.isfile(self.baseFilename):
-            return False  # not a regular file (/dev/null, a pipe): nothing to rotate
-        if self.stream is None:
-            self.stream = self._open()
-        if self.max_bytes <= 0:
-            return False  # no limit: never rotated
-        self.stream.seek(0, 2)
-        return self.stream.tell() + len(f"{self.format(record)}\n") >= self.max_bytes
+    def _should_rotate(self, line: str) -> bool:
+        if self.max_bytes <= 0 or not self._regular:
+            return False  # no limit, or nothing to rotate
+        assert self.stream is not None
+        # The file's size as it is now: another daemon on the same home appends to it too.
+        return os.fstat(self.stream.fileno()).st_size + len(line) >= self.max_bytes
 
     def _rotate(self) -> None:
         if self.stream is not None:

@@ -30,7 +30,9 @@ def run_listening(args: argparse.Namespace, backend: str) -> int:
     from daemon.errors import ListenRefused
     from daemon.logs import setup_logging
     from daemon.server.listen import serve_listening
+    from daemon.util.collector import tune_for_daemon
 
+    tune_for_daemon()
     # Nothing is read from stdin and nothing but this command's own lines reaches stdout.
     stdin_from_devnull()
     home = resolve_home(args.home)

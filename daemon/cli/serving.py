@@ -56,6 +56,9 @@ def run_serve(args: Serve) -> int:
     # modules, its types): the collector would walk them over and over while they load (about
     # a tenth of the time to initialize). serve_connection freezes them and turns it back on.
     gc.disable()
+    from daemon.util.collector import tune_for_daemon
+
+    tune_for_daemon()
     from daemon.sandbox.probe import ProbeRun
 
     # The sandbox probe's bwrap child runs while this process loads its stack and opens the

@@ -33,7 +33,7 @@ import pytest
 
 from daemon.conversation import ChatMessage, Part
 from daemon.jsonrpc.client import RpcClient, RpcError, spawn_daemon
-from daemon.logs import setup_logging
+from daemon.logs import private_rotating_handler, setup_logging
 from daemon.sessions import persistence
 from daemon.store import SessionRow, Store, process_start_time
 from daemon.store import db as store_module
@@ -521,6 +521,31 @@ def test_logs_are_owner_only_after_rotation(tmp_path: Path, loose_umask: None, r
     files = sorted(p.name for p in (home / "logs").iterdir())
     assert files == ["ponder.log", "ponder.log.1", "ponder.log.2", "ponder.log.3"]
     assert {name: mode(home / "logs" / name) for name in files} == dict.fromkeys(files, 0o600)
+
+
+def test_the_log_rotates_at_its_size_on_disk_with_two_writers(tmp_path: Path) -> None:
+    """Two daemons on one home append to one log: each rotates by the file's size on disk, so the
+    file never reaches the limit whoever wrote last; a log pointed at /dev/null never rotates."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first, second = (private_rotating_handler(logs / "ponder.log", 2000) for _ in range(2))
+    record = logging.LogRecord("ponder.test", logging.INFO, __file__, 1, "x" * 80, None, None)
+    try:
+        for n in range(40):
+            (first if n % 2 else second).handle(record)
+            assert (logs / "ponder.log").stat().st_size < 2000
+        assert (logs / "ponder.log.1").exists()
+    finally:
+        first.close()
+        second.close()
+    (tmp_path / "null").symlink_to(os.devnull)
+    to_null = private_rotating_handler(tmp_path / "null", 100)
+    try:
+        for _ in range(5):
+            to_null.handle(record)
+    finally:
+        to_null.close()
+    assert (tmp_path / "null").is_symlink() and not (tmp_path / "null.1").exists()
 
 
 def test_a_log_record_with_a_name_that_is_not_utf8_is_written_escaped(

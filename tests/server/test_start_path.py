@@ -93,6 +93,7 @@ PONDER_START_PATH = frozenset(
         "daemon.store.store",
         "daemon.util",
         "daemon.util.clock",
+        "daemon.util.collector",  # the daemon's collector threshold, set before start-up allocates
         "daemon.util.foreground",  # stdin's lines and the requests hold the foreground from the first one
         "daemon.util.redact",
         "daemon.util.secret",
