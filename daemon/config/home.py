@@ -1,6 +1,7 @@
 """Owner-only places in the ponder home: the home itself and ``logs/`` are 0700, files in them 0600."""
 
 import os
+import stat
 from pathlib import Path
 
 PRIVATE_DIR_MODE = 0o700
@@ -26,10 +27,14 @@ def make_private_dir(path: Path) -> None:
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
-    """``os.open`` that creates the file owner-only and tightens a looser existing one."""
+    """``os.open`` that creates the file owner-only and tightens a looser existing regular file.
+
+    Anything else the path names is left as it is: a log pointed at ``/dev/null`` or a pipe must
+    not make the device owner-only for the whole machine (a daemon run as root could)."""
     fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE_MODE)
     try:
-        if os.fstat(fd).st_mode & 0o077:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and mode & 0o077:
             os.fchmod(fd, PRIVATE_FILE_MODE)
     except OSError:
         pass  # not ours to change

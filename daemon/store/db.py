@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from typing import Self, TypeVar
@@ -116,7 +117,8 @@ def _restrict_files(path: str) -> None:
     # under another umask may be looser; tighten whatever is there.
     for name in (path, f"{path}-wal", f"{path}-shm"):
         try:
-            if os.stat(name).st_mode & 0o077:
+            mode = os.stat(name).st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:  # never a device or pipe the path names
                 os.chmod(name, 0o600)
         except OSError:
             pass  # absent (no WAL yet) or not ours to change
