@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from daemon.conversation import ChatMessage
 from daemon.errors import ProviderError
@@ -29,14 +30,15 @@ MarkOmitted = Callable[[str, int, str], Awaitable[None]]
 _IMAGE_ERROR = re.compile(r"\bimages?\b|image_url|input_image|inline_?data|media_type", re.IGNORECASE)
 
 
-@dataclass
-class TurnMedia:
+# A Struct, not a dataclass: a session/start imports this module, and a dataclass compiles its
+# generated methods at import (tests/server/test_start_path.py).
+class TurnMedia(msgspec.Struct):
     model_id: str
     takes_images: bool
     load: LoadAttachments
     mark: MarkOmitted
-    cache: dict[str, bytes] = field(default_factory=dict)
-    plan: budget.MediaPlan = field(default_factory=budget.MediaPlan)
+    cache: dict[str, bytes] = msgspec.field(default_factory=dict)
+    plan: budget.MediaPlan = msgspec.field(default_factory=budget.MediaPlan)
 
     async def ready(self, messages: list[ChatMessage]) -> budget.MediaPlan:
         """Plan the next request of ``messages`` and have the bytes of the images it sends."""

@@ -12,8 +12,9 @@ given (``output_schema.validate``); an invalid one is sent back with its errors 
 """
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from daemon.agent import output_schema
 from daemon.conversation import ChatMessage, Part, ToolSpec
@@ -28,8 +29,9 @@ FINAL_OUTPUT_DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class OutputRequest:
+# Structs, not dataclasses: a session/start imports this module, and a dataclass compiles its
+# generated methods at import (tests/server/test_start_path.py).
+class OutputRequest(msgspec.Struct, frozen=True):
     """What a prompt asked of its turn's answer: the schema as given (checked at admission) and
     how many invalid answers are sent back before the turn ends ``schema_failed``."""
 
@@ -51,8 +53,7 @@ class NativeRefusals:
         return model_id in self._models
 
 
-@dataclass
-class TurnOutput:
+class TurnOutput(msgspec.Struct):
     """One turn's structured output as it goes: the mode, the invalid answers so far, the answer."""
 
     request: OutputRequest
@@ -64,7 +65,7 @@ class TurnOutput:
     invalid: int = 0
     answered: bool = False
     value: Any = None
-    sent: dict[str, Any] = field(default_factory=dict)  # the schema as the model is asked for it
+    sent: dict[str, Any] = msgspec.field(default_factory=dict)  # the schema as the model is asked for it
 
     @classmethod
     def start(

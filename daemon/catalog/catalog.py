@@ -21,8 +21,9 @@ this module only describes each model's knob.
 
 import functools
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from msgspec.structs import replace
 
 from daemon.catalog import models_dev
 from daemon.catalog.decide import ThinkingDefaults, decide_thinking, follow_defaults

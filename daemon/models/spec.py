@@ -6,8 +6,9 @@ the providers' fragment builders, so that none of them imports another for these
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import get_args
+
+import msgspec
 
 from protocol.objects import ThinkingLevel
 
@@ -17,8 +18,10 @@ LEVELS: tuple[ThinkingLevel, ...] = get_args(ThinkingLevel)
 KINDS = ("effort", "budget", "adaptive", "toggle", "level", "none")
 
 
-@dataclass(frozen=True)
-class ThinkingControl:
+# Frozen Structs, not dataclasses: a session/start imports this module, and a dataclass
+# compiles its generated methods at import (tests/server/test_start_path.py). Both compare
+# by value and are immutable; ``msgspec.structs.replace`` runs ``__post_init__`` again.
+class ThinkingControl(msgspec.Struct, frozen=True):
     """How one model lets its thinking be steered, and which request fragment does it.
 
     ``kind`` says what the knob is (effort / budget / adaptive / toggle / level / none);
@@ -35,7 +38,7 @@ class ThinkingControl:
     # A level missing here is sent under its own name. ``values["off"]`` is the explicit
     # off form for models that think unless told not to ("none"); a model whose off is
     # "send nothing" has no "off" entry.
-    values: Mapping[str, str] = field(default_factory=dict, hash=False)
+    values: Mapping[str, str] = msgspec.field(default_factory=dict)  # compared, but not hashed
     budget_min: int | None = None
     budget_max: int | None = None  # None: derived from the model's output limit
     # Who imposes a ceiling below the model's own, e.g. a vendor's proxy; used in reasons.
@@ -46,6 +49,12 @@ class ThinkingControl:
         assert all(level in LEVELS for level in self.levels), self.levels
         assert list(self.levels) == sorted(self.levels, key=LEVELS.index), self.levels
         assert self.default in self.levels, (self.default, self.levels)
+
+    def __hash__(self) -> int:
+        # Every field but ``values`` (a dict): equal controls hash alike, and a dict does not hash.
+        return hash(
+            (self.kind, self.param, self.levels, self.default, self.budget_min, self.budget_max, self.limited_by)
+        )
 
     @property
     def can_disable(self) -> bool:
@@ -68,8 +77,7 @@ class ThinkingControl:
 NO_THINKING = ThinkingControl()
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(msgspec.Struct, frozen=True):
     provider: str
     model: str  # provider-side model name
     name: str

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from msgspec.structs import replace
 
 from daemon.config.home import open_private
@@ -26,13 +26,14 @@ FILE_NAME = "permissions.toml"
 _HEADER = '# Rules kept by ponder\'s "always" answers (allow_always, deny_always); edit freely.\n'
 
 
-@dataclass
-class AlwaysFile:
+# A Struct, not a dataclass: a session/start reads this file, and a dataclass compiles its
+# generated methods at import (tests/server/test_start_path.py).
+class AlwaysFile(msgspec.Struct):
     """What the file held when read."""
 
     path: Path
-    rules: list[Rule] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
     writable: bool = True  # False when the file does not parse: nothing is appended to it
 
 

@@ -12,6 +12,7 @@ import functools
 import json
 import ssl
 import time
+import urllib.request
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from contextlib import aclosing, asynccontextmanager, contextmanager
@@ -49,27 +50,74 @@ class LazyClient:
     """
 
     def __init__(self) -> None:
-        self._clients: list[httpx.AsyncClient] = []
+        self._routes: list[Route] = []
         self._streams: list[int] = []  # streams open through each client
 
     @contextmanager
-    def lease(self) -> Iterator[httpx.AsyncClient]:
+    def lease(self) -> Iterator["Route"]:
         """A client for one stream, counted as carrying it until the block ends."""
         i = next((i for i, count in enumerate(self._streams) if count < STREAMS_PER_CLIENT), None)
         if i is None:
-            i = len(self._clients)
-            self._clients.append(make_client())
+            i = len(self._routes)
+            self._routes.append(Route())
             self._streams.append(0)
         self._streams[i] += 1
         try:
-            yield self._clients[i]
+            yield self._routes[i]
         finally:
             self._streams[i] -= 1
 
     async def aclose(self) -> None:
-        clients, self._clients, self._streams = self._clients, [], []
-        for client in clients:
-            await client.aclose()
+        routes, self._routes, self._streams = self._routes, [], []
+        for route in routes:
+            await route.aclose()
+
+
+class Route:
+    """One httpx client and the way a streamed POST goes through it (``post_streaming``).
+
+    ``client.send`` adds a third to the CPU of the exchange (building and merging the request's
+    headers, the auth and redirect machinery, the cookie jar's urllib adapter on every response):
+    a streamed POST and its short answer, with their local server, cost ~1.9 ms through it and
+    ~1.4 ms without it, and each of 200 turns started at once pays it. When it has nothing to do
+    (no proxy in the environment, no cookie to send back), the request goes straight to a
+    transport built as the client's (TLS context, pool limits), the request built as httpx
+    builds it: the client's default headers under the adapter's, its timeouts, the response bound
+    to the request, a ``set-cookie`` kept in the client's jar (so the next request takes httpx's
+    whole way and sends it back). A client given a transport of its own would ignore the
+    environment's proxies: hence a transport beside it, not in it."""
+
+    def __init__(self) -> None:
+        self.client = make_client()
+        # httpx reads the proxy variables when the client is made (``trust_env``): so does this.
+        # With a proxy named, every request takes httpx's way (its mounts route it).
+        self.transport = (
+            httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS)
+            if not urllib.request.getproxies()
+            else None
+        )
+        self._headers = dict(self.client.headers.items())  # lower-case names: accept, user-agent, …
+        self._timeout = self.client.timeout.as_dict()
+
+    async def post_streaming(self, url: str, headers: dict[str, str], content: bytes) -> httpx.Response:
+        """POST ``content`` and return the response with its body not read yet (httpx errors raised as httpx does)."""
+        client, transport = self.client, self.transport
+        if transport is None or client.cookies:
+            request = client.build_request("POST", url, headers=headers, content=content)
+            return await client.send(request, stream=True)
+        merged = self._headers.copy()
+        merged.update((name.lower(), value) for name, value in headers.items())
+        request = httpx.Request("POST", url, headers=merged, content=content, extensions={"timeout": self._timeout})
+        response = await transport.handle_async_request(request)
+        response.request = request
+        if "set-cookie" in response.headers:
+            client.cookies.extract_cookies(response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        if self.transport is not None:
+            await self.transport.aclose()
 
 
 @functools.cache
@@ -79,12 +127,15 @@ def ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+# Every live turn holds one streaming connection for its whole reply; httpx's default pool of
+# 100 would make the 101st concurrent session wait (and time out after 30 s).
+CLIENT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
+
+
 def make_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S, write=30.0, pool=30.0),
-        # Every live turn holds one streaming connection for its whole reply; httpx's default
-        # pool of 100 would make the 101st concurrent session wait (and time out after 30 s).
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+        limits=CLIENT_LIMITS,
         verify=ssl_context(),
         follow_redirects=False,
     )
@@ -209,10 +260,9 @@ async def open_stream(
     body read through ``read_error_body`` with ``secrets`` masked (a proxy may echo the
     key). Leaving the context closes the response.
     """
-    with clients.lease() as client:
+    with clients.lease() as route:
         try:
-            request = client.build_request("POST", url, headers=headers, content=content)
-            response = await client.send(request, stream=True)
+            response = await route.post_streaming(url, headers, content)
         except httpx.RequestError as exc:
             raise connection_error(provider, exc) from exc
         try:

@@ -27,7 +27,6 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
@@ -64,8 +63,10 @@ class DialectClient(Protocol):
     async def ask_permission(self, params: PermissionRequestParams) -> PermissionAnswer: ...
 
 
-@dataclass(eq=False)
-class Peer:
+# Structs with ``eq=False`` (compared and hashed by identity: they are kept in sets and as keys),
+# not dataclasses: this module is on the start path, and a dataclass compiles its generated
+# methods at import (tests/server/test_start_path.py).
+class Peer(msgspec.Struct, eq=False):
     """One connected client: how to reach it, what it declared at ``initialize``, what it follows."""
 
     connection: Connection
@@ -77,10 +78,10 @@ class Peer:
     role: Role = "controller"
     can_ask: bool = False  # answers permission requests
     client_name: str | None = None
-    sessions: set[str] = field(default_factory=set)
+    sessions: set[str] = msgspec.field(default_factory=set)
     gone: bool = False
     # ``shutdown`` on a listening daemon: this connection closes, the daemon stays.
-    close_requested: anyio.Event = field(default_factory=anyio.Event)
+    close_requested: anyio.Event = msgspec.field(default_factory=anyio.Event)
     # Another dialect's connection: its bridge, and the queue its connection's task translates from.
     dialect: DialectClient | None = None
     relay: MemoryObjectSendStream[Any] | None = None
@@ -97,20 +98,19 @@ class Peer:
         return not self.gone and self.role == "controller" and self.can_ask and self.follows(session_id)
 
 
-@dataclass(eq=False)
-class _Ask:
+class _Ask(msgspec.Struct, eq=False):
     """A permission request waiting for its first answer."""
 
     request_id: str
     params: PermissionRequestParams
     encoded: bytes
-    asked: set[Peer] = field(default_factory=set)
+    asked: set[Peer] = msgspec.field(default_factory=set)
     answer: dict[str, Any] | None = None
     answered_by: Peer | None = None
-    changed: anyio.Event = field(default_factory=anyio.Event)
+    changed: anyio.Event = msgspec.field(default_factory=anyio.Event)
     # Where the asks through another dialect's bridge run (open while the request waits), and each one's scope.
     task_group: anyio.abc.TaskGroup | None = None
-    relayed: dict[Peer, anyio.CancelScope] = field(default_factory=dict)
+    relayed: dict[Peer, anyio.CancelScope] = msgspec.field(default_factory=dict)
 
     def wake(self) -> None:
         self.changed.set()

@@ -26,7 +26,18 @@ PART_COLUMNS = (
     "is_error, provider, model, signature, provider_data_json, attachment_id, media_json"
 )
 _PART_PLACEHOLDERS = ", ".join("?" * len(PART_COLUMNS.split(",")))
-_PART_COLUMNS_OF_P = ", ".join(f"p.{name.strip()}" for name in PART_COLUMNS.split(","))
+# What a history read fetches. The sqlite3 module pays per value (on 3.11 it lets the GIL go and
+# takes it back around each column's type), and a long history is ~10,000 messages and ~15,000
+# parts, so it fetches no value it can do without: not the session's id (the read names it), not a
+# part's position (the order gives it), and a part's two flags as one number.
+_HISTORY_COLUMNS = _MESSAGE_COLUMNS.replace("id, session_id,", "id,", 1)
+_HISTORY_PART_COLUMNS = (
+    "p.message_id, p.type, p.text,"
+    " CASE WHEN p.redacted <> 0 THEN 1 ELSE 0 END + CASE WHEN p.is_error <> 0 THEN 2 ELSE 0 END,"
+    " p.call_id, p.name, p.arguments_json, p.provider, p.model, p.signature, p.provider_data_json,"
+    " p.attachment_id, p.media_json"
+)
+_REDACTED, _IS_ERROR = 1, 2  # the flags' bits
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 # A prompt's output request rides in admission_json under this key (no column of its own).
@@ -79,25 +90,27 @@ def _null_if_empty(value: str | None) -> str | None:
 
 
 def _part_from_row(row: tuple[Any, ...]) -> Part:
+    """A part from its ``_HISTORY_PART_COLUMNS``."""
     # Every part of a history passes here (a resume reads tens of thousands). Most have no
     # media, and a call without ``**`` costs half as much: media are laid over afterwards.
+    flags = row[3]
     part = Part(
-        type=row[2],
-        text=row[3],
-        redacted=bool(row[4]),
-        call_id=row[5],
-        name=row[6],
-        arguments=None if row[7] is None else _decode_object(row[7]),
-        is_error=bool(row[8]),
-        provider=row[9],
-        model=row[10],
-        signature=row[11],
-        provider_data=None if row[12] is None else _decode_object(row[12]),
-        attachment_id=row[13],
+        type=row[1],
+        text=row[2],
+        redacted=bool(flags & _REDACTED),
+        call_id=row[4],
+        name=row[5],
+        arguments=None if row[6] is None else _decode_object(row[6]),
+        is_error=bool(flags & _IS_ERROR),
+        provider=row[7],
+        model=row[8],
+        signature=row[9],
+        provider_data=None if row[10] is None else _decode_object(row[10]),
+        attachment_id=row[11],
     )
-    if row[14] is None:
+    if row[12] is None:
         return part
-    return msgspec.structs.replace(part, **msgspec.structs.asdict(_decode_media(row[14])))
+    return msgspec.structs.replace(part, **msgspec.structs.asdict(_decode_media(row[12])))
 
 
 def _media_json(part: Part) -> str | None:
@@ -247,7 +260,7 @@ class MessageQueries(StoreBackend):
             raise InvalidLimit("limit must not be negative.")
         # Seqs start at 1, so -1 is below all of them.
         low = -1 if after_seq is None else after_seq
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
+        sql = f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
         params: tuple[Any, ...] = (session_id, low)
         if limit is not None:
             sql += " LIMIT ?"
@@ -267,35 +280,35 @@ class MessageQueries(StoreBackend):
             parts: dict[str, list[Part]] = {row[0]: [] for row in rows}
             for part_row in db.execute(
                 f"""
-                SELECT {_PART_COLUMNS_OF_P}
+                SELECT {_HISTORY_PART_COLUMNS}
                 FROM messages AS m JOIN parts AS p ON p.message_id = m.id
                 WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
                 ORDER BY m.seq, p.position
                 """,
-                (session_id, low, rows[-1][2]),
+                (session_id, low, rows[-1][1]),
             ):
                 parts[part_row[0]].append(_part_from_row(part_row))
-            self._add_appended_text(db, parts, session_id, low, rows[-1][2])
+            self._add_appended_text(db, parts, session_id, low, rows[-1][1])
             return [
                 _with_admission(
                     ChatMessage(
                         message_id=row[0],
-                        session_id=row[1],
-                        seq=row[2],
-                        role=row[3],
+                        session_id=session_id,
+                        seq=row[1],
+                        role=row[2],
                         parts=parts[row[0]],
-                        model_id=row[4],
-                        thinking_requested=row[5],
-                        thinking_effective=row[6],
-                        stop_reason=row[7],
-                        usage=None if row[8] is None else _decode_usage(row[8]),
-                        status=row[9],
-                        created_at=row[10],
-                        origin=row[11],
-                        turn_id=row[12],
-                        client_message_id=row[13],
+                        model_id=row[3],
+                        thinking_requested=row[4],
+                        thinking_effective=row[5],
+                        stop_reason=row[6],
+                        usage=None if row[7] is None else _decode_usage(row[7]),
+                        status=row[8],
+                        created_at=row[9],
+                        origin=row[10],
+                        turn_id=row[11],
+                        client_message_id=row[12],
                     ),
-                    row[14],
+                    row[13],
                 )
                 for row in rows
             ]

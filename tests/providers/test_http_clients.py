@@ -1,43 +1,132 @@
 """An adapter's httpx clients (``providers/http.LazyClient``): one stream after another goes
 through the first client (its kept-alive connections are reused); streams open at once are
 spread over clients carrying at most ``STREAMS_PER_CLIENT`` each, so that no connection pool
-grows to hundreds of connections (httpcore goes over all of a pool's connections per request)."""
+grows to hundreds of connections (httpcore goes over all of a pool's connections per request).
 
+A streamed POST (``Route.post_streaming``) goes straight to the client's transport when httpx's
+client has nothing to add: what reaches the server is what ``client.send`` sends, cookies a
+server set are sent back, and a proxy named in the environment is used."""
+
+import httpx
 import pytest
 
-from daemon.providers.http import STREAMS_PER_CLIENT, LazyClient
+from daemon.errors import ProviderError
+from daemon.providers.http import STREAMS_PER_CLIENT, LazyClient, open_stream
+from tests.support.replay import ReplayServer, ScriptedResponse
 
 pytestmark = pytest.mark.anyio
 
+ADAPTER_HEADERS = {"Content-Type": "application/json", "x-api-key": "sk-test", "Accept": "text/event-stream"}
+BODY = b'{"model":"m","stream":true}'
 
-async def test_streams_one_after_another_reuse_the_first_client():
+
+def _unexpected(response: httpx.Response, body: bytes) -> ProviderError:
+    return ProviderError(f"unexpected {response.status_code}: {body!r}", provider="test")
+
+
+async def _post(clients: LazyClient, url: str) -> tuple[int, bytes, httpx.Request]:
+    async with open_stream(
+        clients, url, provider="test", headers=ADAPTER_HEADERS, content=BODY, map_error=_unexpected
+    ) as response:
+        return response.status_code, await response.aread(), response.request
+
+
+async def test_streams_one_after_another_reuse_the_first_client() -> None:
     clients = LazyClient()
     try:
         seen = set()
         for _ in range(3 * STREAMS_PER_CLIENT):
-            with clients.lease() as client:
-                seen.add(id(client))
+            with clients.lease() as route:
+                seen.add(id(route.client))
         assert len(seen) == 1
     finally:
         await clients.aclose()
 
 
-async def test_streams_open_at_once_spread_over_clients_and_come_back_to_the_first():
+async def test_streams_open_at_once_spread_over_clients_and_come_back_to_the_first() -> None:
     clients = LazyClient()
     try:
         leases = [clients.lease() for _ in range(2 * STREAMS_PER_CLIENT + 1)]
-        held = [lease.__enter__() for lease in leases]
+        held = [lease.__enter__().client for lease in leases]
         first, second, third = held[0], held[STREAMS_PER_CLIENT], held[-1]
         assert held[:STREAMS_PER_CLIENT] == [first] * STREAMS_PER_CLIENT
         assert held[STREAMS_PER_CLIENT:-1] == [second] * STREAMS_PER_CLIENT
         assert len({id(first), id(second), id(third)}) == 3
         leases[3].__exit__(None, None, None)  # a stream of the first client ends
-        with clients.lease() as client:
-            assert client is first  # the first client with room, not the newest
+        with clients.lease() as route:
+            assert route.client is first  # the first client with room, not the newest
         for lease in leases[:3] + leases[4:]:
             lease.__exit__(None, None, None)
-        with clients.lease() as client:
-            assert client is first
+        with clients.lease() as route:
+            assert route.client is first
     finally:
         await clients.aclose()
     assert first.is_closed and second.is_closed and third.is_closed
+
+
+async def test_a_streamed_post_sends_what_httpx_would_send(replay_server: ReplayServer) -> None:
+    answer = b'data: {"type":"ping"}\n\n'
+    replay_server.responses.extend(ScriptedResponse(body=answer) for _ in range(2))
+    clients = LazyClient()
+    try:
+        status, body, request = await _post(clients, f"{replay_server.url}/v1/messages")
+        with clients.lease() as route:
+            timeouts = route.client.timeout.as_dict()
+            # The same request the whole httpx way, for comparison.
+            built = route.client.build_request(
+                "POST", f"{replay_server.url}/v1/messages", headers=ADAPTER_HEADERS, content=BODY
+            )
+            whole = await route.client.send(built, stream=True)
+            await whole.aread()
+            await whole.aclose()
+    finally:
+        await clients.aclose()
+    assert (status, body) == (200, answer)
+    assert request.extensions["timeout"] == timeouts  # the client's timeouts hold for the request
+    direct, by_httpx = replay_server.requests
+    assert (direct.method, direct.path, direct.body) == ("POST", "/v1/messages", BODY)
+    assert direct.headers == by_httpx.headers
+    assert direct.headers["accept"] == "text/event-stream"  # the adapter's header over the client's default
+    assert direct.headers["accept-encoding"] == "gzip, deflate"  # the client's defaults are kept
+    assert direct.headers["content-length"] == str(len(BODY))
+
+
+async def test_a_cookie_the_server_set_is_sent_back(replay_server: ReplayServer) -> None:
+    replay_server.responses.append(ScriptedResponse(headers={"set-cookie": "__cf_bm=abc; Path=/"}, body=b"data: 1\n\n"))
+    replay_server.responses.append(ScriptedResponse(body=b"data: 2\n\n"))
+    clients = LazyClient()
+    try:
+        await _post(clients, f"{replay_server.url}/v1/messages")
+        await _post(clients, f"{replay_server.url}/v1/messages")
+    finally:
+        await clients.aclose()
+    first, second = replay_server.requests
+    assert "cookie" not in first.headers
+    assert second.headers["cookie"] == "__cf_bm=abc"
+
+
+async def test_a_proxy_named_in_the_environment_carries_the_request(
+    replay_server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", replay_server.url)
+    replay_server.responses.append(ScriptedResponse(body=b"data: via the proxy\n\n"))
+    clients = LazyClient()  # made after the variable is set, as an adapter's clients are
+    try:
+        status, body, _request = await _post(clients, "http://provider.invalid/v1/messages")
+    finally:
+        await clients.aclose()
+    assert (status, body) == (200, b"data: via the proxy\n\n")
+    (request,) = replay_server.requests
+    assert request.path == "http://provider.invalid/v1/messages"  # the absolute form a proxy is sent
+
+
+async def test_a_refused_connection_is_a_retryable_provider_error() -> None:
+    clients = LazyClient()
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await _post(clients, "http://127.0.0.1:9/v1/messages")  # the discard port: nothing listens
+    finally:
+        await clients.aclose()
+    assert caught.value.retryable and caught.value.kind == "connection_error"

@@ -126,8 +126,24 @@ STACK_PACKAGES = ("anyio", "msgspec", "sqlite3", "_sqlite3", "asyncio", "sniffio
 INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n'
 LIST = b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}\n'
 
+# The dataclasses ponder's loaded modules define ("module.Class"): making one compiles its
+# generated methods (__init__, __eq__, __repr__, ...) at import, ~5 M instructions each, so
+# none is made on the start path or by a session/start and a plain turn (msgspec Structs or
+# plain classes instead, with the same semantics).
+PONDER_DATACLASSES = r"""
+def ponder_dataclasses():
+    found = set()
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("daemon", "protocol") and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and "__dataclass_fields__" in vars(value) and value.__module__ == name:
+                    found.add(f"{name}.{value.__qualname__}")
+    return sorted(found)
+"""
+
 # Runs ``ponder`` as the console script does, and writes the modules imported so far (beyond
-# the interpreter's own start) each time an answer is written to the client: one line each.
+# the interpreter's own start) each time an answer is written to the client: one line each;
+# and, to the same path + ".dataclasses", the dataclasses of ponder's modules at that answer.
 WATCHED_PONDER = r"""
 import os, sys
 base = set(sys.modules)
@@ -136,6 +152,8 @@ def watch(fd, data, /):
     if b'"result"' in bytes(data[:100]):
         with open(sys.argv[1], "a") as out:
             out.write(" ".join(sorted(set(sys.modules) - base)) + "\n")
+        with open(sys.argv[1] + ".dataclasses", "a") as out:
+            out.write(" ".join(ponder_dataclasses()) + "\n")
     return write(fd, data)
 os.write = watch
 from daemon.cli.main import main
@@ -168,7 +186,7 @@ def watched_serve(record: Path, home: Path, *serve_args: str) -> subprocess.Pope
     env = {**os.environ, **subprocess_env(home)}
     env.pop("PONDER_ASYNC_BACKEND", None)
     return subprocess.Popen(
-        [sys.executable, "-c", WATCHED_PONDER, str(record), "serve", *serve_args],
+        [sys.executable, "-c", PONDER_DATACLASSES + WATCHED_PONDER, str(record), "serve", *serve_args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -227,6 +245,18 @@ def test_initialize_is_answered_with_the_floor_and_the_listed_modules_only(tmp_p
     # What session/list (``ponder sessions``) loads on top: nothing of ponder but what initialize had.
     listed = sorted(name for name in at_list - at_initialize if name.split(".")[0] in ("daemon", "protocol"))
     assert not listed, f"session/list loaded {listed}: it is answered from the store alone"
+    made = (tmp_path / "modules.txt.dataclasses").read_text().splitlines()
+    assert made == ["", ""], f"dataclasses made before initialize / session/list were answered: {made}"
+
+
+def test_the_dataclass_guard_finds_a_dataclass_of_ponder() -> None:
+    # The watcher's check can fail: in this process, which has loaded run_command's sandbox
+    # command lines (a frozen dataclass, off the start path), it names that class.
+    import daemon.sandbox.command  # noqa: F401
+
+    scope: dict[str, Any] = {"sys": sys}
+    exec(PONDER_DATACLASSES, scope)
+    assert "daemon.sandbox.command.CommandSandbox" in scope["ponder_dataclasses"]()
 
 
 def test_the_guard_sees_a_module_that_joins_the_start_path(tmp_path: Path) -> None:
@@ -314,3 +344,5 @@ def test_a_session_and_a_plain_turn_load_no_mcp_sandbox_commands_or_diffs(tmp_pa
     assert "daemon.agent.turn" in after_turn  # (the turn ran in this process)
     loaded = sorted(after_turn & NOT_FOR_A_PLAIN_TURN)
     assert not loaded, f"a session without MCP servers and a plain turn loaded {loaded}: load them on first use"
+    made = (tmp_path / "modules.txt.dataclasses").read_text().splitlines()[-1].split()
+    assert not made, f"a session/start and a plain turn made the dataclasses {made}: use msgspec Structs"

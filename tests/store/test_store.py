@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from daemon.conversation import ChatMessage, Part
@@ -267,6 +268,41 @@ def test_message_paging(store: StoreQueries) -> None:
     assert store.get_messages("s1", after_seq=10) == []
     assert store.get_messages("s1", limit=0) == []
     assert store.get_messages("unknown") == []
+
+
+def test_a_history_read_keeps_every_part_in_place_whatever_its_kind(store: StoreQueries) -> None:
+    # The read takes a part's place from the order (no position column) and its two flags as one
+    # number: kinds mixed in every order, on pages, with appended text, each part stays what and
+    # where it was.
+    store.create_session(session())
+    plain = Part(type="text", text="plain")
+    thought = Part(type="thinking", text="hm", provider="anthropic", model="claude-sonnet-4-5", signature="sig")
+    call = Part(type="tool_call", call_id="c1", name="read_file", arguments={"path": "a.py"})
+    result = Part(type="tool_result", call_id="c1", text="no such file", is_error=True)
+    redacted = Part(type="thinking", redacted=True, provider="anthropic", model="claude-sonnet-4-5")
+    image = Part(type="image", attachment_id="a" * 64, mime_type="image/png", size=3, width=1, height=1)
+    image_bytes = msgspec.structs.replace(image, data=b"png")
+    layouts = [
+        [call, plain, result],
+        [plain, thought, call, result, plain],
+        [redacted, thought, plain],
+        [plain],
+        [result, call],
+        [thought, image_bytes, plain, call],
+    ]
+    for seq, parts in enumerate(layouts, start=1):
+        store.save_message(
+            ChatMessage(message_id=f"m{seq}", session_id="s1", seq=seq, role="assistant", parts=list(parts))
+        )
+    store.append_to_message("m2", {}, {1: " more", 3: " still"})  # a plain part and a rich one
+    expected = [[msgspec.structs.replace(p, data=None) for p in parts] for parts in layouts]
+    expected[1][1] = msgspec.structs.replace(thought, text="hm more")
+    expected[1][3] = msgspec.structs.replace(result, text="no such file still")
+
+    assert [m.parts for m in store.get_messages("s1")] == expected
+    assert [m.parts for m in store.get_messages("s1", after_seq=1, limit=2)] == expected[1:3]
+    assert [m.parts for m in store.get_messages("s1", after_seq=4)] == expected[4:]
+    assert [m.session_id for m in store.get_messages("s1")] == ["s1"] * len(layouts)
 
 
 def test_fork_whole_and_up_to_a_message(store: StoreQueries) -> None:
