@@ -484,89 +484,94 @@ class SessionManager:
         makes a prompt sent twice admitted once (PROTOCOL.md "Steering, the queue and continuing").
         The caller gives exactly one of ``text`` and ``content``, ``expected_turn_id`` only with a
         steer, and no ``thinking_level`` with a steer (it runs with the running turn's thinking)."""
-        turn_level = thinking_level  # this turn's own level; None: the session's
-        live, spec = await self._live_for_turn(session_id)
-        # Fallback "error": a level the model does not take is refused before anything is stored.
-        argument = "thinking_level" if turn_level is not None else "session_id"
-        self.thinking_request(live.row, turn_level).check(self.catalog, spec, argument)
-        if content is None:
-            parts = [Part(type="text", text=text or "")]
-        else:
-            rules = ContentRules(
-                cwd=Path(live.row.cwd),
-                model_id=spec.id,
-                takes_images=spec.takes_images,
-                vision_models=[m.id for m in self.catalog.list_models(spec.provider) if m.takes_images],
-                links_outside_cwd=links_outside_cwd,
-            )
-            parts = await admit_content(content, rules)
-        async with live.admit_lock:
-            if client_message_id is not None:
-                earlier = _earlier_answer(live, client_message_id, parts)
-                if earlier is not None:
-                    return earlier
-            if delivery == "steer":
-                target = _steer_target(live, expected_turn_id)
-                if target is not None:
-                    return await self._admit_steer(live, target, parts, client_message_id)
-            if live.inbox.full:
-                raise SessionBusy(live.row.id)
-            # Holding no lease (the usual idle session): lease, catch-up and the prompt's save are
-            # one store transaction below, not three round trips (a burst of prompts batches them).
-            one_step = not live.lease_held and not live.unsaved
-            if not one_step:
-                await self._make_room(live)
-                if live.unsaved:
-                    await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
-            known_count = live.stored_count
-            queued = live.status == "running"
-            turn_id = new_id("turn")
-            message = ChatMessage(
-                message_id=new_id("msg"),
-                session_id=session_id,
-                seq=live.next_seq(),
-                role="user",
-                parts=parts,
-                status="complete",
-                created_at=now_rfc3339(),
-                origin="steer" if delivery == "steer" else "prompt",
-                turn_id=turn_id,
-                client_message_id=client_message_id,
-                output=_stored_output(output, max_turns),
-            )
-            answer = SessionPromptResult(
-                turn_id=turn_id,
-                message_id=message.message_id,
-                queued=queued,
-                delivery="queued" if queued else "started",
-            )
-            message.admission = msgspec.to_builtins(answer)
-            live.waiting.append(message)  # before the save: a running turn's next seq must skip it
-            try:
-                if one_step:
-                    await self._lease_and_save(live, message, known_count)
-                else:
-                    await self.store.save_message(message)
-                for part in parts:
-                    part.data = None  # stored once by content; requests read the bytes back from the store
-            except BaseException:
-                live.waiting.remove(message)  # refused: the client is told, nothing is kept
-                if live.current is None and not live.queued:
-                    with anyio.move_on_after(2, shield=True):
-                        await self.writes.release_lease(live)
-                raise
-            pending = PendingTurn(
-                turn_id,
-                message,
-                self.thinking_request(live.row, turn_level),
-                announced=queued,
-                output=output,
-                max_turns=max_turns,
-            )
-            live.inbox.put(pending)
-            if queued:
-                await self.events.queue_update(live)
-            return answer
+        # Entered before anything is awaited, so prompts and settings changes to one session take
+        # effect in the order they arrived: a prompt whose images are still being read in a worker
+        # thread is not overtaken by a text prompt sent after it, and it keeps the settings in force
+        # when it was sent (a thinking/set sent after it waits for its admission).
+        async with self.changes(session_id):
+            turn_level = thinking_level  # this turn's own level; None: the session's
+            live, spec = await self._live_for_turn(session_id)
+            # Fallback "error": a level the model does not take is refused before anything is stored.
+            argument = "thinking_level" if turn_level is not None else "session_id"
+            self.thinking_request(live.row, turn_level).check(self.catalog, spec, argument)
+            if content is None:
+                parts = [Part(type="text", text=text or "")]
+            else:
+                rules = ContentRules(
+                    cwd=Path(live.row.cwd),
+                    model_id=spec.id,
+                    takes_images=spec.takes_images,
+                    vision_models=[m.id for m in self.catalog.list_models(spec.provider) if m.takes_images],
+                    links_outside_cwd=links_outside_cwd,
+                )
+                parts = await admit_content(content, rules)
+            async with live.admit_lock:
+                if client_message_id is not None:
+                    earlier = _earlier_answer(live, client_message_id, parts)
+                    if earlier is not None:
+                        return earlier
+                if delivery == "steer":
+                    target = _steer_target(live, expected_turn_id)
+                    if target is not None:
+                        return await self._admit_steer(live, target, parts, client_message_id)
+                if live.inbox.full:
+                    raise SessionBusy(live.row.id)
+                # Holding no lease (the usual idle session): lease, catch-up and the prompt's save are
+                # one store transaction below, not three round trips (a burst of prompts batches them).
+                one_step = not live.lease_held and not live.unsaved
+                if not one_step:
+                    await self._make_room(live)
+                    if live.unsaved:
+                        await self.writes.flush_unsaved(live)  # earlier replies go in first, or the prompt is refused
+                known_count = live.stored_count
+                queued = live.status == "running"
+                turn_id = new_id("turn")
+                message = ChatMessage(
+                    message_id=new_id("msg"),
+                    session_id=session_id,
+                    seq=live.next_seq(),
+                    role="user",
+                    parts=parts,
+                    status="complete",
+                    created_at=now_rfc3339(),
+                    origin="steer" if delivery == "steer" else "prompt",
+                    turn_id=turn_id,
+                    client_message_id=client_message_id,
+                    output=_stored_output(output, max_turns),
+                )
+                answer = SessionPromptResult(
+                    turn_id=turn_id,
+                    message_id=message.message_id,
+                    queued=queued,
+                    delivery="queued" if queued else "started",
+                )
+                message.admission = msgspec.to_builtins(answer)
+                live.waiting.append(message)  # before the save: a running turn's next seq must skip it
+                try:
+                    if one_step:
+                        await self._lease_and_save(live, message, known_count)
+                    else:
+                        await self.store.save_message(message)
+                    for part in parts:
+                        part.data = None  # stored once by content; requests read the bytes back from the store
+                except BaseException:
+                    live.waiting.remove(message)  # refused: the client is told, nothing is kept
+                    if live.current is None and not live.queued:
+                        with anyio.move_on_after(2, shield=True):
+                            await self.writes.release_lease(live)
+                    raise
+                pending = PendingTurn(
+                    turn_id,
+                    message,
+                    self.thinking_request(live.row, turn_level),
+                    announced=queued,
+                    output=output,
+                    max_turns=max_turns,
+                )
+                live.inbox.put(pending)
+                if queued:
+                    await self.events.queue_update(live)
+                return answer
 
     async def _admit_steer(
         self, live: LiveSession, turn_id: str, parts: list[Part], client_message_id: str | None

@@ -7,6 +7,7 @@ import io
 import os
 import sqlite3
 
+import anyio
 import pytest
 from PIL import Image
 
@@ -313,3 +314,27 @@ async def test_an_image_a_provider_refuses_is_retried_as_a_note_and_never_sent_a
         later = await client.collect_turn(turn["turn_id"])
         assert later[0]["notes"] == ["1 image that a provider refused is sent as a one-line note."]
         assert replay_server.requests[-1].json()["messages"][0]["content"][1] == {"type": "text", "text": note}
+
+
+async def test_a_prompt_whose_image_is_still_being_read_is_not_overtaken(home, tmp_path):
+    # Many pixels in few bytes: reading and scaling it takes the worker thread a while.
+    image = png(4000, 3000)
+    first = [{"type": "text", "text": "first"}, {"type": "image", "data": b64(image), "mime_type": "image/png"}]
+    async with in_memory_daemon(home) as (client, _):
+        session_id = await start(client, tmp_path)
+        answers: dict[str, dict] = {}
+
+        async def send(name: str, params: dict) -> None:
+            answers[name] = await client.request("session/prompt", {"session_id": session_id, **params})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "image", {"content": first})
+            await anyio.wait_all_tasks_blocked()  # the image prompt is being admitted (its image read off the loop)
+            tg.start_soon(send, "text", {"text": "second"})
+        assert (answers["image"]["delivery"], answers["text"]["delivery"]) == ("started", "queued")
+        await client.collect_turn(answers["image"]["turn_id"])
+        await client.collect_turn(answers["text"]["turn_id"])
+        stored = (await client.request("session/messages", {"session_id": session_id}))["messages"]
+        users = [m for m in stored if m["role"] == "user"]
+        assert [m["content"][0]["text"] for m in users] == ["first", "second"]
+        assert [m["message_id"] for m in users] == [answers["image"]["message_id"], answers["text"]["message_id"]]

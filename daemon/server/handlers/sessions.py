@@ -212,19 +212,22 @@ class SessionHandlers:
                 "A steer runs with the running turn's thinking; send it without thinking_level.",
                 path="$.params.thinking_level",
             )
-        output = await _output_request(params)
-        await self._follow_existing(params.session_id)
-        return await self.sessions.prompt(
-            params.session_id,
-            params.text,
-            optional(parse_level, params.thinking_level, "$.params.thinking_level"),
-            params.content,
-            delivery=params.delivery,
-            expected_turn_id=params.expected_turn_id,
-            client_message_id=params.client_message_id,
-            output=output,
-            max_turns=params.max_turns,
-        )
+        # Held from here (the schema check and the follow await): prompts to one session are
+        # admitted in the order they arrived (``SessionManager.prompt`` holds it again).
+        async with self.sessions.changes(params.session_id):
+            output = await _output_request(params)
+            await self._follow_existing(params.session_id)
+            return await self.sessions.prompt(
+                params.session_id,
+                params.text,
+                optional(parse_level, params.thinking_level, "$.params.thinking_level"),
+                params.content,
+                delivery=params.delivery,
+                expected_turn_id=params.expected_turn_id,
+                client_message_id=params.client_message_id,
+                output=output,
+                max_turns=params.max_turns,
+            )
 
     async def session_continue(self, params: m.SessionIdParams) -> m.SessionContinueResult:
         await self._follow_existing(params.session_id)
