@@ -33,9 +33,14 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     not make the device owner-only for the whole machine (a daemon run as root could)."""
     fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE_MODE)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode) and mode & 0o077:
+        if too_open(os.fstat(fd).st_mode):
             os.fchmod(fd, PRIVATE_FILE_MODE)
     except OSError:
         pass  # not ours to change
     return fd
+
+
+def too_open(mode: int) -> bool:
+    """Whether a file of ``mode`` (``st_mode``) is to be tightened to ``PRIVATE_FILE_MODE``: a
+    regular file others may read or write. Never a device or a pipe a path names (/dev/null)."""
+    return stat.S_ISREG(mode) and bool(mode & 0o077)

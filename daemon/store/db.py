@@ -14,13 +14,13 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-import stat
 import time
 from collections.abc import Callable
 from typing import Self, TypeVar
 
 import msgspec
 
+from daemon.config.home import PRIVATE_FILE_MODE, too_open
 from daemon.errors import StoreClosed, StoreError, StoreUnavailable
 from daemon.store.backend import Body, SqlConnection, StoreBackend, StoreStatus
 from daemon.store.migrations import MIGRATIONS, check_not_too_new, migrate, schema_version
@@ -117,9 +117,8 @@ def _restrict_files(path: str) -> None:
     # under another umask may be looser; tighten whatever is there.
     for name in (path, f"{path}-wal", f"{path}-shm"):
         try:
-            mode = os.stat(name).st_mode
-            if stat.S_ISREG(mode) and mode & 0o077:  # never a device or pipe the path names
-                os.chmod(name, 0o600)
+            if too_open(os.stat(name).st_mode):
+                os.chmod(name, PRIVATE_FILE_MODE)
         except OSError:
             pass  # absent (no WAL yet) or not ours to change
 
