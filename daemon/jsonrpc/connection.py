@@ -267,7 +267,8 @@ class Connection:
     async def _big_message_written(self) -> None:
         """Wait until the last big message queued is written, if it is still being written (no
         checkpoint otherwise: ``notify`` is on every event's path)."""
-        if self._written is not None and not self._written.is_set():
+        if self._writing_big():
+            assert self._written is not None  # what _writing_big checked
             await self._written.wait()
 
     async def notify(self, method: str, params: Any) -> None:
