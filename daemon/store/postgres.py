@@ -7,13 +7,14 @@ its async connection is asyncio-only and ponder runs on trio too), the dialect a
 shared queries see (``?`` placeholders, NUL characters in text kept), transactions (every write
 transaction takes one advisory lock first, so writes are serialized as SQLite's ``BEGIN
 IMMEDIATE`` serializes them, and the read-then-write queries keep their meaning across
-daemons), migrations under an advisory lock (``pg_migrations``), the clock (the server's), the
+daemons; a transaction left idle by a stopped daemon is ended by the server, so its lock holds
+no one up), migrations under an advisory lock (``pg_migrations``), the clock (the server's), the
 turn lease's liveness, the error mapping (a sentence naming the host, never the password), and
 reconnecting: a lost connection makes the call that found it raise ``StoreUnavailable`` and the
 next call connects again.
 
 Nothing relies on the database session outliving a transaction: the locks are transaction
-locks, and the settings a transaction needs (``lock_timeout``, the origin its notifications
+locks, and the settings a transaction needs (``lock_timeout``, the idle-in-transaction timeout, the origin its notifications
 carry, and behind a pooler the URL's ``options`` such as ``search_path``) are set in it
 (``SET LOCAL``, sent with its ``BEGIN`` in one round trip). So the store also works behind a
 connection pooler (``pooler``: ``"transaction"``, as PgBouncer's transaction mode, or
@@ -63,6 +64,10 @@ POOLERS: tuple[Pooler, ...] = ("transaction", "session")
 CONNECT_TIMEOUT_S = 5
 # How long a statement may wait for a lock (another daemon's write) before the call fails.
 LOCK_TIMEOUT_MS = 5000
+# A transaction left idle this long (its daemon stopped, paused or wedged between two statements)
+# is ended by the server, so the write lock it holds cannot keep every other daemon's writes
+# waiting past LOCK_TIMEOUT_MS for good. Well under that timeout, far over any pause of ours.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 2000
 # Not more often than this does a call try to connect again after a failure.
 RECONNECT_INTERVAL_S = 0.5
 # Behind a pooler: a held lease lasts this long past the last heartbeat (a crashed daemon's
@@ -271,7 +276,11 @@ class PostgresDatabase(StoreBackend):
         self._connect_lock = threading.Lock()
         self._for_good = False
         # What each transaction sets first (SET LOCAL): nothing is kept in the session between them.
-        self._settings = {"lock_timeout": str(LOCK_TIMEOUT_MS), "ponder.origin": self.origin}
+        self._settings = {
+            "lock_timeout": str(LOCK_TIMEOUT_MS),
+            "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS),
+            "ponder.origin": self.origin,
+        }
         self._connect_url = url
         if pooler is not None:
             # A pooler passes no startup options (PgBouncer refuses or ignores them): the URL's
@@ -427,7 +436,7 @@ class PostgresDatabase(StoreBackend):
         return unavailable
 
     def _converted(self, error: Exception, *, write: bool) -> Exception:
-        if isinstance(error, psycopg.OperationalError) and (self._db is None or self._db.closed or self._db.broken):
+        if isinstance(error, psycopg.Error) and (self._db is None or self._db.closed or self._db.broken):
             return self._lost(error)
         if isinstance(error, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
             doing = "written" if write else "read"
@@ -494,7 +503,9 @@ class PostgresDatabase(StoreBackend):
                     db.execute("ROLLBACK")
                 except psycopg.Error:
                     pass
-            elif not committing and isinstance(error, psycopg.OperationalError):
+            elif not committing and isinstance(error, psycopg.Error):
+                # Any error that left the connection closed (a lost server, or one that ended the
+                # session: an idle-in-transaction timeout is an InternalError) rolled it back.
                 raise _BrokenBeforeCommit() from error
             if isinstance(error, Exception):
                 converted = self._converted(error, write=write)

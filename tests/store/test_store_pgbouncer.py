@@ -3,7 +3,8 @@ a pool smaller than the clients, so each transaction may run on another server c
 an undeclared pooler is one sentence (nothing written, no hang); declared, no statement is
 prepared, migrations raced through the pooler run once, the URL's ``search_path`` is set in
 each transaction, a crashed holder's lease lapses after the heartbeat stops (and not while it
-beats), fencing refuses a stalled holder, the change feed listens on ``listen_url`` and leaves the
+beats), fencing refuses a stalled holder, a daemon stopped inside a write holds no one's writes up
+(the server ends its idle transaction), the change feed listens on ``listen_url`` and leaves the
 store's own writes out, and without it says notifications are off. The conformance suite runs
 through the pooler too (``tests/store/conftest.py``, backend ``pgbouncer``)."""
 
@@ -18,7 +19,13 @@ import pytest
 from daemon.errors import LeaseLost, StoreUnavailable
 from daemon.store import SessionRow, new_lease_owner
 from daemon.store.pg_migrations import PG_MIGRATIONS
-from daemon.store.postgres import POOLED_LEASE_TTL_S, PoolerNotDeclared, PostgresStore, open_store
+from daemon.store.postgres import (
+    IDLE_IN_TRANSACTION_TIMEOUT_MS,
+    POOLED_LEASE_TTL_S,
+    PoolerNotDeclared,
+    PostgresStore,
+    open_store,
+)
 from tests.store.test_store_postgres import session, text_message
 from tests.support.pgbouncer import ThrowawayPgBouncer
 from tests.support.postgres import PASSWORD, PASSWORD_ROLE, ThrowawayPostgres
@@ -176,6 +183,47 @@ def test_a_stalled_holder_behind_the_pooler_is_fenced_out(schema: Schema, opened
     with pytest.raises(LeaseLost, match="Another daemon took session 's1' over"):
         holder.save_message(text_message("m2", 2))
     assert [m.message_id for m in other.get_messages("s1")] == ["m1"]
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "direct"])
+def test_a_daemon_stopped_inside_a_write_holds_no_other_daemons_writes_up(schema: Schema, opened, pooled: bool) -> None:
+    options = {"pooler": "transaction"} if pooled else {}
+    stopped = opened(schema.pooled if pooled else schema.direct, **options)
+    other = opened(schema.pooled if pooled else schema.direct, **options)
+    stopped.create_session(session())
+    inside, resumed = threading.Event(), threading.Event()
+    runs: list[int] = []
+    failures: list[BaseException] = []
+
+    def write_then_stop(db) -> None:
+        runs.append(len(runs) + 1)
+        inside.set()
+        # A process stopped (SIGSTOP, a paused VM) between two statements: its transaction sits
+        # idle on the server, holding the store's write lock.
+        resumed.wait(30)
+        stopped._save_message_body(text_message("m1", 1))(db)
+
+    def run() -> None:
+        try:
+            stopped._write(write_then_stop)
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        started = time.monotonic()
+        # Without the server ending the idle transaction, this waits LOCK_TIMEOUT_MS and fails:
+        # "another daemon held its lock for more than 5 s".
+        other.save_message(text_message("m2", 2))
+        assert time.monotonic() - started < IDLE_IN_TRANSACTION_TIMEOUT_MS / 1000 + 2.0
+    finally:
+        resumed.set()
+        thread.join(30)
+    # The stopped daemon's transaction was rolled back; its call ran once more on a new connection.
+    assert failures == [] and runs == [1, 2]
+    assert [m.message_id for m in other.get_messages("s1")] == ["m1", "m2"]
 
 
 def test_the_change_feed_listens_on_the_direct_url_and_leaves_its_own_writes_out(schema: Schema, opened) -> None:
