@@ -14,8 +14,8 @@ reconnecting: a lost connection makes the call that found it raise ``StoreUnavai
 next call connects again.
 
 Nothing relies on the database session outliving a transaction: the locks are transaction
-locks, and the settings a transaction needs (``lock_timeout``, the idle-in-transaction timeout, the origin its notifications
-carry, and behind a pooler the URL's ``options`` such as ``search_path``) are set in it
+locks, and the settings a transaction needs (``lock_timeout``, the idle-in-transaction timeout,
+the origin its notifications carry, and behind a pooler the URL's ``options`` such as ``search_path``) are set in it
 (``SET LOCAL``, sent with its ``BEGIN`` in one round trip). So the store also works behind a
 connection pooler (``pooler``: ``"transaction"``, as PgBouncer's transaction mode, or
 ``"session"``), which the configuration must declare: a pooler is detected (the connection's
