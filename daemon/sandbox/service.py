@@ -164,9 +164,15 @@ class Sandbox:
 
     def close(self) -> None:
         if self._tmp_base is not None:
-            import shutil
+            try:
+                # Empty unless a command ran (a session's directory is made by its first one):
+                # then removing it needs no shutil, whose imports (bz2, lzma, ...) cost ~5 M
+                # instructions on the way out.
+                os.rmdir(self._tmp_base)
+            except OSError:
+                import shutil
 
-            shutil.rmtree(self._tmp_base, ignore_errors=True)
+                shutil.rmtree(self._tmp_base, ignore_errors=True)
 
 
 # --- the temporary directory, without tempfile (see the module's docstring) ------------------

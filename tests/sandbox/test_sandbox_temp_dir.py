@@ -122,3 +122,17 @@ def test_the_sandbox_gives_each_session_a_directory_in_its_own_private_one(
     assert list(tmpdir_env.iterdir()) == [base]  # one per daemon
     sandbox.close()
     assert not base.exists()
+
+
+def test_closing_removes_the_directory_with_whatever_commands_left_in_it(
+    sandbox: Sandbox, tmpdir_env: Path, tmp_path: Path
+) -> None:
+    tmp = sandbox.for_command("s1", tmp_path, Override()).tmp_dir
+    assert tmp is not None
+    (tmp / "deep" / "er").mkdir(parents=True)  # as a command's children leave it
+    (tmp / "deep" / "er" / "file").write_text("left")
+    (tmp / "link").symlink_to(tmp_path)  # removed, not followed
+    (tmp_path / "outside").write_text("kept")
+    sandbox.close()
+    assert not tmp.parent.exists()
+    assert (tmp_path / "outside").read_text() == "kept"
