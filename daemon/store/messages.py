@@ -355,6 +355,7 @@ class MessageQueries(StoreBackend):
                     messages[index] = by_columns[message_id]
             _add_appended_text(db, messages, session_id, low, high)
             return messages
+
         return self._read(body)
 
     def delete_message(self, session_id: str, message_id: str) -> bool:
