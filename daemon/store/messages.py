@@ -16,6 +16,7 @@ two never disagree, and clearing every body is always a correct step.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 import msgspec
@@ -47,7 +48,6 @@ _HISTORY_PART_COLUMNS = (
 _REDACTED, _IS_ERROR = 1, 2  # the flags' bits
 
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
-_decode_body = msgspec.json.Decoder(ChatMessage).decode
 # A prompt's output request rides in admission_json under this key (no column of its own).
 _OUTPUT_KEY = "output"
 
@@ -87,13 +87,10 @@ def _body(message: ChatMessage) -> bytes:
     )
 
 
-def _from_body(body: bytes, message_id: str, session_id: str, seq: int, client_message_id: str | None) -> ChatMessage:
-    message = _decode_body(body)
-    message.message_id = message_id
-    message.session_id = session_id
-    message.seq = seq
-    message.client_message_id = client_message_id
-    return message
+@cache
+def _body_decoder() -> msgspec.json.Decoder[ChatMessage]:
+    # Made at the first read, not at import: this module is on the daemon's start path.
+    return msgspec.json.Decoder(ChatMessage)
 
 
 class _Media(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -332,15 +329,20 @@ class MessageQueries(StoreBackend):
             high = rows[-1][1]
             messages: list[ChatMessage] = []
             unread: dict[int, str] = {}  # index → id of the messages to read from their rows
+            decode = _body_decoder().decode
             for message_id, seq, client_message_id, admission, stored in rows:
                 if stored is not None:
                     try:
-                        message = _from_body(stored, message_id, session_id, seq, client_message_id)
+                        message = decode(stored)
                     except msgspec.DecodeError:
                         # A value the struct's types refuse (the columns never checked them, and
                         # the rows hold the same): read as a row without a body is.
                         pass
                     else:
+                        message.message_id = message_id
+                        message.session_id = session_id
+                        message.seq = seq
+                        message.client_message_id = client_message_id
                         messages.append(_with_admission(message, admission))
                         continue
                 unread[len(messages)] = message_id
