@@ -3,8 +3,8 @@ URL``: a home's SQLite sessions into a PostgreSQL store), idempotent.
 
 Per session, one read transaction on the source and one write transaction on the target: the
 session row (its account and budget included) when the target lacks it, then the messages the
-target lacks (by id; a message whose seq the target already uses for another is left out and
-counted as a conflict), their parts, appended text and attachments, the compaction records it
+target lacks (by id, with their body; a message whose seq the target already uses for another
+is left out and counted as a conflict), their parts, appended text and attachments, the compaction records it
 lacks, and the model/thinking changes when the session is new there; a session changed in the
 source since (a later ``updated_at``) gets the source's row. Run again, it copies only
 what is missing. ``message_count`` is the target's own (its triggers count what is inserted).
@@ -26,7 +26,7 @@ _SESSION = (
 )
 _MESSAGE = (
     "id, session_id, seq, role, model_id, thinking_requested, thinking_effective, stop_reason, usage_json, status, "
-    "created_at, origin, turn_id, client_message_id, admission_json"
+    "created_at, origin, turn_id, client_message_id, admission_json, body"
 )
 _PART = (
     "message_id, position, type, text, redacted, call_id, name, arguments_json, is_error, provider, model, "

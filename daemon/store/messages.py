@@ -1,12 +1,22 @@
 """Messages and their parts: saving a message whole (a checkpoint, then its final save),
 reading a session's history a page at a time, and incremental checkpoints of a reply still
 streaming (``part_appends``: text appended without rewriting what is stored, folded in when
-read and by the next whole save). Owns the mapping between rows and ``ChatMessage`` / ``Part``.
+read and by the next whole save). Owns the mapping between rows and ``ChatMessage`` / ``Part``,
+and the message's ``body``: the same message as one value, which the history read fetches.
+
+The body is the message as its columns and its ``parts`` rows read (appended text not folded
+in), JSON of a ``ChatMessage`` with the fields that stay columns blanked: its id, session and
+seq (a fork gives fresh ids), ``client_message_id`` and ``admission_json`` (a fork does not copy
+them). NULL means "read the columns": rows written before m012, and a message whose parts an
+incremental checkpoint rewrote until its last checkpoint stores the body again. Every writer
+of a message or its parts either writes the body from what it stored or sets it NULL; so the
+two never disagree, and clearing every body is always a correct step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 import msgspec
@@ -26,11 +36,9 @@ PART_COLUMNS = (
     "is_error, provider, model, signature, provider_data_json, attachment_id, media_json"
 )
 _PART_PLACEHOLDERS = ", ".join("?" * len(PART_COLUMNS.split(",")))
-# What a history read fetches. The sqlite3 module pays per value (on 3.11 it lets the GIL go and
-# takes it back around each column's type), and a long history is ~10,000 messages and ~15,000
-# parts, so it fetches no value it can do without: not the session's id (the read names it), not a
-# part's position (the order gives it), and a part's two flags as one number.
-_HISTORY_COLUMNS = _MESSAGE_COLUMNS.replace("id, session_id,", "id,", 1)
+# What a read of parts rows fetches (messages without a body): no value it can do without, as the
+# sqlite3 module pays per value: not a part's position (the order gives it), and a part's two
+# flags as one number.
 _HISTORY_PART_COLUMNS = (
     "p.message_id, p.type, p.text,"
     " CASE WHEN p.redacted <> 0 THEN 1 ELSE 0 END + CASE WHEN p.is_error <> 0 THEN 2 ELSE 0 END,"
@@ -66,6 +74,23 @@ def _with_admission(message: ChatMessage, text: str | None) -> ChatMessage:
 
 
 _decode_usage = msgspec.json.Decoder(Usage).decode
+
+
+def _body(message: ChatMessage) -> bytes:
+    """``messages.body`` of ``message`` as stored (its parts normalized, its ``created_at`` set)."""
+    # Bytes (BLOB, BYTEA), not text: the read takes them as they are, without a UTF-8 decode
+    # or PostgreSQL's NUL unescaping (JSON escapes a NUL itself).
+    return json_encode(
+        msgspec.structs.replace(
+            message, message_id="", session_id="", seq=0, client_message_id=None, admission=None, output=None
+        )
+    )
+
+
+@cache
+def _body_decoder() -> msgspec.json.Decoder[ChatMessage]:
+    # Made at the first read, not at import: this module is on the daemon's start path.
+    return msgspec.json.Decoder(ChatMessage)
 
 
 class _Media(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -128,9 +153,25 @@ def _media_json(part: Part) -> str | None:
     return json_encode(media).decode()
 
 
+_NO_MEDIA = _Media()
+_UNREAD = ChatMessage(message_id="", session_id="", seq=0, role="user", parts=[])  # a place kept in a read
+
+
 def _normalized_part(part: Part) -> Part:
+    """``part`` as the store keeps it (and reads it back)."""
     if part.data is not None:  # the bytes are the attachment row's, written beside the part
         part = msgspec.structs.replace(part, data=None)
+    if part.type not in _MEDIA_TYPES and (
+        part.mime_type is not None
+        or part.uri is not None
+        or part.size is not None
+        or part.width is not None
+        or part.height is not None
+        or part.truncated
+        or part.omitted is not None
+    ):
+        # Only media parts have a ``media_json``: what another kind carries there is not kept.
+        part = msgspec.structs.replace(part, **msgspec.structs.asdict(_NO_MEDIA))
     if part.provider == "" or part.model == "" or part.signature == "":
         return msgspec.structs.replace(
             part,
@@ -201,10 +242,12 @@ class MessageQueries(StoreBackend):
                 )
             now = self._now()
             created_at = message.created_at or (existing[1] if existing else now)
+            stored = msgspec.structs.replace(message, parts=parts, created_at=created_at)
             try:
                 db.execute(
                     f"""
-                    INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO messages ({_MESSAGE_COLUMNS}, body)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (id) DO UPDATE SET
                         seq = excluded.seq, role = excluded.role, model_id = excluded.model_id,
                         thinking_requested = excluded.thinking_requested,
@@ -213,7 +256,7 @@ class MessageQueries(StoreBackend):
                         status = excluded.status, created_at = excluded.created_at,
                         origin = excluded.origin, turn_id = excluded.turn_id,
                         client_message_id = excluded.client_message_id,
-                        admission_json = excluded.admission_json
+                        admission_json = excluded.admission_json, body = excluded.body
                     """,
                     (
                         message.message_id,
@@ -231,6 +274,7 @@ class MessageQueries(StoreBackend):
                         message.turn_id,
                         message.client_message_id,
                         _admission_json(message),
+                        _body(stored),
                     ),
                 )
             except Exception as error:
@@ -245,7 +289,7 @@ class MessageQueries(StoreBackend):
                 _part_params(message.message_id, parts),
             )
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, message.session_id))
-            return msgspec.structs.replace(message, parts=parts, created_at=created_at)
+            return stored
 
         return body
 
@@ -260,7 +304,13 @@ class MessageQueries(StoreBackend):
             raise InvalidLimit("limit must not be negative.")
         # Seqs start at 1, so -1 is below all of them.
         low = -1 if after_seq is None else after_seq
-        sql = f"SELECT {_HISTORY_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
+        # Five values a message, whatever its parts: the sqlite3 module pays per value (on 3.11
+        # it lets the GIL go and takes it back around each column's type), and a long history is
+        # ~10,000 messages and ~15,000 parts.
+        sql = (
+            "SELECT id, seq, client_message_id, admission_json, body FROM messages"
+            " WHERE session_id = ? AND seq > ? ORDER BY seq"
+        )
         params: tuple[Any, ...] = (session_id, low)
         if limit is not None:
             sql += " LIMIT ?"
@@ -276,42 +326,37 @@ class MessageQueries(StoreBackend):
             rows = db.execute(sql, params).fetchall()
             if not rows:
                 return []
-            # One query for all parts of the page rather than one per message.
-            parts: dict[str, list[Part]] = {row[0]: [] for row in rows}
-            for part_row in db.execute(
-                f"""
-                SELECT {_HISTORY_PART_COLUMNS}
-                FROM messages AS m JOIN parts AS p ON p.message_id = m.id
-                WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
-                ORDER BY m.seq, p.position
-                """,
-                (session_id, low, rows[-1][1]),
-            ):
-                parts[part_row[0]].append(_part_from_row(part_row))
-            self._add_appended_text(db, parts, session_id, low, rows[-1][1])
-            return [
-                _with_admission(
-                    ChatMessage(
-                        message_id=row[0],
-                        session_id=session_id,
-                        seq=row[1],
-                        role=row[2],
-                        parts=parts[row[0]],
-                        model_id=row[3],
-                        thinking_requested=row[4],
-                        thinking_effective=row[5],
-                        stop_reason=row[6],
-                        usage=None if row[7] is None else _decode_usage(row[7]),
-                        status=row[8],
-                        created_at=row[9],
-                        origin=row[10],
-                        turn_id=row[11],
-                        client_message_id=row[12],
-                    ),
-                    row[13],
+            high = rows[-1][1]
+            messages: list[ChatMessage] = []
+            unread: dict[int, str] = {}  # index → id of the messages to read from their rows
+            decode = _body_decoder().decode
+            for message_id, seq, client_message_id, admission, stored in rows:
+                if stored is not None:
+                    try:
+                        message = decode(stored)
+                    except msgspec.DecodeError:
+                        # A value the struct's types refuse (the columns never checked them, and
+                        # the rows hold the same): read as a row without a body is.
+                        pass
+                    else:
+                        message.message_id = message_id
+                        message.session_id = session_id
+                        message.seq = seq
+                        message.client_message_id = client_message_id
+                        messages.append(_with_admission(message, admission))
+                        continue
+                unread[len(messages)] = message_id
+                messages.append(_UNREAD)
+            if unread:
+                by_columns = _read_by_columns(
+                    db, "m.session_id = ? AND m.seq > ? AND m.seq <= ? AND m.body IS NULL", (session_id, low, high)
                 )
-                for row in rows
-            ]
+                for index, message_id in unread.items():
+                    if message_id not in by_columns:  # it has a body it could not be read from
+                        by_columns.update(_read_by_columns(db, "m.id = ?", (message_id,)))
+                    messages[index] = by_columns[message_id]
+            _add_appended_text(db, messages, session_id, low, high)
+            return messages
 
         return self._read(body)
 
@@ -374,6 +419,7 @@ class MessageQueries(StoreBackend):
                 "UPDATE parts SET media_json = ? WHERE message_id = ? AND position = ?",
                 (json_encode(media).decode(), message_id, position),
             )
+            _store_body(db, message_id)
 
         self._write(body)
 
@@ -460,27 +506,81 @@ class MessageQueries(StoreBackend):
                         message_id,
                     ),
                 )
+                # The reply is whole: its body again, as the rows now read (appended text aside).
+                _store_body(db, message_id)
+            elif parts:
+                # Parts rewritten in place: read from the rows until the last checkpoint (a body
+                # written at each would cost the whole message each time, not what changed).
+                db.execute("UPDATE messages SET body = NULL WHERE id = ?", (message_id,))
             db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (self._now(), found[0]))
 
         return body
 
-    @staticmethod
-    def _add_appended_text(
-        db: SqlConnection, parts: dict[str, list[Part]], session_id: str, low: int, high: int
-    ) -> None:
-        """Fold the text of incremental checkpoints (a reply cut off mid-stream) into ``parts``."""
-        appended: dict[tuple[str, int], list[str]] = {}
-        for message_id, position, text in db.execute(
-            """
-            SELECT a.message_id, a.position, a.text
-            FROM messages AS m JOIN part_appends AS a ON a.message_id = m.id
-            WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
-            ORDER BY a.id
-            """,
-            (session_id, low, high),
-        ):
-            appended.setdefault((message_id, position), []).append(text)
-        for (message_id, position), texts in appended.items():
-            message_parts = parts.get(message_id, [])
-            if position < len(message_parts):  # positions are 0..n-1 as saved
-                message_parts[position].text += "".join(texts)
+
+def _read_by_columns(db: SqlConnection, where: str, params: tuple[Any, ...]) -> dict[str, ChatMessage]:
+    """The messages ``where`` picks (on ``messages AS m``) from their columns and ``parts`` rows,
+    by id: those without a body, and what a body is written from. Appended text not folded in."""
+    parts: dict[str, list[Part]] = {}
+    # One query for all parts of the page rather than one per message.
+    for part_row in db.execute(
+        f"""
+        SELECT {_HISTORY_PART_COLUMNS}
+        FROM messages AS m JOIN parts AS p ON p.message_id = m.id
+        WHERE {where}
+        ORDER BY m.seq, p.position
+        """,
+        params,
+    ):
+        parts.setdefault(part_row[0], []).append(_part_from_row(part_row))
+    return {
+        row[0]: _with_admission(
+            ChatMessage(
+                message_id=row[0],
+                session_id=row[1],
+                seq=row[2],
+                role=row[3],
+                parts=parts.get(row[0], []),
+                model_id=row[4],
+                thinking_requested=row[5],
+                thinking_effective=row[6],
+                stop_reason=row[7],
+                usage=None if row[8] is None else _decode_usage(row[8]),
+                status=row[9],
+                created_at=row[10],
+                origin=row[11],
+                turn_id=row[12],
+                client_message_id=row[13],
+            ),
+            row[14],
+        )
+        for row in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages AS m WHERE {where} ORDER BY m.seq", params)
+    }
+
+
+def _store_body(db: SqlConnection, message_id: str) -> None:
+    """Write the body of a message from its columns and parts (after a writer changed them in place)."""
+    found = _read_by_columns(db, "m.id = ?", (message_id,))
+    if message_id in found:
+        db.execute("UPDATE messages SET body = ? WHERE id = ?", (_body(found[message_id]), message_id))
+
+
+def _add_appended_text(db: SqlConnection, messages: list[ChatMessage], session_id: str, low: int, high: int) -> None:
+    """Fold the text of incremental checkpoints (a reply cut off mid-stream) into ``messages``."""
+    appended: dict[tuple[str, int], list[str]] = {}
+    for message_id, position, text in db.execute(
+        """
+        SELECT a.message_id, a.position, a.text
+        FROM messages AS m JOIN part_appends AS a ON a.message_id = m.id
+        WHERE m.session_id = ? AND m.seq > ? AND m.seq <= ?
+        ORDER BY a.id
+        """,
+        (session_id, low, high),
+    ):
+        appended.setdefault((message_id, position), []).append(text)
+    if not appended:
+        return
+    parts = {message.message_id: message.parts for message in messages}
+    for (message_id, position), texts in appended.items():
+        message_parts = parts.get(message_id, [])
+        if position < len(message_parts):  # positions are 0..n-1 as saved
+            message_parts[position].text += "".join(texts)

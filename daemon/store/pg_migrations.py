@@ -269,6 +269,12 @@ def p002_notify_origin(db: SqlConnection) -> None:
     )
 
 
+@pg_migration
+def p003_message_body(db: SqlConnection) -> None:
+    """SQLite's m012: the message as one value, NULL for rows written before (read from the columns)."""
+    db.execute("ALTER TABLE messages ADD COLUMN body BYTEA")
+
+
 class PgSchemaTooNew(StoreUnavailable):
     """The database was written by a newer ponder; touching it could lose that version's data."""
 

@@ -298,8 +298,8 @@ class SessionQueries(StoreBackend):
         """Create ``new_row`` (its parent_id set to ``source_id``) with a copy of the history.
 
         Messages up to and including ``up_to_message_id`` (default: all) are copied with
-        their parts, keeping their seq, under fresh message ids; so are the compaction
-        records among them (``seq`` up to that message's).
+        their parts and body (which names neither id nor session), keeping their seq, under
+        fresh message ids; so are the compaction records among them (``seq`` up to that message's).
         """
 
         def body(db: SqlConnection) -> SessionRow:
@@ -321,10 +321,10 @@ class SessionQueries(StoreBackend):
                 """
                 INSERT INTO messages (id, session_id, seq, role, model_id, thinking_requested,
                                       thinking_effective, stop_reason, usage_json, status, created_at,
-                                      origin, turn_id)
+                                      origin, turn_id, body)
                 SELECT ?, ?, seq, role, model_id, thinking_requested,
                        thinking_effective, stop_reason, usage_json, status, created_at,
-                       origin, turn_id
+                       origin, turn_id, body
                 FROM messages WHERE id = ?
                 """,
                 [(new_id, new_row.id, old_id) for new_id, old_id in mapping],
