@@ -12,7 +12,6 @@ neither: back-pressure from our own output never counts against the provider.
 """
 
 import logging
-import re
 import time
 from contextlib import AsyncExitStack
 from typing import Any, cast
@@ -43,6 +42,7 @@ from daemon.providers.base import (
     UsageUpdate,
     decode_arguments,
 )
+from daemon.tools.text import has_surrogates
 from daemon.util import foreground
 from daemon.util.clock import new_id
 from daemon.util.clock import now as now_rfc3339
@@ -59,7 +59,6 @@ CHECKPOINT_BYTES = 1024 * 1024
 # block's deltas, and encoding the event beside them would hold the text three times over.
 LATE_END_CHARS = 1024 * 1024
 log = logging.getLogger("ponder.agent")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Reply:
@@ -253,12 +252,12 @@ class Reply:
         """Reject text that cannot be encoded (a lone UTF-16 surrogate, which a JSON escape
         such as ``\\ud800`` can carry) before it reaches the client or the store."""
         if isinstance(event, BlockStart):
-            bad = any(_SURROGATE.search(text) is not None for text in (event.name or "", event.call_id or ""))
+            bad = has_surrogates(event.name or "") or has_surrogates(event.call_id or "")
         elif isinstance(event, BlockDelta):
-            bad = not event.delta.isascii() and _SURROGATE.search(event.delta) is not None
+            bad = has_surrogates(event.delta)
         else:
             part = event.part
-            bad = not part.text.isascii() and _SURROGATE.search(part.text) is not None
+            bad = has_surrogates(part.text)
             if not bad and part.type != "text":
                 try:  # names, arguments, round-trip data: small next to the text
                     msgspec.json.encode(msgspec.structs.replace(part, text=""))

@@ -183,7 +183,9 @@ class ProviderSection(Section):
 
 
 S = TypeVar("S", bound=Section)
-_AT = re.compile(r" - at `\$\.([^`.\[]+)")
+# A pattern, not a compiled one: only a bad key needs it (compiled and cached by ``re`` then,
+# not at every start).
+_AT = r" - at `\$\.([^`.\[]+)"
 
 
 def read_section(value: Any, name: str, kind: type[S], problems: list[str]) -> S:
@@ -202,7 +204,7 @@ def read_section(value: Any, name: str, kind: type[S], problems: list[str]) -> S
         try:
             return msgspec.convert(table, kind)
         except msgspec.ValidationError as exc:
-            match = _AT.search(str(exc))
+            match = re.search(_AT, str(exc))
             key = match.group(1) if match else None
             if key is None or key not in table:  # not about one key: should not happen, never a crash
                 problems.append(f"config.toml: [{name}] cannot be read ({exc}); using the defaults.")

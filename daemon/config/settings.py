@@ -289,14 +289,16 @@ def _remember_url_password(url: str) -> None:
         redact.remember(match.group(1))
 
 
-_PROBLEM_KEY = re.compile(r"^config\.toml: \[\[?([\w.-]+)\]\]?(?: ([\w-]+))?")
-_TABLE = re.compile(r"^\s*\[\[?\s*([\w.\-\" ]+?)\s*\]\]?\s*(?:#.*)?$")
+# Patterns, not compiled ones: they are needed only with a problem to place, and compiling them
+# at import would cost every start ~1.3 M instructions (``re`` compiles and caches them on first use).
+_PROBLEM_KEY = r"^config\.toml: \[\[?([\w.-]+)\]\]?(?: ([\w-]+))?"
+_TABLE = r"^\s*\[\[?\s*([\w.\-\" ]+?)\s*\]\]?\s*(?:#.*)?$"
 
 
 def with_line(problem: str, text: str) -> str:
     """``problem`` ("config.toml: [section] key ...") with the line of config.toml it is about:
     the key's line within that table, else the table's header. Unchanged when neither is found."""
-    match = _PROBLEM_KEY.match(problem)
+    match = re.match(_PROBLEM_KEY, problem)
     if match is None or not text:
         return problem
     section, key = match.group(1), match.group(2)
@@ -310,7 +312,7 @@ def _line_of(text: str, section: str, key: str | None) -> int | None:
     parent, _, leaf = section.rpartition(".")
     current, header, found, as_key = "", None, None, None
     for number, line in enumerate(text.splitlines(), start=1):
-        table = _TABLE.match(line)
+        table = re.match(_TABLE, line)
         if table is not None:
             current = table.group(1).replace('"', "").replace(" ", "")
             if current == section and header is None:

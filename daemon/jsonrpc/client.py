@@ -251,7 +251,22 @@ async def spawn_daemon(
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            if process.returncode is not None:
+                await _read_to_end(stdout)
             await stdout.aclose()  # after the reader: nothing waits on it any more
+
+
+async def _read_to_end(stdout: anyio.abc.ByteReceiveStream) -> None:
+    """Read an exited daemon's output to its end. asyncio closes a subprocess's transport only
+    once each of its pipes has reached EOF; a reader cancelled just before that left the
+    transport open, for the garbage collector to find (a ``ResourceWarning``) in a later test
+    or a later call once the event loop had stopped."""
+    with anyio.move_on_after(5):
+        try:
+            while await stdout.receive():
+                pass
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
 
 
 class _StartedProcess(anyio.abc.Process):

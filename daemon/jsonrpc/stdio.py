@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -81,6 +80,10 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
     thread) never keeps the process alive at exit. Handing lines over blocks the thread
     while the loop is busy, which is the back-pressure we want.
     """
+    # Only a terminal or a regular file needs a thread's hand-over (a client's pipe is read on the
+    # loop): anyio.from_thread (~3.5 M instructions to import) is loaded when one does.
+    import anyio.from_thread
+
     token = anyio.lowlevel.current_token()
     # A line on its way to the loop holds the foreground: a client waits for its answer, and
     # the replies already streaming give way meanwhile (``daemon.util.foreground``).

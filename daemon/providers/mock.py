@@ -14,7 +14,6 @@ through exactly the same agent, store and event path as a real provider. Thinkin
 carry a signature so the round-trip path is exercised too.
 """
 
-import hashlib
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -53,6 +52,15 @@ THOUGHTS = [
 _STEP_RE = re.compile(r"^\s*(tool|parallel):\s*(.+)$", re.MULTILINE)
 
 
+def _sha256_hex(text: str) -> str:
+    """The SHA-256 of ``text``, in hex. hashlib (OpenSSL's set-up: ~5 M instructions) loads with
+    the first thinking signature or tool call id: a turn of mock/echo makes neither, and stands
+    for the daemon's own cost (scripts/bench's cold start), not OpenSSL's."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class MockProvider(Provider):
     def __init__(self, delay_ms: float = 15.0) -> None:
         self.name = "mock"
@@ -79,7 +87,7 @@ class MockProvider(Provider):
             async with aclosing(self._block(index, "thinking", text)) as block:
                 async for event in block:
                     yield event
-            signature = "mock-sig-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+            signature = "mock-sig-" + _sha256_hex(text)[:32]
             yield BlockEnd(
                 index=index,
                 part=Part(
@@ -94,7 +102,7 @@ class MockProvider(Provider):
             for n, (name, arguments) in enumerate(calls):
                 # Deterministic, and unique in the session like a real provider's ids: the
                 # conversation grows with every request, so its length tells requests apart.
-                call_id = f"call_{hashlib.sha256(f'{len(request.messages)}:{n}:{name}'.encode()).hexdigest()[:12]}"
+                call_id = f"call_{_sha256_hex(f'{len(request.messages)}:{n}:{name}')[:12]}"
                 raw = json.dumps(arguments)
                 yield BlockStart(index=index, kind="tool_call", call_id=call_id, name=name)
                 for piece in _chunks(raw, 8):

@@ -9,7 +9,20 @@ own settings (``Override``, stored with the session), and ``capability`` and ``p
 
 What ``initialize`` and ``session/list`` need (the probe, the confinement) is all this module
 imports; how a command is spawned and reported (``command``, with the mechanisms' command
-lines) loads with the first ``run_command``, and ``tempfile`` with the first temporary directory.
+lines) loads with the first ``run_command``.
+
+The daemon's temporary directory (``make_temp_dir``, made with the first session/start or
+session/list: its path is on the wire, in ``Session.sandbox``'s writable roots) is made as
+``tempfile.mkdtemp(prefix=...)`` makes it, without importing ``tempfile``, which pulls in
+``shutil``, ``random``, ``bz2``, ``lzma`` and their C extensions (~9 M instructions, more than a
+tenth of a first session/start). What is kept from ``tempfile``:
+
+- the place: the first of ``$TMPDIR``, ``$TEMP``, ``$TMP``, ``/tmp``, ``/var/tmp``, ``/usr/tmp``
+  and the working directory where a directory can be made (``tempfile.gettempdir``'s list; its
+  test writes a file there, making the directory is the same test);
+- the name: the prefix and eight characters of ``tempfile``'s alphabet, here from ``os.urandom``;
+- the guarantees: ``os.mkdir`` with mode 0700 fails on a name that exists, so the directory is
+  new, private, and nobody else can have planted it or its contents; a taken name is retried.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from protocol.objects import SessionSandbox
 if TYPE_CHECKING:
     from daemon.sandbox.command import CommandSandbox
 
-__all__ = ["Sandbox"]
+__all__ = ["Sandbox", "make_temp_dir"]
 
 log = logging.getLogger("ponder.sandbox")
 
@@ -145,14 +158,62 @@ class Sandbox:
         """The session's temporary directory (made when a command first needs it)."""
         with self._tmp_lock:
             if self._tmp_base is None:
-                import tempfile
-
                 # A fresh, private (0700), unguessable directory: nobody else can have planted it.
-                self._tmp_base = Path(tempfile.mkdtemp(prefix=f"ponder-sandbox-{os.getpid()}-")).resolve()
+                self._tmp_base = Path(make_temp_dir(f"ponder-sandbox-{os.getpid()}-")).resolve()
         return self._tmp_base / session_id
 
     def close(self) -> None:
         if self._tmp_base is not None:
-            import shutil
+            try:
+                # Empty unless a command ran (a session's directory is made by its first one):
+                # then removing it needs no shutil, whose imports (bz2, lzma, ...) cost ~5 M
+                # instructions on the way out.
+                os.rmdir(self._tmp_base)
+            except OSError:
+                import shutil
 
-            shutil.rmtree(self._tmp_base, ignore_errors=True)
+                shutil.rmtree(self._tmp_base, ignore_errors=True)
+
+
+# --- the temporary directory, without tempfile (see the module's docstring) ------------------
+
+# tempfile._RandomNameSequence's alphabet, so that a name looks as tempfile's do.
+NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+NAME_LENGTH = 8
+# Names tried in one directory before the next is tried (tempfile.gettempdir tries 100).
+ATTEMPTS_PER_DIRECTORY = 100
+
+
+def temp_dir_name() -> str:
+    """Eight characters of ``NAME_CHARACTERS`` (about 41 bits: unguessable, as tempfile's are)."""
+    return "".join(NAME_CHARACTERS[byte % len(NAME_CHARACTERS)] for byte in os.urandom(NAME_LENGTH))
+
+
+def temp_dir_parents() -> list[str]:
+    """Where a temporary directory may go, in ``tempfile.gettempdir``'s order (POSIX)."""
+    found = [value for name in ("TMPDIR", "TEMP", "TMP") if (value := os.environ.get(name))]
+    found += ["/tmp", "/var/tmp", "/usr/tmp"]
+    try:
+        found.append(os.getcwd())
+    except OSError:  # the working directory was removed
+        pass
+    return [os.path.abspath(parent) for parent in found]
+
+
+def make_temp_dir(prefix: str) -> str:
+    """Make and return (absolute) a new directory ``<parent>/<prefix><8 random characters>``
+    with mode 0700 in the first usable parent of ``temp_dir_parents``.
+
+    Raises ``FileNotFoundError`` (as ``tempfile.gettempdir`` does) when no parent can hold one."""
+    parents = temp_dir_parents()
+    for parent in parents:
+        for _ in range(ATTEMPTS_PER_DIRECTORY):
+            path = os.path.join(parent, prefix + temp_dir_name())
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue  # a name that is taken (by anyone): another one
+            except OSError:
+                break  # missing, not a directory, not writable, full: the next parent
+            return path
+    raise FileNotFoundError(f"No usable temporary directory found in {parents}")

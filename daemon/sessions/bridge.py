@@ -3,7 +3,9 @@ come through ``daemon.tools.source.ToolSource``. Each dialect brings its own bri
 for the ponder protocol, ``daemon.acp.bridge`` for ACP."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from protocol.methods import PermissionRequestParams, PermissionRequestResult
 from protocol.objects import Session
@@ -13,8 +15,10 @@ if TYPE_CHECKING:  # the event types load with the first session, not at start-u
     from protocol import events as ev
 
 
-class PermissionAnswer(NamedTuple):
-    """A permission request's winning answer, and which connection gave it (``permission_resolved``)."""
+class PermissionAnswer(msgspec.Struct, frozen=True):
+    """A permission request's winning answer, and which connection gave it (``permission_resolved``).
+    (A Struct, not a NamedTuple: this module is on the start path, and making a NamedTuple class
+    costs ~0.7 M instructions, a Struct's ~0.1 M.)"""
 
     result: PermissionRequestResult
     resolved_by: "ev.ResolvedBy | None"

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, BinaryIO
 
 import anyio
-import anyio.from_thread
 import msgspec
 
 from daemon.tools.base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
@@ -139,6 +138,10 @@ def _decode(raw: bytes, shown: str, lineno: int, *, final: bool = True) -> str:
 
 def _skip_lines(file: BinaryIO, count: int) -> None:
     """Position ``file`` after its first ``count`` newlines (or at its end)."""
+    # Here, not at the top: the tools load with a session's first turn, and a turn that reads no
+    # file needs none of anyio.from_thread (~3.5 M instructions to import, here on the worker thread).
+    import anyio.from_thread
+
     while count > 0:
         anyio.from_thread.check_cancelled()
         chunk = file.read(_CHUNK)
@@ -157,6 +160,8 @@ def _skip_lines(file: BinaryIO, count: int) -> None:
 
 def _count_lines(file: BinaryIO) -> int:
     """Lines in the whole file; a last line without a newline counts."""
+    import anyio.from_thread  # as in _skip_lines
+
     file.seek(0)
     total, last = 0, b""
     while chunk := file.read(_CHUNK):

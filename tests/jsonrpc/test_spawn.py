@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.jsonrpc.spawn import DEVNULL, start_process
+from daemon.jsonrpc.spawn import DAEMON_MAIN, DEVNULL, daemon_command, start_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +99,26 @@ def test_a_missing_program_is_an_error_and_leaks_no_pipe(tmp_path: Path) -> None
         start_process([str(tmp_path / "no-such-python")])
     if before is not None:
         assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_daemon_command_runs_ponder_without_runpy() -> None:
+    # A client's daemon is ``python -m daemon`` run as ``-c DAEMON_MAIN``: the same program and
+    # arguments, without runpy (its import and module search, before the daemon's first line).
+    command = daemon_command("/nonexistent-home", ("--quiet",), "debug")
+    assert command[:3] == [sys.executable, "-c", DAEMON_MAIN]
+    assert command[3:] == ["--log-level", "debug", "--home", "/nonexistent-home", "serve", "--quiet"]
+
+    def imported(*how: str) -> tuple[str, list[str]]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", *how, "--version"], capture_output=True, cwd=ROOT, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        modules = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()]
+        return done.stdout.decode(), modules
+
+    version, modules = imported("-c", DAEMON_MAIN)
+    assert version.startswith("ponder ") and "daemon.cli.main" in modules
+    assert "runpy" not in modules
+    # What it stands for: ``-m daemon`` prints the same, through runpy.
+    by_module, modules = imported("-m", "daemon")
+    assert by_module == version and "runpy" in modules

@@ -118,9 +118,9 @@ ALSO_ALLOWED = frozenset(
     }
 )
 
-# Parts of the stack's own packages beyond what the floor happens to touch (stdio's reader
-# thread hands lines over with anyio.from_thread; SIGTERM/SIGINT are watched with anyio's
-# signal receiver).
+# Parts of the stack's own packages beyond what the floor happens to touch (SIGTERM/SIGINT are
+# watched with anyio's signal receiver). Not anyio.from_thread: only a terminal's or a file's
+# reader thread needs it (a client's pipe is read on the loop), see NOT_FROM_A_PIPE.
 STACK_PACKAGES = ("anyio", "msgspec", "sqlite3", "_sqlite3", "asyncio", "sniffio")
 
 INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}\n'
@@ -225,6 +225,11 @@ def served_modules(tmp_path: Path, *serve_args: str, pause_s: float = 0.0) -> li
     return [set(line.split()) for line in record.read_text().splitlines()]
 
 
+# Allowed by STACK_PACKAGES or the floor's own imports, but not loaded by a daemon whose stdin is
+# a pipe (how every client spawns one): the thread hand-over of stdio's terminal/file reader.
+NOT_FROM_A_PIPE = {"anyio.from_thread"}
+
+
 def unexpected(modules: set[str], floor: set[str]) -> list[str]:
     return sorted(
         name
@@ -247,6 +252,7 @@ def test_initialize_is_answered_with_the_floor_and_the_listed_modules_only(tmp_p
     assert not listed, f"session/list loaded {listed}: it is answered from the store alone"
     made = (tmp_path / "modules.txt.dataclasses").read_text().splitlines()
     assert made == ["", ""], f"dataclasses made before initialize / session/list were answered: {made}"
+    assert not at_list & NOT_FROM_A_PIPE, f"a daemon reading a pipe loaded {sorted(at_list & NOT_FROM_A_PIPE)}"
 
 
 def test_the_dataclass_guard_finds_a_dataclass_of_ponder() -> None:
@@ -295,7 +301,9 @@ def test_the_client_commands_daemon_loads_nothing_after_initialize_unless_asked(
 # What a session/start and a plain turn (no MCP server configured, no command run, no edit)
 # must not load: the MCP manager (built once there is a server), run_command's sandbox command
 # lines and denial guess (with the first run_command), difflib (with the first diff), shlex
-# (with a hook's command line).
+# (with a hook's command line); tempfile and shutil (the sandbox's temporary directory is made by
+# daemon.util.temp_dir), fractions (the thinking budgets are integer eighths), hashlib (the mock
+# provider's digests, for thinking signatures and tool call ids only), and NOT_FROM_A_PIPE.
 NOT_FOR_A_PLAIN_TURN = {
     "daemon.mcp.manager",
     "daemon.mcp.client",
@@ -303,6 +311,11 @@ NOT_FOR_A_PLAIN_TURN = {
     "daemon.sandbox.denial",
     "difflib",
     "shlex",
+    "tempfile",
+    "shutil",
+    "fractions",
+    "hashlib",
+    *NOT_FROM_A_PIPE,
 }
 
 

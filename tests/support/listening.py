@@ -140,9 +140,9 @@ async def unix_client(
         finally:
             client.notify_send.close()
 
-    async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
+    # Closed on the way out, a failing test's too: its socket is not left to the garbage collector.
+    async with stream, _driven(send_line, read, role, permission_requests, name, initialize) as client:
         yield client
-    await stream.aclose()
 
 
 def read_token(home: Path) -> str:
@@ -185,9 +185,12 @@ async def ws_client(
         finally:
             client.notify_send.close()
 
-    async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
-        yield client
-    await anyio.to_thread.run_sync(connection.close)
+    try:
+        async with _driven(send_line, read, role, permission_requests, name, initialize) as client:
+            yield client
+    finally:  # a failing test's connection too: not left to the garbage collector
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(connection.close)
 
 
 async def burst_to_two_readers(driver: RpcClient, watcher: RpcClient, words: int = 12_000) -> None:
