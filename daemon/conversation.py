@@ -118,13 +118,21 @@ class ChatMessage(msgspec.Struct, kw_only=True, gc=False):
         return "".join(texts) if texts else None
 
     def to_wire(self) -> Message:
+        # One pass over the parts for the blocks and the thinking (``thinking_text``'s join): a
+        # resume makes ~10,000 of these, and a second comprehension each cost ~15% of it.
+        content = []
+        thinking: str | None = None
+        for part in self.parts:
+            content.append(part.to_block())
+            if part.type == "thinking" and part.text:
+                thinking = part.text if thinking is None else thinking + part.text
         return Message(
             message_id=self.message_id,
             session_id=self.session_id,
             seq=self.seq,
             role=self.role,
-            content=[p.to_block() for p in self.parts],
-            thinking=self.thinking_text,
+            content=content,
+            thinking=thinking,
             model_id=self.model_id,
             thinking_level=self.thinking_effective,  # type: ignore[arg-type]
             stop_reason=self.stop_reason,

@@ -334,9 +334,10 @@ class MessageQueries(StoreBackend):
                 if stored is not None:
                     try:
                         message = decode(stored)
-                    except msgspec.DecodeError:
+                    except (msgspec.DecodeError, UnicodeDecodeError):
                         # A value the struct's types refuse (the columns never checked them, and
-                        # the rows hold the same): read as a row without a body is.
+                        # the rows hold the same), or bytes damaged on disk: read as a row without
+                        # a body is (a damaged text there is the store's "damaged" error).
                         pass
                     else:
                         message.message_id = message_id

@@ -399,7 +399,7 @@ async def test_store_damaged_in_the_middle_fails_per_session_without_raw_bytes(h
         data[link : link + 4] = b"\x7f\xff\xff\xff"
         data[at : at + 12] = b"badpage-mark"
         hits += 1
-    assert hits == 4  # each marker in the prompt and in its echo
+    assert hits == 8  # each marker in the prompt and in its echo, each in its part row and its message's body
     path.write_bytes(bytes(data))
 
     async with in_memory_daemon(home) as (client, _):
