@@ -27,7 +27,8 @@ MarkOmitted = Callable[[str, int, str], Awaitable[None]]
 # A provider's words for "this image is the problem" (Anthropic "messages.3.content.1.source:
 # image exceeds ...", OpenAI "Invalid image", Gemini "Unable to process input image", Ollama
 # "failed to process image"); a 400 without them is not retried without images.
-_IMAGE_ERROR = re.compile(r"\bimages?\b|image_url|input_image|inline_?data|media_type", re.IGNORECASE)
+# A pattern, compiled (and cached) by ``re`` with the first refusal it is checked against, not at import.
+_IMAGE_ERROR = r"(?i)\bimages?\b|image_url|input_image|inline_?data|media_type"
 
 
 # A Struct, not a dataclass: a session/start imports this module, and a dataclass compiles its
@@ -57,7 +58,7 @@ class TurnMedia(msgspec.Struct):
 
     async def rejected(self, exc: ProviderError, history: list[ChatMessage]) -> int:
         """Mark the images a provider's 400 refused; how many were marked (0: not an image refusal)."""
-        if exc.status != 400 or not self.plan.send or not _IMAGE_ERROR.search(exc.message):
+        if exc.status != 400 or not self.plan.send or not re.search(_IMAGE_ERROR, exc.message):
             return 0
         sent = set(self.plan.send)
         for message in reversed(history):

@@ -41,7 +41,8 @@ log = logging.getLogger("ponder.rpc")
 Handler = Callable[[Any], Awaitable[Any]]
 # Called with a client's answer (a dict with ``result`` or ``error``) to one of our requests.
 OnAnswer = Callable[[dict[str, Any]], None]
-_PATH_RE = re.compile(r" - at `(?P<path>[^`]*)`$")
+# A pattern, compiled (and cached) by ``re`` with the first refused params, not on the start path.
+_PATH_RE = r" - at `(?P<path>[^`]*)`$"
 _UNSET = object()
 EOF_GRACE_S = 2.0
 MAX_BATCH = 1000  # requests in one batch; a longer batch is refused whole, before any of it runs
@@ -164,9 +165,9 @@ def as_wire_error(exc: BaseException) -> PonderError:
 
 def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> InvalidParams:
     text = str(exc)
-    match = _PATH_RE.search(text)
+    match = re.search(_PATH_RE, text)
     path = prefix + (match.group("path")[1:] if match else "")
-    message = _PATH_RE.sub("", text)
+    message = re.sub(_PATH_RE, "", text)
     return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
 
 

@@ -49,7 +49,8 @@ STRICTNESS: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 # checks this list against ``daemon.tools.builtin_tools``). File tools take a ``path``.
 FILE_TOOLS = ("read_file", "list_files", "search", "write_file", "edit_file")
 BUILTIN_TOOLS = (*FILE_TOOLS, "run_command")
-_MCP_TOOL = re.compile(r"^mcp__[A-Za-z0-9_-]+__(\*|[A-Za-z0-9_.-]+)$")
+# A pattern, compiled (and cached) by ``re`` with the first rule naming a tool that is not built in.
+_MCP_TOOL = r"^mcp__[A-Za-z0-9_-]+__(\*|[A-Za-z0-9_.-]+)$"
 _KEYS = {"tool", "decision", "pattern", "path", "justification", "match", "not_match"}
 EXAMPLE_CWD = Path("/ponder-rule-example")  # the cwd an example line is judged in
 
@@ -191,7 +192,7 @@ def check_rule(raw: Any, *, source: RuleSource, file: str | None, line: int | No
     tool = raw.get("tool")
     if not isinstance(tool, str) or not tool:
         raise RuleError("it has no tool (a tool name, mcp__SERVER__TOOL, mcp__SERVER__* or *)")
-    if tool not in BUILTIN_TOOLS and tool != "*" and not _MCP_TOOL.match(tool):
+    if tool not in BUILTIN_TOOLS and tool != "*" and not re.match(_MCP_TOOL, tool):
         raise RuleError(f"unknown tool {tool!r} (one of {', '.join(BUILTIN_TOOLS)}, mcp__SERVER__TOOL or *)")
     decision = raw.get("decision")
     if decision not in STRICTNESS:

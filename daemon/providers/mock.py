@@ -49,7 +49,8 @@ THOUGHTS = [
     "Double-checking the wording so nothing is overstated.",
     "Good: the plan holds up; time to write it down.",
 ]
-_STEP_RE = re.compile(r"^\s*(tool|parallel):\s*(.+)$", re.MULTILINE)
+# A pattern, compiled (and cached) by ``re`` with the first scripted prompt, not at import.
+_STEP_RE = r"(?m)^\s*(tool|parallel):\s*(.+)$"
 
 
 def _sha256_hex(text: str) -> str:
@@ -161,7 +162,7 @@ def _thinking_passage(prompt: str, level: str) -> str:
 
 def _scripted_steps(prompt: str) -> list[list[tuple[str, dict[str, Any]]]]:
     steps: list[list[tuple[str, dict[str, Any]]]] = []
-    for kind, rest in _STEP_RE.findall(prompt):
+    for kind, rest in re.findall(_STEP_RE, prompt):
         try:
             if kind == "tool":
                 name, _, raw = rest.strip().partition(" ")

@@ -136,14 +136,16 @@ def change_diff(before: str, at: int, old: str, new: str, shown: str) -> str:
     region = before[start:end]
     changed = region[: at - start] + new + region[at - start + len(old) :]
     offset = before.count("\n", 0, start)  # lines above the region
-    return _HUNK.sub(
+    return re.sub(
+        _HUNK,
         lambda m: f"@@ -{int(m[1]) + offset}{m[2] or ''} +{int(m[3]) + offset}{m[4] or ''} @@",
         unified_diff(region, changed, shown),
     )
 
 
 _CONTEXT = 3  # difflib's default
-_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.MULTILINE)
+# A pattern, compiled (and cached) by ``re`` with the first edit, not when the tools load.
+_HUNK = r"(?m)^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@"
 
 
 def _context_start(text: str, pos: int) -> int:

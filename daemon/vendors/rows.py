@@ -197,12 +197,13 @@ class ModelRow(msgspec.Struct, frozen=True):
 # Anthropic's preserved thinking (docs/research/long-sessions.md §3c, platform.claude.com
 # .../preserved-thinking "supportedModels"): from Claude Fable 5.1 on, a thinking block's signature
 # binds it to its prefix, and a request whose prefix changed (a local summary) is refused with a 400.
-_PREFIX_BOUND_CLAUDE = re.compile(r"(^|/)claude-(fable|mythos)-5|(^|/)claude-(opus|sonnet|haiku)-5[-.]5")
+# A pattern, compiled (and cached) by ``re`` with the first Anthropic model asked about, not at import.
+_PREFIX_BOUND_CLAUDE = r"(^|/)claude-(fable|mythos)-5|(^|/)claude-(opus|sonnet|haiku)-5[-.]5"
 
 
 def thinking_bound_to_prefix(api: str, model: str) -> bool:
     """Whether this model (on this wire API) binds thinking blocks to their prefix (``ModelSpec`` flag)."""
-    return api == "anthropic" and _PREFIX_BOUND_CLAUDE.search(model) is not None
+    return api == "anthropic" and re.search(_PREFIX_BOUND_CLAUDE, model) is not None
 
 
 R = ModelRow
