@@ -8,8 +8,6 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from daemon.cli.command_line import BACKEND_ENV, DEFAULT_MAX_LINE_BYTES, global_options
 
 if TYPE_CHECKING:  # the config module loads only when a command needs it
@@ -17,16 +15,41 @@ if TYPE_CHECKING:  # the config module loads only when a command needs it
     from daemon.sandbox.probe import ProbeRun
 
 
-class Serve(msgspec.Struct, frozen=True):
-    """What ``serve`` and ``acp`` run with. (A Struct, not a NamedTuple: making a NamedTuple
-    class costs ~0.7 M instructions, a Struct's ~0.1 M; msgspec is loaded for the probe next.)"""
+class Serve:
+    """What ``serve`` and ``acp`` run with.
 
-    command: str  # "serve" or "acp"
-    home: str | None
-    log_level: str
-    max_line_bytes: int
-    quiet: bool = False
-    warm_up: bool = True  # load the session stack on a thread shortly after initialize (not: --no-warm-up)
+    A plain class, not a NamedTuple (making a NamedTuple class costs ~0.7 M instructions) nor a
+    msgspec Struct: msgspec's import (with decimal, inspect, numbers, ...) waits until the
+    collector is off (``run_serve``), else the collector walks what it makes as it loads."""
+
+    __slots__ = ("command", "home", "log_level", "max_line_bytes", "quiet", "warm_up")
+
+    def __init__(
+        self,
+        command: str,  # "serve" or "acp"
+        home: str | None,
+        log_level: str,
+        max_line_bytes: int,
+        quiet: bool = False,
+        warm_up: bool = True,  # load the session stack on a thread shortly after initialize (not: --no-warm-up)
+    ) -> None:
+        self.command = command
+        self.home = home
+        self.log_level = log_level
+        self.max_line_bytes = max_line_bytes
+        self.quiet = quiet
+        self.warm_up = warm_up
+
+    def _values(self) -> tuple[str, str | None, str, int, bool, bool]:
+        return (self.command, self.home, self.log_level, self.max_line_bytes, self.quiet, self.warm_up)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Serve) and self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable, as a Struct is
+
+    def __repr__(self) -> str:
+        return f"Serve{self._values()!r}"
 
 
 def plain_serve(argv: list[str]) -> Serve | None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from daemon.permissions.rules import FILE_TOOLS, Decision, Rule, RuleError, check_rule
-from daemon.permissions.shell import CommandLine, parse_command_line
 from daemon.tools.base import ToolError
 from daemon.tools.paths import resolve_in_cwd
+
+if TYPE_CHECKING:  # the shell parser (~2 M instructions) loads with the first run_command call
+    from daemon.permissions.shell import CommandLine
 
 __all__ = ["CallFacts", "RuleVerdict", "accept_answer_rule", "call_facts", "judge", "suggest_rule"]
 
@@ -38,6 +40,8 @@ class CallFacts(msgspec.Struct, frozen=True):
 
 def call_facts(tool: str, arguments: dict[str, Any], cwd: Path) -> CallFacts:
     if tool == "run_command":
+        from daemon.permissions.shell import parse_command_line  # see the imports
+
         command = arguments.get("command")
         return CallFacts(tool, line=parse_command_line(command if isinstance(command, str) else "", cwd))
     if tool in FILE_TOOLS:

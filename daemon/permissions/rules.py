@@ -18,12 +18,14 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from daemon.permissions.shell import Command, CommandLine, parse_command_line
 from protocol.objects import Rule as WireRule
+
+if TYPE_CHECKING:  # the shell parser (~2 M instructions) loads with the first command line parsed
+    from daemon.permissions.shell import Command, CommandLine
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -263,4 +265,6 @@ def example_matches(rule: Rule, example: str) -> bool:
     """Whether ``rule`` alone decides the command line (or relative path) ``example``."""
     if rule.path is not None:
         return rule.matches_path(example.strip("/"))
+    from daemon.permissions.shell import parse_command_line  # see the imports
+
     return rule.matches_line(parse_command_line(example, EXAMPLE_CWD))

@@ -103,14 +103,26 @@ class Tool(Generic[ArgsT]):
         return f"<tool {self.name}>"
 
 
-@functools.cache
-def _schema_for(args_type: type[ToolArgs]) -> dict[str, Any]:
-    return inline_schema(msgspec.json.schema(args_type))
+def schema_key(args_type: type[ToolArgs]) -> str:
+    """How ``daemon.tools.builtin_schemas`` names an ``Args`` type."""
+    return f"{args_type.__module__}.{args_type.__qualname__}"
+
+
+def derived_schema_json(args_type: type[ToolArgs]) -> bytes:
+    """The input schema of a tool taking ``args_type``, derived from it, as JSON."""
+    return msgspec.json.encode(inline_schema(msgspec.json.schema(args_type)))
 
 
 @functools.cache
 def _schema_json(args_type: type[ToolArgs]) -> bytes:
-    return msgspec.json.encode(_schema_for(args_type))
+    # The built-in tools' schemas are read from daemon.tools.builtin_schemas, made ahead by
+    # scripts/gen_tool_schemas.py: deriving them (msgspec.inspect, in Python) costs ~15 M
+    # instructions at every daemon's first turn. tests/tools/test_builtin_schemas.py keeps that
+    # module equal to what ``derived_schema_json`` gives; any other Args is derived here.
+    from daemon.tools.builtin_schemas import SCHEMAS
+
+    made_ahead = SCHEMAS.get(schema_key(args_type))
+    return made_ahead if made_ahead is not None else derived_schema_json(args_type)
 
 
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

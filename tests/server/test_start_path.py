@@ -303,7 +303,8 @@ def test_the_client_commands_daemon_loads_nothing_after_initialize_unless_asked(
 # lines and denial guess (with the first run_command), difflib (with the first diff), shlex
 # (with a hook's command line); tempfile and shutil (the sandbox's temporary directory is made by
 # daemon.util.temp_dir), fractions (the thinking budgets are integer eighths), hashlib (the mock
-# provider's digests, for thinking signatures and tool call ids only), and NOT_FROM_A_PIPE.
+# provider's digests, for thinking signatures and tool call ids only), the shell parser (with the
+# first command line a rule or a run_command call needs parsed), and NOT_FROM_A_PIPE.
 NOT_FOR_A_PLAIN_TURN = {
     "daemon.mcp.manager",
     "daemon.mcp.client",
@@ -315,6 +316,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "shutil",
     "fractions",
     "hashlib",
+    "daemon.permissions.shell",
     *NOT_FROM_A_PIPE,
 }
 
