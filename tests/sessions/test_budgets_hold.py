@@ -46,8 +46,10 @@ async def test_a_budget_lowered_by_another_daemon_stops_the_running_turn(anyio_b
         (home / "config.toml").write_text(reader_config(server.url, windows={"big": 200_000}))
         async with subprocess_daemon(home, backend=anyio_backend) as first:
             session_id = await start(first, cwd, "big")
-            turn = await first.request("session/prompt", {"session_id": session_id, "text": "Read src/."})
+            # The second daemon is up before the turn starts: its start-up, seconds on a busy
+            # machine, is not raced against the turn's reads.
             async with subprocess_daemon(home, backend=anyio_backend) as second:
+                turn = await first.request("session/prompt", {"session_id": session_id, "text": "Read src/."})
                 with anyio.fail_after(30):
                     while chat.reads_issued < 1:
                         await anyio.sleep(0.05)
