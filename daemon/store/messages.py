@@ -138,10 +138,9 @@ def _part_from_row(row: tuple[Any, ...]) -> Part:
     return msgspec.structs.replace(part, **msgspec.structs.asdict(_decode_media(row[12])))
 
 
-def _media_json(part: Part) -> str | None:
-    if part.type not in _MEDIA_TYPES:
-        return None
-    media = _Media(
+def _media_of(part: Part) -> _Media:
+    """What ``part`` carries of a ``media_json``."""
+    return _Media(
         mime_type=part.mime_type,
         uri=part.uri,
         size=part.size,
@@ -150,7 +149,12 @@ def _media_json(part: Part) -> str | None:
         truncated=part.truncated,
         omitted=part.omitted,
     )
-    return json_encode(media).decode()
+
+
+def _media_json(part: Part) -> str | None:
+    if part.type not in _MEDIA_TYPES:
+        return None
+    return json_encode(_media_of(part)).decode()
 
 
 _NO_MEDIA = _Media()
@@ -161,15 +165,7 @@ def _normalized_part(part: Part) -> Part:
     """``part`` as the store keeps it (and reads it back)."""
     if part.data is not None:  # the bytes are the attachment row's, written beside the part
         part = msgspec.structs.replace(part, data=None)
-    if part.type not in _MEDIA_TYPES and (
-        part.mime_type is not None
-        or part.uri is not None
-        or part.size is not None
-        or part.width is not None
-        or part.height is not None
-        or part.truncated
-        or part.omitted is not None
-    ):
+    if part.type not in _MEDIA_TYPES and _media_of(part) != _NO_MEDIA:
         # Only media parts have a ``media_json``: what another kind carries there is not kept.
         part = msgspec.structs.replace(part, **msgspec.structs.asdict(_NO_MEDIA))
     if part.provider == "" or part.model == "" or part.signature == "":
