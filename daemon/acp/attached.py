@@ -64,7 +64,7 @@ async def serve_attached_acp(
         async with anyio.create_task_group() as tg:
             tg.start_soon(_translate, bridge, relay_receive)
             tg.start_soon(_cancel_prompts_after, daemon.shutdown_requested, server)
-            await connection.serve(_Detaching(incoming, bridge))  # type: ignore[arg-type]  # iterated as a stream
+            await connection.serve(_Detaching(incoming, bridge))
             tg.cancel_scope.cancel()
 
 
@@ -92,6 +92,9 @@ class _Detaching:
         except StopAsyncIteration:
             self._bridge.detached = True
             raise
+
+    def receive_nowait(self) -> bytes | _Overlong:
+        return self._incoming.receive_nowait()  # its end is seen (and marked) by the next ``__anext__``
 
 
 async def _translate(bridge: AcpBridge, receive: MemoryObjectReceiveStream[object]) -> None:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 from msgspec import UnsetType, to_builtins
 
@@ -48,7 +47,7 @@ from daemon.config.settings import Config
 from daemon.context.budget import tokens_spent
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams, PonderError, ProviderNotConfigured
-from daemon.jsonrpc.connection import AnswerThen, Connection, as_wire_error
+from daemon.jsonrpc.connection import AnswerThen, Connection, IncomingLines, as_wire_error
 from daemon.jsonrpc.framing import Outgoing
 from daemon.server.core import Daemon, open_daemon
 from daemon.server.lifecycle import serve_connection
@@ -604,7 +603,7 @@ class AcpServer:
 class _NoticeEnd:
     """The incoming stream, setting ``ended`` when the client closes its end (EOF)."""
 
-    def __init__(self, stream: ObjectReceiveStream[Any], ended: anyio.Event) -> None:
+    def __init__(self, stream: IncomingLines, ended: anyio.Event) -> None:
         self._stream = stream
         self._ended = ended
 
@@ -625,6 +624,9 @@ class _NoticeEnd:
             self._ended.set()
             raise
 
+    def receive_nowait(self) -> Any:
+        return self._stream.receive_nowait()  # its end is seen (and told) by the next ``__anext__``
+
 
 async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
     """Once ``event`` is set, answer every waiting prompt "cancelled" (by ending its turn),
@@ -639,7 +641,7 @@ async def _cancel_prompts_after(event: anyio.Event, server: AcpServer) -> None:
 
 async def serve_acp(
     config: Config,
-    incoming: ObjectReceiveStream[Any],
+    incoming: IncomingLines,
     outgoing: MemoryObjectSendStream[Outgoing],  # bytes; the writer also takes rpc's marks
     *,
     handle_signals: bool = False,
@@ -665,5 +667,5 @@ async def serve_acp(
             if on_ready is not None:
                 on_ready(daemon)
             watched = _NoticeEnd(incoming, input_ended)
-            await serve_connection(daemon, watched, handle_signals=handle_signals)  # type: ignore[arg-type]
+            await serve_connection(daemon, watched, handle_signals=handle_signals)
             tg.cancel_scope.cancel()

@@ -11,11 +11,11 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import msgspec
-from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.errors import (
@@ -78,6 +78,55 @@ class _Request(msgspec.Struct):
     id: Any
     method: str
     params: Any
+
+
+class IncomingLines(Protocol):
+    """What ``Connection.serve`` reads: the connection's incoming lines in order, awaited one at a
+    time (``__anext__``), and those already arrived taken without waiting (``receive_nowait``,
+    raising ``anyio.WouldBlock`` when none is there and ``anyio.EndOfStream`` at the end). An
+    anyio memory object stream is one; so is each wrapper a transport puts around one."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Any: ...
+
+    def __aiter__(self) -> Any: ...
+
+    async def __anext__(self) -> bytes | _Overlong: ...
+
+    def receive_nowait(self) -> bytes | _Overlong: ...
+
+
+class _LineOrder:
+    """The requests of a connection begin in the order their lines came, also when the lines of
+    one read are dispatched together: a request's task begins only once the task of the line
+    before it has begun, so its first step (up to its first wait) runs after that one's. Handlers
+    rely on it: two prompts to one session queue in the order sent, and so do a client's config
+    changes. asyncio runs new tasks in the order made, so nobody waits; trio runs a round's
+    tasks in either order, and one that comes too early waits for the one before it."""
+
+    def __init__(self) -> None:
+        self._issued = 0  # tickets given at dispatch, one per line
+        self._begun = 0  # the last ticket whose task has begun
+        self._waiting: dict[int, anyio.Event] = {}
+
+    def ticket(self) -> int:
+        self._issued += 1
+        return self._issued
+
+    async def begin(self, ticket: int) -> None:
+        if self._begun != ticket - 1:
+            event = self._waiting[ticket] = anyio.Event()
+            # Shielded: the line before begins within a few rounds of the loop (it waits for
+            # nothing else), and at shutdown this request still gets its answer in ``_handle``.
+            with anyio.CancelScope(shield=True):
+                await event.wait()
+        self._begun = ticket
+        next_one = self._waiting.pop(ticket + 1, None)
+        if next_one is not None:
+            next_one.set()
 
 
 class ClientRequestError(PonderError):
@@ -213,6 +262,7 @@ class Connection:
         # Requests another connection's answer decided: a late answer here gets ``already_resolved``.
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._ids = itertools.count(1)
+        self._order = _LineOrder()
         self._unanswered = 0  # requests received whose reply has not been queued yet
         self._answered = anyio.Event()  # set while _unanswered is 0; a fresh one once it rises again
         self._answered.set()
@@ -369,37 +419,70 @@ class Connection:
 
     # --- receiving --------------------------------------------------------------------
 
-    async def serve(self, incoming: ObjectReceiveStream[bytes | _Overlong]) -> None:
+    async def serve(self, incoming: IncomingLines) -> None:
         """Dispatch incoming lines until the stream ends; requests run concurrently.
 
         Nothing a client sends may raise out of here: every line is either answered (an
         error for what cannot be a request) or handed to ``_handle``, the error boundary.
+
+        Every line already there is dispatched at once, not one per turn of the loop: while a
+        burst of turns keeps the loop busy, a round of it costs a step of each of them, and 200
+        prompts sent together used to reach their handlers over ~200 rounds (the last ones most
+        of a second late). Each request's cancel scope is in place when its line is dispatched,
+        so a ``$/cancelRequest`` right behind it (handled in line order, here) finds it.
         """
         async with incoming, anyio.create_task_group() as tg:
-            async for line in incoming:
-                try:
-                    message = decode_line(line)
-                except PonderError as exc:
-                    await self.send_raw(encode_error(None, exc))
-                    continue
-                if isinstance(message, list):
-                    tg.start_soon(self._handle_batch, message)
-                else:
-                    self._dispatch(tg, message)
+            async for first in incoming:
+                line: bytes | _Overlong | None = first
+                while line is not None:
+                    try:
+                        message = decode_line(line)
+                    except PonderError as exc:
+                        await self.send_raw(encode_error(None, exc))
+                    else:
+                        if isinstance(message, list):
+                            tg.start_soon(self._handle_batch, message, self._order.ticket())
+                        else:
+                            self._dispatch(tg, message)
+                    try:
+                        line = incoming.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        line = None
             # End of input: give requests in flight a moment, then answer them shutting_down.
             await self.wait_answered(EOF_GRACE_S)
             tg.cancel_scope.cancel()
 
     def _dispatch(self, tg: anyio.abc.TaskGroup, message: Any) -> None:
-        if (
-            isinstance(message, dict)
-            and "method" not in message
-            and "id" in message
-            and ("result" in message or "error" in message)
-        ):
+        if not isinstance(message, dict):
+            tg.start_soon(self._handle_and_send, message, None, self._order.ticket())  # answered as invalid there
+            return
+        if "method" not in message and "id" in message and ("result" in message or "error" in message):
             self._route_answer(message)
             return
-        tg.start_soon(self._handle_and_send, message)
+        method = message.get("method")
+        if method == self.cancel_method and "id" not in message and message.get("jsonrpc") == "2.0":
+            self._cancel_request(message.get("params"))  # in line order: it reaches what came before it
+            return
+        tg.start_soon(self._handle_and_send, message, self._claim(message, method), self._order.ticket())
+
+    def _claim(self, message: dict[str, Any], method: Any) -> anyio.CancelScope | None:
+        """The cancel scope of a request with an id a cancel can name, registered in flight now
+        (at dispatch), so a cancel dispatched right after it finds it; None for anything
+        ``_handle`` answers otherwise (a notification, a null or invalid id, an id in flight, an
+        invalid envelope)."""
+        request_id = message.get("id")
+        if (
+            message.get("jsonrpc") != "2.0"
+            or not isinstance(method, str)
+            or method == self.cancel_method
+            or isinstance(request_id, bool)
+            or not isinstance(request_id, (str, int))
+            or request_id in self._in_flight
+        ):
+            return None
+        scope = anyio.CancelScope()
+        self._in_flight[request_id] = scope
+        return scope
 
     def _received(self) -> None:
         if not self._unanswered:
@@ -411,13 +494,14 @@ class Connection:
         if not self._unanswered:
             self._answered.set()
 
-    async def _handle_and_send(self, message: Any) -> None:
+    async def _handle_and_send(self, message: Any, claimed: anyio.CancelScope | None, ticket: int) -> None:
         self._received()
         answering = foreground.Hold()  # the client waits for this answer (``daemon.util.foreground``)
         cut_short: list[bytes] = []
         then: list[Callable[[], Awaitable[None]]] = []
         try:
-            reply = await self._handle(message, cut_short, then)
+            await self._order.begin(ticket)
+            reply = await self._handle(message, cut_short, then, claimed)
             if reply is not None:
                 await self._send_reply(reply)
         finally:
@@ -452,10 +536,11 @@ class Connection:
         with anyio.move_on_after(timeout_s):
             await self._answered.wait()
 
-    async def _handle_batch(self, messages: list[Any]) -> None:
+    async def _handle_batch(self, messages: list[Any], ticket: int) -> None:
         self._received()
         answering = foreground.Hold()
         try:
+            await self._order.begin(ticket)
             await self._answer_batch(messages)
         finally:
             answering.release()
@@ -512,7 +597,11 @@ class Connection:
         on_answer(message)
 
     async def _handle(
-        self, message: Any, cut_short: list[bytes], then: list[Callable[[], Awaitable[None]]]
+        self,
+        message: Any,
+        cut_short: list[bytes],
+        then: list[Callable[[], Awaitable[None]]],
+        claimed: anyio.CancelScope | None = None,
     ) -> bytes | Pieces | None:
         """Handle one request or notification; return the encoded reply (None for notifications).
 
@@ -554,21 +643,21 @@ class Connection:
                     raise _shutdown_part(group, f"notification {method}") from None
             return None
         # A null id names nothing a client could cancel or tell apart, so two of them in one
-        # batch are two requests, not a duplicate (only real ids are tracked in flight).
-        if request_id is not None and request_id in self._in_flight:
+        # batch are two requests, not a duplicate (only real ids are tracked in flight). A
+        # request claimed at dispatch (``_claim``) was checked there and is in flight already.
+        if claimed is None and request_id is not None and request_id in self._in_flight:
             return encode_error(
                 request_id,
                 InvalidRequest(
                     "Invalid request: this id is already in use by a request in flight.", reason="duplicate_id"
                 ),
             )
-        if self.shutting_down:
-            return encode_error(request_id, ShuttingDown())
-
-        scope = anyio.CancelScope()
+        scope = claimed if claimed is not None else anyio.CancelScope()
         if request_id is not None:
             self._in_flight[request_id] = scope
         try:
+            if self.shutting_down:
+                return encode_error(request_id, ShuttingDown())
             with scope:
                 result = await self._call(method, message.get("params", _UNSET))
                 if isinstance(result, AnswerThen):

@@ -66,7 +66,12 @@ async def _read_on_loop(fd: int, send: MemoryObjectSendStream[bytes | _Overlong]
             items = splitter.feed(chunk) if chunk else splitter.finish()
             try:
                 for item in items:
-                    await send.send(item)
+                    try:
+                        # Queued at once while there is room: a checkpoint per line would cost
+                        # a round of a busy loop each (see ``Connection.serve``).
+                        send.send_nowait(item)
+                    except anyio.WouldBlock:
+                        await send.send(item)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return  # the dispatcher has stopped taking lines
             if not chunk:

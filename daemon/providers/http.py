@@ -90,11 +90,10 @@ class Route:
     def __init__(self) -> None:
         self.client = make_client()
         # httpx reads the proxy variables when the client is made (``trust_env``): so does this.
-        # With a proxy named, every request takes httpx's way (its mounts route it).
+        # With a proxy named, every request takes httpx's way (its mounts route it). ``no_proxy``
+        # alone names none (it only exempts hosts from one), so it keeps the direct way.
         self.transport = (
-            httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS)
-            if not urllib.request.getproxies()
-            else None
+            httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS) if not proxy_named() else None
         )
         self._headers = dict(self.client.headers.items())  # lower-case names: accept, user-agent, …
         self._timeout = self.client.timeout.as_dict()
@@ -118,6 +117,12 @@ class Route:
         await self.client.aclose()
         if self.transport is not None:
             await self.transport.aclose()
+
+
+def proxy_named() -> bool:
+    """Whether the environment names a proxy (``http_proxy``, ``HTTPS_PROXY``, ``all_proxy``, …,
+    as httpx's ``trust_env`` reads them); ``no_proxy`` only says which hosts skip one."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 @functools.cache

@@ -3,13 +3,11 @@ memory streams in tests). Heavy parts (the catalogue's data, provider adapters, 
 lazily, so that ``initialize`` is answered fast."""
 
 from collections.abc import Callable
-from typing import Any
 
-from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from daemon.config.settings import Config
-from daemon.jsonrpc.connection import Connection
+from daemon.jsonrpc.connection import Connection, IncomingLines
 from daemon.jsonrpc.framing import Outgoing
 from daemon.sandbox.probe import ProbeRun
 from daemon.server.core import Daemon, open_daemon
@@ -20,7 +18,7 @@ from daemon.server.rpc_bridge import RpcBridge
 
 async def serve(
     config: Config,
-    incoming: ObjectReceiveStream[Any],
+    incoming: IncomingLines,
     outgoing: MemoryObjectSendStream[Outgoing],  # bytes; the writer also takes rpc's marks
     *,
     handle_signals: bool = False,

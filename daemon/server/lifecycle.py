@@ -6,17 +6,16 @@ the parts a dialect has not used yet (``daemon.server.core``) are neither built 
 import gc
 import logging
 import signal
-from typing import Any
 
 import anyio
-from anyio.abc import ObjectReceiveStream
 
+from daemon.jsonrpc.connection import IncomingLines
 from daemon.server.core import Daemon
 
 log = logging.getLogger("ponder.server")
 
 
-async def serve_connection(daemon: Daemon, incoming: ObjectReceiveStream[Any], *, handle_signals: bool = False) -> None:
+async def serve_connection(daemon: Daemon, incoming: IncomingLines, *, handle_signals: bool = False) -> None:
     """Serve ``daemon.connection`` over ``incoming`` (its handlers registered) until done; then shut down."""
     connection = daemon.connection
     assert connection is not None, "a stdio daemon has its connection"

@@ -128,7 +128,7 @@ class Clients:
         with self.tracked(connection, peer, drop):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._close_on_shutdown, peer, tg)
-                await connection.serve(incoming)  # type: ignore[arg-type]  # an ObjectReceiveStream's iteration
+                await connection.serve(incoming)
                 tg.cancel_scope.cancel()
 
     @contextmanager
@@ -183,6 +183,11 @@ class FirstAgain:
         if self._first:
             return self._first.pop()
         return await self._rest.__anext__()
+
+    def receive_nowait(self) -> bytes | _Overlong:
+        if self._first:
+            return self._first.pop()
+        return self._rest.receive_nowait()
 
 
 class Listener(Protocol):

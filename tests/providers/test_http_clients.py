@@ -5,13 +5,14 @@ grows to hundreds of connections (httpcore goes over all of a pool's connections
 
 A streamed POST (``Route.post_streaming``) goes straight to the client's transport when httpx's
 client has nothing to add: what reaches the server is what ``client.send`` sends, cookies a
-server set are sent back, and a proxy named in the environment is used."""
+server set are sent back, and a proxy named in the environment is used (``no_proxy`` alone names
+none: the direct way stays, and the hosts it names skip a proxy that is named)."""
 
 import httpx
 import pytest
 
 from daemon.errors import ProviderError
-from daemon.providers.http import STREAMS_PER_CLIENT, LazyClient, open_stream
+from daemon.providers.http import STREAMS_PER_CLIENT, LazyClient, open_stream, proxy_named
 from tests.support.replay import ReplayServer, ScriptedResponse
 
 pytestmark = pytest.mark.anyio
@@ -120,6 +121,83 @@ async def test_a_proxy_named_in_the_environment_carries_the_request(
     assert (status, body) == (200, b"data: via the proxy\n\n")
     (request,) = replay_server.requests
     assert request.path == "http://provider.invalid/v1/messages"  # the absolute form a proxy is sent
+
+
+PROXY_VARIABLES = (
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+)
+
+
+def _count_client_sends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs sent through ``httpx.AsyncClient.send`` (httpx's whole way) from now on."""
+    sent: list[str] = []
+    original = httpx.AsyncClient.send
+
+    async def send(self: httpx.AsyncClient, request: httpx.Request, **kwargs: object) -> httpx.Response:
+        sent.append(str(request.url))
+        return await original(self, request, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", send)
+    return sent
+
+
+def test_no_proxy_alone_names_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert not proxy_named()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    assert not proxy_named()
+    for name in ("ALL_PROXY", "https_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://proxy.invalid:3128")
+        assert proxy_named(), name
+        monkeypatch.delenv(name)
+
+
+async def test_with_only_no_proxy_set_a_streamed_post_goes_the_direct_way(
+    replay_server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    sent = _count_client_sends(monkeypatch)
+    replay_server.responses.append(ScriptedResponse(body=b"data: direct\n\n"))
+    clients = LazyClient()  # made after the variables are set, as an adapter's clients are
+    try:
+        status, body, _request = await _post(clients, f"{replay_server.url}/v1/messages")
+    finally:
+        await clients.aclose()
+    assert (status, body) == (200, b"data: direct\n\n")
+    assert sent == []  # not through client.send
+    (request,) = replay_server.requests
+    assert request.path == "/v1/messages"
+
+
+async def test_a_host_no_proxy_names_skips_the_proxy_named(
+    replay_server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: a request sent there fails
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    sent = _count_client_sends(monkeypatch)
+    replay_server.responses.append(ScriptedResponse(body=b"data: not via the proxy\n\n"))
+    clients = LazyClient()
+    try:
+        status, body, _request = await _post(clients, f"{replay_server.url}/v1/messages")
+    finally:
+        await clients.aclose()
+    assert (status, body) == (200, b"data: not via the proxy\n\n")
+    assert sent == [f"{replay_server.url}/v1/messages"]  # httpx's way, which knows the exemptions
+    (request,) = replay_server.requests
+    assert request.path == "/v1/messages"  # the origin form: sent to the server itself
 
 
 async def test_a_refused_connection_is_a_retryable_provider_error() -> None:

@@ -12,6 +12,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,91 @@ def test_hostile_lines_that_used_to_kill_it_are_answered_and_it_goes_on(tmp_path
     assert code == 0, log[-3000:]
     assert daemon.rest() == []
     assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("mode", ["serve", "acp"])
+def test_lines_that_arrive_in_one_read_are_answered_in_line_order(tmp_path, mode, backend):
+    """The lines of one read are dispatched together (``Connection.serve``): a cancel right behind
+    its request still cancels it, a second request with an id in flight is still a duplicate, and
+    each of many requests is answered exactly once."""
+    dialect = DIALECTS[mode]
+    cancel_method, id_field = dialect["cancel"]
+    daemon = LineDaemon(mode, tmp_path / "home", backend)
+
+    def request(request_id: str) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": dialect["probe"], "params": {}}
+
+    def one_write(*messages: dict[str, Any]) -> bytes:
+        return b"\n".join(json.dumps(message).encode() for message in messages)  # send() adds the last newline
+
+    try:
+        initialize = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": dialect["initialize"]}
+        daemon.send(one_write(initialize, request("probe-0")))
+        assert daemon.replies_until("probe-0", 1)[0]["id"] == "init"
+
+        # session/list waits for the store (ping, which does not wait, would be answered first).
+        listing = {"jsonrpc": "2.0", "id": "c", "method": "session/list", "params": {}}
+        cancel = {"jsonrpc": "2.0", "method": cancel_method, "params": {id_field: "c"}}
+        daemon.send(one_write(listing, cancel, request("probe-1")))
+        (cancelled,) = daemon.replies_until("probe-1", 1)
+        assert cancelled["id"] == "c" and cancelled["error"]["code"] == -32800, cancelled
+
+        listing["id"] = "d"
+        daemon.send(one_write(listing, listing, request("probe-2")))
+        answers = sorted(daemon.replies_until("probe-2", 2), key=lambda reply: "error" in reply)
+        assert answers[0]["id"] == "d" and "sessions" in answers[0]["result"], answers[0]
+        assert answers[1]["id"] == "d" and answers[1]["error"]["data"]["reason"] == "duplicate_id", answers[1]
+
+        many = [request(f"m{n}") for n in range(300)]
+        daemon.send(one_write(*many, request("probe-3")))
+        replies = daemon.replies_until("probe-3", len(many))
+        assert sorted(reply["id"] for reply in replies) == sorted(message["id"] for message in many)
+        assert all(reply.get("result") == dialect["probe_result"] for reply in replies)
+    finally:
+        code = daemon.close()
+    log = daemon.stderr_path.read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    assert daemon.rest() == []
+    assert "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_prompts_that_arrive_in_one_read_queue_in_the_order_sent(tmp_path, backend):
+    """Lines dispatched together still begin in line order (trio runs a round's new tasks in
+    either order): twelve prompts to one session in one write are stored in the order sent."""
+    daemon = LineDaemon("serve", tmp_path / "home", backend)
+
+    def call(request_id: str, method: str, params: dict[str, Any]) -> Any:
+        daemon.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode())
+        while True:
+            reply = daemon.replies.get(timeout=15)
+            assert reply is not None, daemon.stderr_path.read_text(errors="replace")[-3000:]
+            if reply.get("id") == request_id:
+                return reply["result"]
+
+    try:
+        call("init", "initialize", {"protocol_version": 1})
+        session_id = call("start", "session/start", {"model_id": "mock/echo"})["session"]["session_id"]
+        texts = [f"q{n}" for n in range(12)]
+        prompts = [
+            {
+                "jsonrpc": "2.0",
+                "id": text,
+                "method": "session/prompt",
+                "params": {"session_id": session_id, "text": text},
+            }
+            for text in texts
+        ]
+        daemon.send(b"\n".join(json.dumps(prompt).encode() for prompt in prompts))
+        replies = {reply["id"]: reply["result"] for reply in (daemon.replies.get(timeout=15) for _ in texts)}
+        assert [replies[text]["queued"] for text in texts] == [False] + [True] * 11
+        for attempt in range(200):
+            stored = call(f"messages-{attempt}", "session/messages", {"session_id": session_id})["messages"]
+            if len(stored) == 2 * len(texts):
+                break
+            time.sleep(0.05)
+        assert [m["content"][0]["text"] for m in stored if m["role"] == "user"] == texts
+    finally:
+        code = daemon.close()
+    assert code == 0, daemon.stderr_path.read_text(errors="replace")[-3000:]
