@@ -95,43 +95,51 @@ _encoder = msgspec.json.Encoder()
 
 
 class ResultInPieces:
-    """A handler's result whose long lists are encoded ``PER_PIECE`` elements at a time while its
-    answer is written (the ``Connection`` makes that answer ``Pieces``), the rest of it at once.
+    """A handler's result whose long lists are encoded a slice at a time while its answer is
+    written (the ``Connection`` makes that answer ``Pieces``), the rest of it at once.
 
-    What it holds is encoded after the handler has returned, so it must not change meanwhile:
-    give it values built for the wire (``session/resume`` gives the history's wire messages).
-    The bytes are exactly those of ``value`` encoded whole.
+    ``lists`` gives, for each long list of ``value`` (by field name), its encoding as consecutive
+    slices, each a JSON array (``in_slices`` makes them, ``PER_PIECE`` elements each), taken one at
+    a time as the answer is written; what ``value`` holds in those fields is not encoded. What
+    the slices encode is encoded after the handler has returned, so it must not change meanwhile:
+    give them values built for the wire (``session/resume`` gives the history's wire messages).
     """
 
-    __slots__ = ("long_lists", "value")
+    __slots__ = ("lists", "value")
 
-    def __init__(self, value: msgspec.Struct, long_lists: tuple[str, ...]) -> None:
+    def __init__(self, value: msgspec.Struct, lists: dict[str, Iterable[bytes]]) -> None:
         self.value = value
-        self.long_lists = long_lists
+        self.lists = lists
 
     def __iter__(self) -> Iterator[bytes]:
         # Each long list is encoded in its place as a mark that nothing else can produce (the
         # encoder escapes every control character inside strings): NUL, then the list's index.
+        names = list(self.lists)
         marked = msgspec.structs.replace(
-            self.value, **{name: msgspec.Raw(bytes([0, 1 + i])) for i, name in enumerate(self.long_lists)}
+            self.value, **{name: msgspec.Raw(bytes([0, 1 + i])) for i, name in enumerate(names)}
         )
         head, *rest = _encoder.encode(marked).split(b"\0")
         del marked
         yield head
         for segment in rest:
-            yield from _list_in_pieces(getattr(self.value, self.long_lists[segment[0] - 1]))
+            yield from _joined_slices(self.lists[names[segment[0] - 1]])
             yield segment[1:]
 
 
-def _list_in_pieces(values: list[Any]) -> Iterator[bytes]:
-    if not values:
-        yield b"[]"
-        return
-    last = len(values) - 1
+def in_slices(values: list[Any]) -> Iterator[bytes]:
+    """``values`` encoded ``PER_PIECE`` at a time, each slice a JSON array (``ResultInPieces``)."""
     for start in range(0, len(values), PER_PIECE):
-        encoded = _encoder.encode(values[start : start + PER_PIECE])  # [a,b,c]
-        end = len(encoded) if start + PER_PIECE > last else len(encoded) - 1  # the ] only after the last
-        yield b"".join((b"[" if start == 0 else b",", memoryview(encoded)[1:end]))
+        yield _encoder.encode(values[start : start + PER_PIECE])
+
+
+def _joined_slices(slices: Iterable[bytes]) -> Iterator[bytes]:
+    """One JSON array from the arrays of its consecutive slices: ``[a,b`` ``,c`` ... ``]``."""
+    opening = b"["
+    for encoded in slices:
+        if len(encoded) > 2:  # not an empty slice
+            yield b"".join((opening, memoryview(encoded)[1:-1]))
+            opening = b","
+    yield b"[]" if opening == b"[" else b"]"
 
 
 # What the outgoing stream carries: messages, and after a big one the mark its sender waits on.

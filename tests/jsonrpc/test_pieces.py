@@ -14,7 +14,7 @@ import pytest
 
 from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.connection import Connection
-from daemon.jsonrpc.framing import MIN_PIECE, PER_PIECE, Outgoing, Pieces, ResultInPieces, Written
+from daemon.jsonrpc.framing import MIN_PIECE, PER_PIECE, Outgoing, Pieces, ResultInPieces, Written, in_slices
 from daemon.jsonrpc.stdio import _pump_output
 from daemon.jsonrpc.streams import write_batches
 
@@ -50,22 +50,28 @@ def _long_rows(count: int) -> list[Row]:
 @pytest.mark.parametrize("count", [0, 1, PER_PIECE - 1, PER_PIECE, PER_PIECE + 1, 3 * PER_PIECE + 7])
 def test_the_pieces_are_the_whole_encoding(count):
     answer = Answer(title=AWKWARD, rows=_rows(count), others=_rows(count // 2 + 1), count=count)
-    pieces = list(ResultInPieces(answer, ("rows", "others")))
+    pieces = list(ResultInPieces(answer, {"rows": in_slices(answer.rows), "others": in_slices(answer.others)}))
     assert b"".join(pieces) == msgspec.json.encode(answer)
-    # A piece per PER_PIECE rows of each list (an empty list is one piece), and the text around them.
-    per_list = [max(1, -(-n // PER_PIECE)) for n in (count, count // 2 + 1)]
+    # A piece per PER_PIECE rows of each list and its closing bracket (an empty list is one
+    # piece), and the text around them.
+    per_list = [-(-n // PER_PIECE) + 1 if n else 1 for n in (count, count // 2 + 1)]
     assert len(pieces) == 1 + per_list[0] + 1 + per_list[1] + 1
     # Each piece is whole UTF-8 (a WebSocket sends each as a frame of one text message).
     for piece in pieces:
         piece.decode("utf-8")
 
 
-def test_only_the_named_lists_go_in_pieces_and_the_order_is_the_structs():
+def test_only_the_named_lists_go_in_pieces_from_their_slices_in_the_structs_order():
     answer = Answer(title="t", rows=_rows(PER_PIECE + 1), others=_rows(2))
-    pieces = list(ResultInPieces(answer, ("others",)))  # rows encoded at once with the rest
+    pieces = list(ResultInPieces(answer, {"others": in_slices(answer.others)}))  # rows at once with the rest
     assert b"".join(pieces) == msgspec.json.encode(answer)
-    assert len(pieces) == 3
-    reversed_names = list(ResultInPieces(answer, ("others", "rows")))
+    assert len(pieces) == 4  # the text before ``others``, its one slice, its ``]``, the text after
+    # The named lists are encoded from the slices given, not from what ``value`` holds there.
+    given = [Row(n=-1, text="given")]
+    assert b"".join(ResultInPieces(answer, {"others": in_slices(given)})) == msgspec.json.encode(
+        msgspec.structs.replace(answer, others=given)
+    )
+    reversed_names = list(ResultInPieces(answer, {"others": in_slices(answer.others), "rows": in_slices(answer.rows)}))
     assert b"".join(reversed_names) == msgspec.json.encode(answer)
 
 
@@ -96,7 +102,7 @@ async def test_the_connection_answers_in_pieces_with_the_envelope_and_a_written_
     answer = Answer(title=AWKWARD, rows=_rows(PER_PIECE * 2 + 1), others=[])
 
     async def handler(params: object) -> ResultInPieces:
-        return ResultInPieces(answer, ("rows", "others"))
+        return ResultInPieces(answer, {"rows": in_slices(answer.rows), "others": in_slices(answer.others)})
 
     connection.register("long", dict, handler)
     reply, mark = await _answers(connection, b'{"jsonrpc":"2.0","id":"r-\\u0000","method":"long"}', receive)
@@ -112,7 +118,7 @@ async def test_inside_a_batch_an_answer_in_pieces_is_made_whole(outgoing):
     answer = Answer(title="t", rows=_rows(PER_PIECE + 3), others=_rows(1))
 
     async def handler(params: object) -> ResultInPieces:
-        return ResultInPieces(answer, ("rows",))
+        return ResultInPieces(answer, {"rows": in_slices(answer.rows)})
 
     connection.register("long", dict, handler)
     connection.register("short", dict, lambda params: _async({"ok": True}))
@@ -140,7 +146,7 @@ async def test_a_piece_that_cannot_be_made_ends_the_line_and_the_request_gets_an
     rows.append(Unencodable())  # in the second piece: the first is already on its way
 
     async def handler(params: object) -> ResultInPieces:
-        return ResultInPieces(Answer(title="t", rows=rows, others=[]), ("rows",))
+        return ResultInPieces(Answer(title="t", rows=rows, others=[]), {"rows": in_slices(rows)})
 
     connection.register("long", dict, handler)
     reply, _ = await _answers(connection, b'{"jsonrpc":"2.0","id":9,"method":"long"}', receive)
@@ -254,7 +260,7 @@ async def test_stdout_gets_the_pieces_as_one_line_between_the_other_messages(any
     broken_rows: list = [*_long_rows(PER_PIECE), Unencodable()]
 
     def broken() -> ResultInPieces:
-        return ResultInPieces(Answer(title="b", rows=broken_rows, others=[]), ("rows",))
+        return ResultInPieces(Answer(title="b", rows=[], others=[]), {"rows": in_slices(broken_rows)})
 
     # What went out of the broken one before the piece that fails: its text and first piece.
     started = b"".join(itertools.islice(broken(), 2))
@@ -276,7 +282,12 @@ async def test_stdout_gets_the_pieces_as_one_line_between_the_other_messages(any
             tg.start_soon(functools.partial(anyio.to_thread.run_sync, read_all, abandon_on_cancel=True))
             async with send:
                 await send.send(b'{"n":1}')
-                await send.send(Pieces(ResultInPieces(answer, ("rows", "others")), failed=b'{"failed":1}'))
+                await send.send(
+                    Pieces(
+                        ResultInPieces(answer, {"rows": in_slices(answer.rows), "others": in_slices(answer.others)}),
+                        failed=b'{"failed":1}',
+                    )
+                )
                 await send.send(b'{"n":2}')
                 await send.send(Pieces(broken(), failed=b'{"failed":2}'))
                 await send.send(b'{"n":3}')

@@ -55,7 +55,10 @@ def _seed(home: Path) -> list[str]:
             parts = [
                 Part(type="thinking", text=f"thinking {seq} {AWKWARD}", provider="anthropic", model="m", signature="s"),
                 Part(type="text", text="answer " * 600),  # ~4 MB in all: more than a pipe or socket holds
-                Part(type="tool_call", call_id=f"c{seq}", name="read_file", arguments={"path": AWKWARD, "n": [seq]}),
+                # Now and then arguments that read like the start of a message's own JSON.
+                Part(type="tool_call", call_id=f"c{seq}", name="read_file", arguments={"path": AWKWARD, "n": [seq]})
+                if seq % 300
+                else Part(type="tool_call", call_id=f"c{seq}", name="read_file", arguments={"message_id": "x"}),
             ]
             store.save_message(
                 ChatMessage(

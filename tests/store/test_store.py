@@ -27,6 +27,7 @@ from daemon.errors import (
 from daemon.jsonrpc.client import RpcError
 from daemon.jsonrpc.connection import as_wire_error
 from daemon.store import AsyncStore, SessionRow, Store, StoreClosed, StoreError, new_lease_owner, process_start_time
+from daemon.store.db import MMAP_BYTES
 from daemon.store.migrations import MIGRATIONS, SchemaTooNew, migrate, schema_version
 from daemon.store.store import StoreQueries
 from protocol.objects import SessionPlan, Usage
@@ -404,6 +405,7 @@ def test_pragmas(sqlite_store: Store, db_path: Path) -> None:
     assert db.execute("PRAGMA foreign_keys").fetchone() == (1,)
     assert db.execute("PRAGMA busy_timeout").fetchone() == (5000,)
     assert db.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+    assert db.execute("PRAGMA mmap_size").fetchone() == (MMAP_BYTES,)
 
 
 def test_migrates_from_version_zero_and_reopens_idempotently(db_path: Path) -> None:

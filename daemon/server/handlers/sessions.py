@@ -118,34 +118,35 @@ class SessionHandlers:
         return m.SessionResult(session=self.sessions.wire_session(row), thinking=self.sessions.thinking_for(row))
 
     async def session_resume(self, params: m.SessionIdParams) -> ResultInPieces:
-        from daemon.context.history import history_items  # with the session manager: off the start path
+        from daemon.server.history_pieces import history_in_slices  # with the session manager: off the start path
         from daemon.util.collector import paused
 
         live = await self.sessions.get(params.session_id)
         # A reply still streaming is shown as it stands (``streaming``), not as last checkpointed.
         streaming = live.current.in_progress.snapshot() if live.current and live.current.in_progress else None
-        with paused():  # every message twice over as wire structs (a long history: ~100,000 objects)
+        with paused():  # every message as wire structs (a long history: ~50,000 objects)
             messages = [
                 (
                     streaming if streaming is not None and message.message_id == streaming.message_id else message
                 ).to_wire()
                 for message in live.stored_messages
             ]
-            items = history_items(messages, live.compactions)
         # No await from here to the answer: the events after last_seq reach the caller live.
         self._follow(live.row.id)
         result = m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
             messages=messages,
-            items=items,
+            items=[],  # made from ``messages`` as they are written (``history_in_slices``)
             last_seq=self.bridge.last_seq(live.row.id),
             epoch=self.bridge.epoch,
         )
         # A long history is ~24 MB of JSON: encoded a few hundred messages at a time while the
-        # answer is written, the client reads its start while the rest is encoded. The wire
-        # structs were made above, so what goes out is the history as it stood here.
-        return ResultInPieces(result, ("messages", "items"))
+        # answer is written (the items made likewise), the client reads its start while the rest
+        # is encoded. The wire structs were made above (and the compaction records copied), so
+        # what goes out is the history as it stood here.
+        message_slices, item_slices = history_in_slices(messages, list(live.compactions))
+        return ResultInPieces(result, {"messages": message_slices, "items": item_slices})
 
     async def session_subscribe(self, params: m.SessionSubscribeParams) -> AnswerThen:
         row = await self.sessions.row(params.session_id)
