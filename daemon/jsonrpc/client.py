@@ -21,7 +21,7 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from daemon.jsonrpc.early import SentEarly
-from daemon.jsonrpc.framing import Outgoing, Written
+from daemon.jsonrpc.framing import Outgoing, Pieces, Written
 from daemon.jsonrpc.spawn import StartedDaemon, daemon_command
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
@@ -381,7 +381,7 @@ async def connect_memory(
                     if isinstance(line, Written):  # what the stdout writer does once it has written a big message
                         line.set()
                         continue
-                    await client.dispatch(line)
+                    await client.dispatch(line.joined() if isinstance(line, Pieces) else line)
             client.notify_send.close()
 
         tg.start_soon(read)

@@ -30,7 +30,7 @@ from daemon.errors import (
     ShuttingDown,
     StateConflict,
 )
-from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Written, _Overlong
+from daemon.jsonrpc.framing import BIG_MESSAGE, Outgoing, Pieces, ResultInPieces, Written, _Overlong
 from daemon.util import foreground
 
 if TYPE_CHECKING:  # only a listening daemon's connections have one (not on the start path)
@@ -156,6 +156,13 @@ def encode_error(request_id: Any, exc: PonderError) -> bytes:
         return _encoder.encode(_Error("2.0", request_id, _ErrorBody(int(internal.code), internal.message, {})))
 
 
+def _answer_in_pieces(request_id: Any, result: ResultInPieces) -> Pieces:
+    """The answer to ``request_id`` made while it is written: its envelope around the result's pieces."""
+    head, tail = _encoder.encode(_Result("2.0", request_id, msgspec.Raw(b"\0"))).split(b"\0")
+    internal = InternalError("Internal error in the daemon; details are in its log.")
+    return Pieces(itertools.chain((head,), result, (tail,)), failed=encode_error(request_id, internal))
+
+
 def encode_notification(method: str, params: Any) -> bytes:
     """A notification as it goes on the wire (without the newline): encoded once, sent to many."""
     return _encoder.encode(_Notification("2.0", method, params))
@@ -220,6 +227,12 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "$.params") -> 
     return InvalidParams(f"Invalid params: {message} (at {path}).", path=path)
 
 
+def _queued_size(data: bytes | Pieces) -> int:
+    """What a message counts in a ``Backlog`` when it is queued: its size; one made in pieces
+    counts nothing until its writer makes them (it counts each piece while writing it)."""
+    return len(data) if isinstance(data, bytes) else 0
+
+
 class Connection:
     """One client connection over a pair of streams (stdio in production, memory in tests)."""
 
@@ -260,7 +273,7 @@ class Connection:
 
     # --- sending ----------------------------------------------------------------------
 
-    async def send_raw(self, data: bytes) -> None:
+    async def send_raw(self, data: bytes | Pieces) -> None:
         # send() always yields to the loop first; with room in the queue that round trip
         # is pure overhead on the streaming hot path, so try the synchronous path first.
         if self._send_nowait(data):
@@ -270,8 +283,8 @@ class Connection:
             await backlog.room()  # its writer has written enough of what waits
             if self._send_nowait(data):
                 return
-        size = len(data)
-        big = size >= BIG_MESSAGE
+        size = _queued_size(data)
+        big = size >= BIG_MESSAGE or isinstance(data, Pieces)
         try:
             await self._outgoing.send(data)
             if backlog is not None:
@@ -284,21 +297,22 @@ class Connection:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
 
-    def _send_nowait(self, data: bytes) -> bool:
+    def _send_nowait(self, data: bytes | Pieces) -> bool:
         """Queue ``data`` if there is room; False when the caller must wait (back-pressure)."""
         backlog = self.backlog
+        size = len(data) if isinstance(data, bytes) else 0  # (``_queued_size``, inline: every event comes here)
         try:
             if backlog is not None:
                 if backlog.full:
                     return False
-                backlog.add(len(data))  # (given back if it cannot be queued)
-            if len(data) < BIG_MESSAGE:
+                backlog.add(size)  # (given back if it cannot be queued)
+            if size < BIG_MESSAGE and isinstance(data, bytes):
                 self._outgoing.send_nowait(data)
                 return True
             stats = self._outgoing.statistics()
             if stats.current_buffer_used + 2 > stats.max_buffer_size:  # no room for it and its mark
                 if backlog is not None:
-                    backlog.add(-len(data))
+                    backlog.add(-size)
                 return False
             self._outgoing.send_nowait(data)
             written = Written()
@@ -306,7 +320,7 @@ class Connection:
             self._written = written
         except anyio.WouldBlock:
             if backlog is not None:
-                backlog.add(-len(data))
+                backlog.add(-size)
             return False
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("dropped an outgoing message: output is closed")
@@ -498,7 +512,7 @@ class Connection:
         for follow_up in then:  # right behind the answer (see ``AnswerThen``)
             await follow_up()
 
-    async def _send_reply(self, reply: bytes) -> None:
+    async def _send_reply(self, reply: bytes | Pieces) -> None:
         """Queue a reply; when shutdown cancels the wait for room in the queue, still wait a moment."""
         try:
             await self.send_raw(reply)
@@ -535,7 +549,7 @@ class Connection:
     async def _answer_batch(self, messages: list[Any]) -> None:
         """Handle a batch's members concurrently and answer them all in one array, also when
         shutdown cuts the batch short (its unfinished requests are answered ``shutting_down``)."""
-        replies: list[bytes | None] = [None] * len(messages)
+        replies: list[bytes | Pieces | None] = [None] * len(messages)
         then: list[Callable[[], Awaitable[None]]] = []
 
         async def one(i: int, message: Any) -> None:
@@ -554,7 +568,8 @@ class Connection:
                 for i, message in enumerate(messages):
                     tg.start_soon(one, i, message)
         finally:
-            present = [r for r in replies if r is not None]
+            # An answer made in pieces is made whole here: a batch's answer is one array.
+            present = [r.joined() if isinstance(r, Pieces) else r for r in replies if r is not None]
             if present:  # a batch of notifications only gets no answer at all
                 await self._send_reply(b"[" + b",".join(present) + b"]")
         for follow_up in then:
@@ -587,7 +602,7 @@ class Connection:
         cut_short: list[bytes],
         then: list[Callable[[], Awaitable[None]]],
         claimed: anyio.CancelScope | None = None,
-    ) -> bytes | None:
+    ) -> bytes | Pieces | None:
         """Handle one request or notification; return the encoded reply (None for notifications).
 
         This is the error boundary: whatever the message or its handler does, the outcome is
@@ -648,6 +663,8 @@ class Connection:
                 if isinstance(result, AnswerThen):
                     then.append(result.then)
                     result = result.result
+                if isinstance(result, ResultInPieces):
+                    return _answer_in_pieces(request_id, result)
                 return _encoder.encode(_Result("2.0", request_id, result))
             # Only reached when our own scope was cancelled by $/cancelRequest.
             return encode_error(request_id, RequestCancelled())

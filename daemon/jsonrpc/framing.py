@@ -3,16 +3,20 @@ stream into lines (``\\n`` only; a trailing ``\\r`` is dropped; U+2028 inside a 
 a character; blank lines are skipped), and a line longer than the limit is discarded as it
 streams past — never buffered whole — and reported as ``OVERLONG``.
 
-Also the vocabulary of the outgoing stream, shared by the writer (``daemon.jsonrpc.stdio``),
-the ``Connection`` and the client: messages, and after a big one (a ``text_end`` or
-``message_end`` can hold a whole reply) a ``Written`` mark, an ``anyio.Event`` the writer sets
-once everything queued before it is written and let go of, so the sender encodes the next big
-message only then: one encoded copy of a reply in memory at a time, not two.
+Also the vocabulary of the outgoing stream, shared by the writers (``daemon.jsonrpc.stdio``,
+``daemon.jsonrpc.streams``), the ``Connection`` and the client: messages, encoded whole or made
+in ``Pieces`` while they are written (a long history's reply), and after a big one (a
+``text_end`` or ``message_end`` can hold a whole reply) a ``Written`` mark, an ``anyio.Event``
+the writer sets once everything queued before it is written and let go of, so the sender
+encodes the next big message only then: one encoded copy of a reply in memory at a time, not two.
 """
 
-from typing import Final
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
 
 import anyio
+import msgspec
 
 
 class _Overlong:
@@ -35,9 +39,104 @@ BINARY_FRAME: Final = _Overlong(
 )
 DEFAULT_MAX_LINE_BYTES = 32 * 1024 * 1024
 BIG_MESSAGE = 1024 * 1024  # written without joining it to its newline (a copy of it), then waited for
+MIN_PIECE = 64 * 1024  # a message in ``Pieces`` is written in pieces of at least this much (but its last)
+log = logging.getLogger("ponder.rpc")
+
+
+class Pieces:
+    """One outgoing message made while it is written: the pieces of its encoding, each made when
+    the writer is ready for it.
+
+    Together the pieces are one JSON document (without the newline), so the client reads one
+    line. A long history's reply goes out this way: the client reads its first pieces while the
+    rest is still being encoded, instead of waiting until all of it is, and the whole of it is
+    never in memory at once. Its size is not known before it is made: a ``Backlog`` counts each
+    piece while it is being written. (A WebSocket writer makes it whole first: one message is one
+    frame, and a frame's length goes before its payload.)
+
+    Making a piece must not fail (what is encoded was built for the wire); if it does (a bug),
+    the line is ended where it stands and ``failed`` (the request's error answer) follows as a
+    line of its own: the client sees one line it cannot parse and then its answer.
+    """
+
+    __slots__ = ("_pieces", "failed")
+
+    def __init__(self, pieces: Iterable[bytes], failed: bytes) -> None:
+        self._pieces = pieces
+        self.failed = failed
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The pieces, those under ``MIN_PIECE`` joined to the next (a write each is not worth it)."""
+        started = False
+        pending: list[bytes] = []
+        size = 0
+        try:
+            for piece in self._pieces:
+                pending.append(piece)
+                size += len(piece)
+                if size >= MIN_PIECE:
+                    started = True
+                    yield pending[0] if len(pending) == 1 else b"".join(pending)
+                    pending, size = [], 0
+        except Exception:
+            log.exception("could not encode the rest of a message already being written")
+            yield b"\n" + self.failed if started else self.failed
+            return
+        if pending or not started:
+            yield b"".join(pending)
+
+    def joined(self) -> bytes:
+        """All of it at once (where it cannot go out in pieces: inside a batch's answer)."""
+        return b"".join(self)
+
+
+PER_PIECE = 256  # elements of a long list encoded at a time: ~300 KB of a long history, under the 1 MiB pipe
+_encoder = msgspec.json.Encoder()
+
+
+class ResultInPieces:
+    """A handler's result whose long lists are encoded ``PER_PIECE`` elements at a time while its
+    answer is written (the ``Connection`` makes that answer ``Pieces``), the rest of it at once.
+
+    What it holds is encoded after the handler has returned, so it must not change meanwhile:
+    give it values built for the wire (``session/resume`` gives the history's wire messages).
+    The bytes are exactly those of ``value`` encoded whole.
+    """
+
+    __slots__ = ("long_lists", "value")
+
+    def __init__(self, value: msgspec.Struct, long_lists: tuple[str, ...]) -> None:
+        self.value = value
+        self.long_lists = long_lists
+
+    def __iter__(self) -> Iterator[bytes]:
+        # Each long list is encoded in its place as a mark that nothing else can produce (the
+        # encoder escapes every control character inside strings): NUL, then the list's index.
+        marked = msgspec.structs.replace(
+            self.value, **{name: msgspec.Raw(bytes([0, 1 + i])) for i, name in enumerate(self.long_lists)}
+        )
+        head, *rest = _encoder.encode(marked).split(b"\0")
+        del marked
+        yield head
+        for segment in rest:
+            yield from _list_in_pieces(getattr(self.value, self.long_lists[segment[0] - 1]))
+            yield segment[1:]
+
+
+def _list_in_pieces(values: list[Any]) -> Iterator[bytes]:
+    if not values:
+        yield b"[]"
+        return
+    last = len(values) - 1
+    for start in range(0, len(values), PER_PIECE):
+        encoded = _encoder.encode(values[start : start + PER_PIECE])  # [a,b,c]
+        end = len(encoded) if start + PER_PIECE > last else len(encoded) - 1  # the ] only after the last
+        yield b"".join((b"[" if start == 0 else b",", memoryview(encoded)[1:end]))
+
+
 # What the outgoing stream carries: messages, and after a big one the mark its sender waits on.
 Written = anyio.Event
-Outgoing = bytes | Written
+Outgoing = bytes | Pieces | Written
 
 
 class LineSplitter:

@@ -11,9 +11,9 @@ whoever else holds it). Either way the reader reads no further than the lines al
 
 One writer task owns stdout. Outgoing messages queue in a bounded stream, so a client
 that reads slowly slows the daemon down (back-pressure) instead of making it lose or
-reorder anything; the writer drains whatever is queued into one ``write`` call, and sets
-the ``Written`` mark that follows a big message once it is written
-(see ``daemon.jsonrpc.framing``).
+reorder anything; the writer drains whatever is queued into one ``write`` call (a message made in
+``Pieces`` is made and written a piece at a time), and sets the ``Written`` mark that follows a
+big message once it is written (see ``daemon.jsonrpc.framing``).
 """
 
 import logging
@@ -22,14 +22,22 @@ import select
 import stat
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from daemon.jsonrpc.framing import BIG_MESSAGE, DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
+from daemon.jsonrpc.framing import (
+    BIG_MESSAGE,
+    DEFAULT_MAX_LINE_BYTES,
+    LineSplitter,
+    Outgoing,
+    Pieces,
+    Written,
+    _Overlong,
+)
 from daemon.util import foreground
 
 log = logging.getLogger("ponder.transport")
@@ -156,7 +164,7 @@ async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing]) ->
             os.set_blocking(fd, True)
 
 
-async def _write_batch(fd: int, direct: bool, batch: list[bytes]) -> bool:
+async def _write_batch(fd: int, direct: bool, batch: list[bytes | Pieces]) -> bool:
     """Write the batch; False when the client is gone (nothing more can reach it)."""
     for data in _writes(batch):
         if direct:
@@ -168,23 +176,26 @@ async def _write_batch(fd: int, direct: bool, batch: list[bytes]) -> bool:
     return True
 
 
-def _writes(batch: list[bytes]) -> list[bytes]:
+def _writes(batch: list[bytes | Pieces]) -> Iterator[bytes]:
     """The batch as few buffers to write: small messages joined with their newlines, large
     ones (a ``text_end`` or ``message_end`` can hold a whole reply) written as they are,
-    since joining would copy them."""
-    out: list[bytes] = []
+    since joining would copy them; a message in ``Pieces`` a piece at a time, each made only
+    once the one before it is written (so the client reads while the rest is encoded)."""
     small: list[bytes] = []
     for message in batch:
-        if len(message) < BIG_MESSAGE:
+        if isinstance(message, bytes) and len(message) < BIG_MESSAGE:
             small.append(message)
             continue
         if small:
-            out.append(b"\n".join([*small, b""]))
+            yield b"\n".join([*small, b""])
             small = []
-        out += [message, b"\n"]
+        if isinstance(message, Pieces):
+            yield from message
+        else:
+            yield message
+        yield b"\n"
     if small:
-        out.append(b"\n".join([*small, b""]))
-    return out
+        yield b"\n".join([*small, b""])
 
 
 def _use_nonblocking(fd: int, grow: bool = False) -> bool:

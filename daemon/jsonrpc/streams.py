@@ -5,7 +5,8 @@ stdin and stdout.
 The outgoing queue is bounded by a ``Backlog`` in bytes when one is given (a listening daemon's
 connection), else by ``OUTGOING_BUFFER`` messages. Whoever queues decides what a full queue
 means: the listening daemon drops a client that stops reading rather than wait for it
-(``daemon.server.rpc_bridge``).
+(``daemon.server.rpc_bridge``). A message made in ``Pieces`` counts in the backlog a piece at a
+time, while that piece is being written.
 """
 
 import math
@@ -17,7 +18,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.jsonrpc.backlog import Backlog
-from daemon.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Written, _Overlong
+from daemon.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Pieces, Written, _Overlong
 
 READ_CHUNK = 256 * 1024
 OUTGOING_BUFFER = 4096  # messages queued for a stream without a ``Backlog`` before its queue is full
@@ -44,15 +45,23 @@ async def read_lines(
             pass  # nobody reads the lines any more: the connection is closing
 
 
+WriteMessages = Callable[[list[bytes]], Awaitable[None]]  # whole messages, in one write
+# The next piece of a message made in ``Pieces``, and whether the message ends with it.
+WritePiece = Callable[[bytes, bool], Awaitable[None]]
+
+
 async def write_batches(
     receive: MemoryObjectReceiveStream[Outgoing],
-    write: Callable[[list[bytes]], Awaitable[None]],
+    write: WriteMessages,
     gone: tuple[type[BaseException], ...],
     backlog: Backlog | None = None,
+    write_piece: WritePiece | None = None,
 ) -> None:
-    """Hand ``write`` every message queued together at once; set the ``Written`` marks; give the
-    bytes back to ``backlog`` once written. Once ``write`` raises one of ``gone`` (the client went
-    away) the rest is drained unwritten."""
+    """Hand ``write`` every message queued together at once, and ``write_piece`` each piece of one
+    made in ``Pieces`` (made only once the one before it is written; without ``write_piece`` it is
+    made whole and written as one message); set the ``Written`` marks; give the bytes back to
+    ``backlog`` once written. Once a write raises one of ``gone`` (the client went away) the rest
+    is drained unwritten (and what is in pieces never made)."""
     writable = True
     try:
         async with receive:
@@ -64,17 +73,11 @@ async def write_batches(
                         batch.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                data = [item for item in batch if not isinstance(item, Written)]
                 marks = [item for item in batch if isinstance(item, Written)]
-                del batch
-                if writable and data:
-                    try:
-                        await write(data)
-                    except gone:
-                        writable = False
-                if backlog is not None:
-                    backlog.written(sum(map(len, data)))
+                data = [item for item in batch if not isinstance(item, Written)]
+                writable = await _write_batch(write, write_piece, data, gone, backlog, writable)
                 del data
+                del batch  # a big message is let go of before its sender hears it was written
                 for mark in marks:
                     mark.set()
     finally:
@@ -82,15 +85,93 @@ async def write_batches(
             backlog.close()  # nobody gives bytes back any more: nothing may wait for room
 
 
+async def _write_batch(
+    write: WriteMessages,
+    write_piece: WritePiece | None,
+    batch: list[bytes | Pieces],
+    gone: tuple[type[BaseException], ...],
+    backlog: Backlog | None,
+    writable: bool,
+) -> bool:
+    """Write ``batch`` in order: the whole messages between two in pieces together. False once the client is gone."""
+    whole: list[bytes] = []
+    for index, message in enumerate(batch):
+        if isinstance(message, bytes):
+            whole.append(message)
+            if index + 1 < len(batch):
+                continue
+        if whole:
+            writable = writable and await _sent(write(whole), gone)
+            if backlog is not None:
+                backlog.written(sum(map(len, whole)))
+            whole = []
+        if isinstance(message, Pieces) and writable:
+            if write_piece is not None:
+                writable = await _write_pieces(write_piece, message, gone, backlog)
+            else:
+                writable = await _write_joined(write, message, gone, backlog)
+    return writable
+
+
+async def _write_pieces(
+    write_piece: WritePiece, message: Pieces, gone: tuple[type[BaseException], ...], backlog: Backlog | None
+) -> bool:
+    """Each piece of ``message``, counted in ``backlog`` while it is written; the next one is made
+    before it goes, so that ``write_piece`` knows which is the last. False once the client is gone."""
+    pieces = iter(message)
+    piece = next(pieces, b"")
+    while True:
+        following = next(pieces, None)
+        if backlog is not None:
+            backlog.add(len(piece))
+        try:
+            if not await _sent(write_piece(piece, following is None), gone):
+                return False
+        finally:
+            if backlog is not None:
+                backlog.written(len(piece))
+        if following is None:
+            return True
+        piece = following
+
+
+async def _write_joined(
+    write: WriteMessages, message: Pieces, gone: tuple[type[BaseException], ...], backlog: Backlog | None
+) -> bool:
+    """``message`` made whole and written as one, counted in ``backlog`` while it is written."""
+    data = message.joined()
+    if backlog is not None:
+        backlog.add(len(data))
+    try:
+        return await _sent(write([data]), gone)
+    finally:
+        if backlog is not None:
+            backlog.written(len(data))
+
+
+async def _sent(sending: Awaitable[None], gone: tuple[type[BaseException], ...]) -> bool:
+    """Await ``sending``; False when it found the client gone."""
+    try:
+        await sending
+    except gone:
+        return False
+    return True
+
+
 async def write_lines(
     stream: ByteSendStream, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog | None = None
 ) -> None:
-    """Each queued message and its newline, those queued together in one write (``write_batches``)."""
+    """Each queued message and its newline, those queued together in one write; one made in
+    ``Pieces`` a piece at a time (``write_batches``)."""
 
     async def write(data: list[bytes]) -> None:
         await stream.send(b"".join(part for message in data for part in (message, b"\n")))
 
-    await write_batches(receive, write, (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError), backlog)
+    async def write_piece(piece: bytes, last: bool) -> None:
+        await stream.send(piece + b"\n" if last else piece)
+
+    gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+    await write_batches(receive, write, gone, backlog, write_piece)
 
 
 @asynccontextmanager

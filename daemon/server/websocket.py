@@ -318,6 +318,8 @@ async def _read_messages(sock: _Socket, send: MemoryObjectSendStream[bytes | _Ov
 
 
 async def _write_messages(sock: _Socket, receive: MemoryObjectReceiveStream[Outgoing], backlog: Backlog) -> None:
-    """Each queued message as one text frame, those queued together in one write (``write_batches``)."""
+    """Each queued message as one text frame, those queued together in one write (``write_batches``).
+    A message made in ``Pieces`` is made whole first: one JSON-RPC message is one text frame
+    (PROTOCOL.md "Transports"), and a frame's length goes before its payload."""
     gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, ssl.SSLError, LocalProtocolError)
     await write_batches(receive, sock.send_messages, gone, backlog)

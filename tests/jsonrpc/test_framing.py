@@ -158,10 +158,10 @@ def _hung_up_terminal() -> int:
 
 def test_a_batch_is_written_as_its_lines_with_large_messages_never_copied():
     big = b"B" * BIG_MESSAGE
-    assert _writes([b"a"]) == [b"a\n"]
-    assert _writes([b"a", b"b"]) == [b"a\nb\n"]
-    assert _writes([b"a", big, b"b", b"c", big]) == [b"a\n", big, b"\n", b"b\nc\n", big, b"\n"]
-    written = _writes([big, big])
+    assert list(_writes([b"a"])) == [b"a\n"]
+    assert list(_writes([b"a", b"b"])) == [b"a\nb\n"]
+    assert list(_writes([b"a", big, b"b", b"c", big])) == [b"a\n", big, b"\n", b"b\nc\n", big, b"\n"]
+    written = list(_writes([big, big]))
     assert written == [big, b"\n", big, b"\n"] and written[0] is big and written[2] is big, "written as it is"
 
 

@@ -8,6 +8,7 @@ import msgspec
 from daemon.conversation import ChatMessage
 from daemon.errors import InvalidParams
 from daemon.jsonrpc.connection import AnswerThen
+from daemon.jsonrpc.framing import ResultInPieces
 from daemon.server.core import Daemon
 from daemon.server.params import optional
 from daemon.server.rpc_bridge import Peer, RpcBridge
@@ -116,7 +117,7 @@ class SessionHandlers:
         row = await self.sessions.row(params.session_id)
         return m.SessionResult(session=self.sessions.wire_session(row), thinking=self.sessions.thinking_for(row))
 
-    async def session_resume(self, params: m.SessionIdParams) -> m.SessionResumeResult:
+    async def session_resume(self, params: m.SessionIdParams) -> ResultInPieces:
         from daemon.context.history import history_items  # with the session manager: off the start path
         from daemon.util.collector import paused
 
@@ -133,7 +134,7 @@ class SessionHandlers:
             items = history_items(messages, live.compactions)
         # No await from here to the answer: the events after last_seq reach the caller live.
         self._follow(live.row.id)
-        return m.SessionResumeResult(
+        result = m.SessionResumeResult(
             session=self.sessions.wire_session(live.row),
             thinking=self.sessions.thinking_for(live.row),
             messages=messages,
@@ -141,6 +142,10 @@ class SessionHandlers:
             last_seq=self.bridge.last_seq(live.row.id),
             epoch=self.bridge.epoch,
         )
+        # A long history is ~24 MB of JSON: encoded a few hundred messages at a time while the
+        # answer is written, the client reads its start while the rest is encoded. The wire
+        # structs were made above, so what goes out is the history as it stood here.
+        return ResultInPieces(result, ("messages", "items"))
 
     async def session_subscribe(self, params: m.SessionSubscribeParams) -> AnswerThen:
         row = await self.sessions.row(params.session_id)
