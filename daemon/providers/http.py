@@ -36,6 +36,8 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 # Streams one client carries at once before the next one is used (see ``LazyClient``).
 STREAMS_PER_CLIENT = 16
+# URLs and header sets a ``Route`` keeps built (an adapter uses one or two of each).
+ROUTE_CACHE_SIZE = 8
 
 
 class LazyClient:
@@ -97,6 +99,11 @@ class Route:
         )
         self._headers = dict(self.client.headers.items())  # lower-case names: accept, user-agent, …
         self._timeout = self.client.timeout.as_dict()
+        # What each request would parse and normalize again (an adapter sends the same URL and
+        # headers every time): the URL parsed, and the client's defaults merged with the
+        # adapter's headers, by their values. Two thirds of building an ``httpx.Request``.
+        self._urls: dict[str, httpx.URL] = {}
+        self._merged: dict[tuple[tuple[str, str], ...], httpx.Headers] = {}
 
     async def post_streaming(self, url: str, headers: dict[str, str], content: bytes) -> httpx.Response:
         """POST ``content`` and return the response with its body not read yet (httpx errors raised as httpx does)."""
@@ -104,14 +111,38 @@ class Route:
         if transport is None or client.cookies:
             request = client.build_request("POST", url, headers=headers, content=content)
             return await client.send(request, stream=True)
-        merged = self._headers.copy()
-        merged.update((name.lower(), value) for name, value in headers.items())
-        request = httpx.Request("POST", url, headers=merged, content=content, extensions={"timeout": self._timeout})
+        request = httpx.Request(
+            "POST",
+            self._url(url),
+            headers=self._headers_for(headers),
+            content=content,
+            extensions={"timeout": self._timeout},
+        )
         response = await transport.handle_async_request(request)
         response.request = request
         if "set-cookie" in response.headers:
             client.cookies.extract_cookies(response)
         return response
+
+    def _url(self, url: str) -> httpx.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= ROUTE_CACHE_SIZE:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
+
+    def _headers_for(self, headers: dict[str, str]) -> httpx.Headers:
+        """The client's default headers with ``headers`` over them (``httpx.Request`` copies them)."""
+        key = tuple(headers.items())
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= ROUTE_CACHE_SIZE:
+                self._merged.clear()  # an adapter whose headers change per request: start over
+            values = self._headers.copy()
+            values.update((name.lower(), value) for name, value in headers.items())
+            merged = self._merged[key] = httpx.Headers(values)
+        return merged
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -67,10 +67,11 @@ async def test_streams_open_at_once_spread_over_clients_and_come_back_to_the_fir
 
 async def test_a_streamed_post_sends_what_httpx_would_send(replay_server: ReplayServer) -> None:
     answer = b'data: {"type":"ping"}\n\n'
-    replay_server.responses.extend(ScriptedResponse(body=answer) for _ in range(2))
+    replay_server.responses.extend(ScriptedResponse(body=answer) for _ in range(3))
     clients = LazyClient()
     try:
         status, body, request = await _post(clients, f"{replay_server.url}/v1/messages")
+        again = await _post(clients, f"{replay_server.url}/v1/messages")  # its URL and headers as built the first time
         with clients.lease() as route:
             timeouts = route.client.timeout.as_dict()
             # The same request the whole httpx way, for comparison.
@@ -82,11 +83,12 @@ async def test_a_streamed_post_sends_what_httpx_would_send(replay_server: Replay
             await whole.aclose()
     finally:
         await clients.aclose()
-    assert (status, body) == (200, answer)
+    assert (status, body) == (200, answer) and again[:2] == (200, answer)
     assert request.extensions["timeout"] == timeouts  # the client's timeouts hold for the request
-    direct, by_httpx = replay_server.requests
+    direct, direct_again, by_httpx = replay_server.requests
     assert (direct.method, direct.path, direct.body) == ("POST", "/v1/messages", BODY)
     assert direct.headers == by_httpx.headers
+    assert (direct_again.path, direct_again.body, direct_again.headers) == (direct.path, BODY, by_httpx.headers)
     assert direct.headers["accept"] == "text/event-stream"  # the adapter's header over the client's default
     assert direct.headers["accept-encoding"] == "gzip, deflate"  # the client's defaults are kept
     assert direct.headers["content-length"] == str(len(BODY))
@@ -208,3 +210,24 @@ async def test_a_refused_connection_is_a_retryable_provider_error() -> None:
     finally:
         await clients.aclose()
     assert caught.value.retryable and caught.value.kind == "connection_error"
+
+
+async def test_a_route_sends_each_request_with_its_own_headers(replay_server: ReplayServer) -> None:
+    """Headers are kept built by their values: a request whose headers differ (another key, a new
+    header) is sent with its own, and the first ones again after that."""
+    replay_server.responses.extend(ScriptedResponse(body=b"data: 1\n\n") for _ in range(3))
+    url = f"{replay_server.url}/v1/messages"
+    other = {**ADAPTER_HEADERS, "x-api-key": "sk-other", "anthropic-beta": "b1"}
+    clients = LazyClient()
+    try:
+        for headers in (ADAPTER_HEADERS, other, ADAPTER_HEADERS):
+            async with open_stream(
+                clients, url, provider="test", headers=headers, content=BODY, map_error=_unexpected
+            ) as response:
+                await response.aread()
+    finally:
+        await clients.aclose()
+    first, second, third = (request.headers for request in replay_server.requests)
+    assert (first["x-api-key"], second["x-api-key"], third["x-api-key"]) == ("sk-test", "sk-other", "sk-test")
+    assert "anthropic-beta" not in first and second["anthropic-beta"] == "b1" and "anthropic-beta" not in third
+    assert first == third
