@@ -98,16 +98,16 @@ class ResultInPieces:
     """A handler's result whose long lists are encoded a slice at a time while its answer is
     written (the ``Connection`` makes that answer ``Pieces``), the rest of it at once.
 
-    ``lists`` gives, for each long list of ``value`` (by field name), its encoding as consecutive
-    slices, each a JSON array (``in_slices`` makes them, ``PER_PIECE`` elements each), taken one at
-    a time as the answer is written; what ``value`` holds in those fields is not encoded. What
-    the slices encode is encoded after the handler has returned, so it must not change meanwhile:
-    give them values built for the wire (``session/resume`` gives the history's wire messages).
+    ``lists`` gives, for each long list of ``value`` (by field name), its elements in consecutive
+    slices (``in_slices`` cuts a list into slices of ``PER_PIECE``), taken and encoded one at a
+    time as the answer is written; what ``value`` holds in those fields is not encoded. What the
+    slices hold is encoded after the handler has returned, so it must not change meanwhile: give
+    them values built for the wire (``session/resume`` gives the history's wire messages).
     """
 
     __slots__ = ("lists", "value")
 
-    def __init__(self, value: msgspec.Struct, lists: dict[str, Iterable[bytes]]) -> None:
+    def __init__(self, value: msgspec.Struct, lists: dict[str, Iterable[list[Any]]]) -> None:
         self.value = value
         self.lists = lists
 
@@ -121,24 +121,31 @@ class ResultInPieces:
         head, *rest = _encoder.encode(marked).split(b"\0")
         del marked
         yield head
+        # One buffer for every slice: encoding each into a fresh one would grow it from nothing
+        # each time (a copy at every doubling: ~45 M instructions for a long history).
+        buffer = bytearray()
         for segment in rest:
-            yield from _joined_slices(self.lists[names[segment[0] - 1]])
+            yield from _list_in_pieces(self.lists[names[segment[0] - 1]], buffer)
             yield segment[1:]
 
 
-def in_slices(values: list[Any]) -> Iterator[bytes]:
-    """``values`` encoded ``PER_PIECE`` at a time, each slice a JSON array (``ResultInPieces``)."""
+def in_slices(values: list[Any]) -> Iterator[list[Any]]:
+    """``values`` in consecutive slices of ``PER_PIECE`` (for ``ResultInPieces``)."""
     for start in range(0, len(values), PER_PIECE):
-        yield _encoder.encode(values[start : start + PER_PIECE])
+        yield values[start : start + PER_PIECE]
 
 
-def _joined_slices(slices: Iterable[bytes]) -> Iterator[bytes]:
-    """One JSON array from the arrays of its consecutive slices: ``[a,b`` ``,c`` ... ``]``."""
+def _list_in_pieces(slices: Iterable[list[Any]], buffer: bytearray) -> Iterator[bytes]:
+    """One JSON array from its consecutive slices: ``[a,b`` ``,c`` ... ``]``, each piece copied once
+    out of ``buffer`` (the slice's own ``[``, or ``,`` in its place, and its items)."""
     opening = b"["
-    for encoded in slices:
-        if len(encoded) > 2:  # not an empty slice
-            yield b"".join((opening, memoryview(encoded)[1:-1]))
-            opening = b","
+    for values in slices:
+        if not values:
+            continue
+        _encoder.encode_into(values, buffer)  # [a,b,c]
+        buffer[0] = opening[0]
+        yield bytes(memoryview(buffer)[:-1])
+        opening = b","
     yield b"[]" if opening == b"[" else b"]"
 
 

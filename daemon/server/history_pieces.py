@@ -10,26 +10,22 @@ not taken.)
 
 from collections.abc import Iterable, Iterator, Sequence
 
-import msgspec
-
 from daemon.context.history import history_items
 from daemon.jsonrpc.framing import PER_PIECE, in_slices
-from protocol.objects import Compaction, Message
-
-_encoder = msgspec.json.Encoder()
+from protocol.objects import Compaction, HistoryItem, Message
 
 
 def history_in_slices(
     messages: list[Message], compactions: Sequence[Compaction]
-) -> tuple[Iterable[bytes], Iterable[bytes]]:
+) -> tuple[Iterable[list[Message]], Iterable[list[HistoryItem]]]:
     """The slices of ``messages`` and of ``items``, each made when it is taken. ``messages`` and
     ``compactions`` must not change meanwhile (give copies)."""
 
-    def item_slices() -> Iterator[bytes]:
+    def item_slices() -> Iterator[list[HistoryItem]]:
         if compactions:  # records sort in between: the items of the whole history at once
             yield from in_slices(history_items(messages, compactions))
             return
         for start in range(0, len(messages), PER_PIECE):
-            yield _encoder.encode(history_items(messages[start : start + PER_PIECE], ()))
+            yield history_items(messages[start : start + PER_PIECE], ())
 
     return in_slices(messages), item_slices()
