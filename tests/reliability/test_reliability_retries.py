@@ -99,12 +99,27 @@ async def test_server_errors_are_retried(home, tmp_path, replay_server, status):
     assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "fine now"
 
 
-async def test_connection_dropped_and_silent_server_are_retried(home, tmp_path, replay_server):
-    # 1: headers, then the connection closes before the declared body arrived
+async def test_a_connection_dropped_mid_stream_is_retried(home, tmp_path, replay_server):
+    # Headers, then the connection closes before the declared body arrived. The stall watchdog is
+    # far off: on a loaded machine a 0.3 s one could fire before the close is read (as it did).
     replay_server.enqueue(streamed(sse(MESSAGE_START)[:40], content_length=5000))
-    # 2: accepts the connection and answers nothing (the stall watchdog covers the headers)
+    replay_server.enqueue(streamed(text_reply("made it")))
+    async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=30)) as (
+        client,
+        _,
+    ):
+        session_id = await start_session(client, str(tmp_path))
+        events = await prompt(client, session_id, "hi")
+    messages = [r["error"]["message"] for r in of_type(events, "retry")]
+    assert len(messages) == 1, messages
+    assert "broke mid-stream" in messages[0]
+    assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "made it"
+
+
+async def test_a_silent_server_is_retried(home, tmp_path, replay_server):
+    # 1: accepts the connection and answers nothing (the stall watchdog covers the headers)
     replay_server.enqueue(ScriptedResponse(headers_delay_s=3.0))
-    # 3: starts an event stream, then goes silent before any content
+    # 2: starts an event stream, then goes silent before any content
     replay_server.enqueue(silent_after(sse(MESSAGE_START)))
     replay_server.enqueue(streamed(text_reply("made it")))
     async with in_memory_daemon(home, env=anthropic_env(replay_server), configure=lambda c: quick(c, stall_s=0.3)) as (
@@ -114,9 +129,8 @@ async def test_connection_dropped_and_silent_server_are_retried(home, tmp_path, 
         session_id = await start_session(client, str(tmp_path))
         events = await prompt(client, session_id, "hi")
     messages = [r["error"]["message"] for r in of_type(events, "retry")]
-    assert len(messages) == 3, messages
-    assert "broke mid-stream" in messages[0]
-    assert "sent nothing for 0.3 s" in messages[1] and "sent nothing for 0.3 s" in messages[2]
+    assert len(messages) == 2, messages
+    assert "sent nothing for 0.3 s" in messages[0] and "sent nothing for 0.3 s" in messages[1]
     assert events[-1]["stop_reason"] == "end_turn" and streamed_text(events) == "made it"
 
 
