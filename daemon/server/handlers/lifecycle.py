@@ -82,15 +82,23 @@ class LifecycleHandlers:
         with anyio.move_on_after(WARM_UP_PATIENCE_S):
             await self.peer.connection.wait_quiet()
 
+        cache = self.daemon.config.home / "cache"
+
         def load() -> None:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
             import daemon.mcp.manager
             import daemon.sessions.manager  # noqa: F401 - and with it the agent and the context rules
+            from daemon.catalog import models_dev
             from daemon.catalog.catalog import builtin_specs
             from daemon.providers.http import ssl_context
             from daemon.tools import builtin_tools
 
+            # Where the models-dev snapshot lives, set before ``builtin_specs`` reads it first (the
+            # catalogue sets it too, but only once it is built): else this first read parses
+            # models-dev without keeping the snapshot, and the next daemon pays the parse (and the
+            # write) in its first request that needs the catalogue (a ``session/resume``: ~50 ms).
+            models_dev.use_cache_dir(cache)
             builtin_specs()
             ssl_context()
             builtin_tools()  # imports the tools' modules
