@@ -107,6 +107,13 @@ class LineDaemon:
         self._stderr.close()
         return code
 
+    def assert_exited_cleanly(self, code: int) -> None:
+        """Once closed: it exited 0, with no reply left unread and no traceback in its log."""
+        log = self.stderr_path.read_text(errors="replace")
+        assert code == 0, log[-3000:]
+        assert self.rest() == []
+        assert "Traceback" not in log, log[-3000:]
+
 
 def _cases(mode: str, kind: str) -> list[tuple[bytes, list[Any]]]:
     """Hostile lines of one kind, each with the replies it must get (before the next probe)."""
@@ -148,10 +155,7 @@ def test_hostile_lines_that_used_to_kill_it_are_answered_and_it_goes_on(tmp_path
             assert daemon.replies_until(f"probe-{n}", len(expected)) == expected, line
     finally:
         code = daemon.close()
-    log = daemon.stderr_path.read_text(errors="replace")
-    assert code == 0, log[-3000:]
-    assert daemon.rest() == []
-    assert "Traceback" not in log, log[-3000:]
+    daemon.assert_exited_cleanly(code)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -195,10 +199,7 @@ def test_lines_that_arrive_in_one_read_are_answered_in_line_order(tmp_path, mode
         assert all(reply.get("result") == dialect["probe_result"] for reply in replies)
     finally:
         code = daemon.close()
-    log = daemon.stderr_path.read_text(errors="replace")
-    assert code == 0, log[-3000:]
-    assert daemon.rest() == []
-    assert "Traceback" not in log, log[-3000:]
+    daemon.assert_exited_cleanly(code)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
