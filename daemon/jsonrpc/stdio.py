@@ -140,35 +140,69 @@ def _start_reader(fd: int, send: MemoryObjectSendStream[bytes | _Overlong], max_
     threading.Thread(target=read_forever, name="ponder-stdin", daemon=True).start()
 
 
-async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing]) -> None:
+DRAIN_STALL_S = 10.0  # once input has ended: how long the client may read nothing before the rest is dropped
+
+
+class _Drain:
+    """The stdout writer's cancel scope. Once input has ended (``begin``), it is cancelled when the
+    client has read nothing for ``DRAIN_STALL_S``: a client that keeps stdout open but stopped
+    reading would otherwise keep the daemon from ever exiting. A client that reads, however
+    slowly, gets everything: each write that goes through moves the deadline."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self._draining = False
+
+    def begin(self) -> None:
+        self._draining = True
+        self.progressed()
+
+    def progressed(self) -> None:
+        if self._draining:
+            self.scope.deadline = anyio.current_time() + DRAIN_STALL_S
+
+
+async def _pump_output(fd: int, receive: MemoryObjectReceiveStream[Outgoing], drain: _Drain) -> None:
     direct = _use_nonblocking(fd, grow=True)
-    writable = True  # until a write finds the client gone; the rest is drained unwritten
     try:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                del first  # the batch alone holds what is written, and is let go of below
-                while True:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                marks = [item for item in batch if isinstance(item, Written)]
-                if writable:
-                    writable = await _write_batch(fd, direct, [item for item in batch if not isinstance(item, Written)])
-                del batch  # a big message is freed before its sender hears it was written
-                for mark in marks:
-                    mark.set()
+        with drain.scope:
+            await _pump(fd, direct, receive, drain)
+        if drain.scope.cancelled_caught:
+            log.warning(
+                "the client read nothing for %g s after its input ended: the rest of the output is dropped",
+                DRAIN_STALL_S,
+            )
     finally:
         if direct:
             os.set_blocking(fd, True)
 
 
-async def _write_batch(fd: int, direct: bool, batch: list[bytes | Pieces]) -> bool:
+async def _pump(fd: int, direct: bool, receive: MemoryObjectReceiveStream[Outgoing], drain: _Drain) -> None:
+    writable = True  # until a write finds the client gone; the rest is drained unwritten
+    async with receive:
+        async for first in receive:
+            batch = [first]
+            del first  # the batch alone holds what is written, and is let go of below
+            while True:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            marks = [item for item in batch if isinstance(item, Written)]
+            if writable:
+                data = [item for item in batch if not isinstance(item, Written)]
+                writable = await _write_batch(fd, direct, data, drain)
+                del data
+            del batch  # a big message is freed before its sender hears it was written
+            for mark in marks:
+                mark.set()
+
+
+async def _write_batch(fd: int, direct: bool, batch: list[bytes | Pieces], drain: _Drain) -> bool:
     """Write the batch; False when the client is gone (nothing more can reach it)."""
     for data in _writes(batch):
         if direct:
-            writable = await _write_nonblocking(fd, data)
+            writable = await _write_nonblocking(fd, data, drain)
         else:
             writable = await anyio.to_thread.run_sync(_write_all, fd, data)
         if not writable:
@@ -238,7 +272,7 @@ def _grow_pipe(fd: int) -> None:
         pass  # a lower pipe-max-size, or the pipe's memory quota is used up: 64 KiB it is
 
 
-async def _write_nonblocking(fd: int, data: bytes) -> bool:
+async def _write_nonblocking(fd: int, data: bytes, drain: _Drain) -> bool:
     """Write all of ``data``; False when the client is gone (nothing more can reach it)."""
     view = memoryview(data)
     while view:
@@ -249,6 +283,7 @@ async def _write_nonblocking(fd: int, data: bytes) -> bool:
             continue
         except OSError as exc:
             return _output_gone(exc)
+        drain.progressed()
         view = view[written:]
     return True
 
@@ -292,9 +327,10 @@ async def open_stdio(
     in_send, in_receive = anyio.create_memory_object_stream[bytes | _Overlong](INCOMING_BUFFER)
     out_send, out_receive = anyio.create_memory_object_stream[Outgoing](OUTGOING_BUFFER)
     on_loop = _use_nonblocking(in_fd)
+    drain = _Drain()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_output, out_fd, out_receive)
+            tg.start_soon(_pump_output, out_fd, out_receive, drain)
             reading = anyio.CancelScope()
             if on_loop:
                 tg.start_soon(_read_until_cancelled, reading, in_fd, in_send, max_line_bytes)
@@ -306,6 +342,7 @@ async def open_stdio(
                 in_receive.close()  # a reader thread stops at its next line
                 reading.cancel()  # the loop's reader stops now, also while it waits for input
                 await out_send.aclose()  # the writer drains what is queued, then ends
+                drain.begin()  # unless the client has stopped reading (``_Drain``)
     finally:
         if on_loop:  # as we found it, for whoever holds it after us; only once the writer is
             try:  # done, as stdin and stdout can be one socket, whose flags they share
