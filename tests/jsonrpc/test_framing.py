@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from daemon.jsonrpc.framing import BIG_MESSAGE, OVERLONG, LineSplitter, Outgoing, Written
-from daemon.jsonrpc.stdio import _pump_output, _write_all, _write_nonblocking, _writes
+from daemon.jsonrpc.stdio import _Drain, _pump_output, _write_all, _write_nonblocking, _writes
 from tests.support.harness import subprocess_env
 from tests.support.wire import validate_message
 
@@ -170,7 +170,11 @@ def test_writing_to_a_hung_up_terminal_reports_the_client_gone_instead_of_raisin
     try:
         assert _write_all(terminal, b"{}\n") is False
         os.set_blocking(terminal, False)
-        assert anyio.run(_write_nonblocking, terminal, b"{}\n") is False
+
+        async def write_once() -> bool:
+            return await _write_nonblocking(terminal, b"{}\n", _Drain())  # (a cancel scope needs the loop)
+
+        assert anyio.run(write_once) is False
     finally:
         os.close(terminal)
 
@@ -181,7 +185,7 @@ async def test_the_writer_drains_everything_once_the_client_is_gone(anyio_backen
     send, receive = anyio.create_memory_object_stream[bytes](10)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_output, terminal, receive)
+            tg.start_soon(_pump_output, terminal, receive, _Drain())
             async with send:
                 with anyio.fail_after(5):
                     for n in range(50):  # more than the queue holds: the writer must keep taking them
@@ -208,7 +212,7 @@ async def test_a_big_message_is_let_go_of_before_its_written_mark_is_set(anyio_b
     written = Written()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_output, write_end, receive)
+            tg.start_soon(_pump_output, write_end, receive, _Drain())
             tg.start_soon(functools.partial(anyio.to_thread.run_sync, read_all, abandon_on_cancel=True))
             async with send:
                 send.send_nowait(big)

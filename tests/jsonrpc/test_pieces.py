@@ -15,7 +15,7 @@ import pytest
 from daemon.jsonrpc.backlog import Backlog
 from daemon.jsonrpc.connection import Connection
 from daemon.jsonrpc.framing import MIN_PIECE, PER_PIECE, Outgoing, Pieces, ResultInPieces, Written, in_slices
-from daemon.jsonrpc.stdio import _pump_output
+from daemon.jsonrpc.stdio import _Drain, _pump_output
 from daemon.jsonrpc.streams import write_batches
 
 pytestmark = pytest.mark.anyio
@@ -278,7 +278,7 @@ async def test_stdout_gets_the_pieces_as_one_line_between_the_other_messages(any
     send, receive = anyio.create_memory_object_stream[Outgoing](10)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump_output, write_end, receive)
+            tg.start_soon(_pump_output, write_end, receive, _Drain())
             tg.start_soon(functools.partial(anyio.to_thread.run_sync, read_all, abandon_on_cancel=True))
             async with send:
                 await send.send(b'{"n":1}')
