@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import anyio
 import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 
 class _Overlong:
@@ -152,6 +153,21 @@ def _list_in_pieces(slices: Iterable[list[Any]], buffer: bytearray) -> Iterator[
 # What the outgoing stream carries: messages, and after a big one the mark its sender waits on.
 Written = anyio.Event
 Outgoing = bytes | Pieces | Written
+
+
+def take_queued(
+    first: Outgoing, receive: MemoryObjectReceiveStream[Outgoing]
+) -> tuple[list[bytes | Pieces], list[Written]]:
+    """``first`` and whatever else is queued behind it, for a writer to write together: the
+    messages, and the ``Written`` marks to set once they are written (and let go of)."""
+    batch = [first]
+    while True:
+        try:
+            batch.append(receive.receive_nowait())
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            break
+    marks = [item for item in batch if isinstance(item, Written)]
+    return [item for item in batch if not isinstance(item, Written)], marks
 
 
 class LineSplitter:

@@ -35,8 +35,8 @@ from daemon.jsonrpc.framing import (
     LineSplitter,
     Outgoing,
     Pieces,
-    Written,
     _Overlong,
+    take_queued,
 )
 from daemon.util import foreground
 
@@ -181,19 +181,11 @@ async def _pump(fd: int, direct: bool, receive: MemoryObjectReceiveStream[Outgoi
     writable = True  # until a write finds the client gone; the rest is drained unwritten
     async with receive:
         async for first in receive:
-            batch = [first]
-            del first  # the batch alone holds what is written, and is let go of below
-            while True:
-                try:
-                    batch.append(receive.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-            marks = [item for item in batch if isinstance(item, Written)]
+            data, marks = take_queued(first, receive)
+            del first  # ``data`` alone holds what is written, and is let go of below
             if writable:
-                data = [item for item in batch if not isinstance(item, Written)]
                 writable = await _write_batch(fd, direct, data, drain)
-                del data
-            del batch  # a big message is freed before its sender hears it was written
+            del data  # a big message is freed before its sender hears it was written
             for mark in marks:
                 mark.set()
 

@@ -18,7 +18,14 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.jsonrpc.backlog import Backlog
-from daemon.jsonrpc.framing import DEFAULT_MAX_LINE_BYTES, LineSplitter, Outgoing, Pieces, Written, _Overlong
+from daemon.jsonrpc.framing import (
+    DEFAULT_MAX_LINE_BYTES,
+    LineSplitter,
+    Outgoing,
+    Pieces,
+    _Overlong,
+    take_queued,
+)
 
 READ_CHUNK = 256 * 1024
 OUTGOING_BUFFER = 4096  # messages queued for a stream without a ``Backlog`` before its queue is full
@@ -66,18 +73,10 @@ async def write_batches(
     try:
         async with receive:
             async for first in receive:
-                batch = [first]
+                data, marks = take_queued(first, receive)
                 del first
-                while True:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                marks = [item for item in batch if isinstance(item, Written)]
-                data = [item for item in batch if not isinstance(item, Written)]
                 writable = await _write_batch(write, write_piece, data, gone, backlog, writable)
-                del data
-                del batch  # a big message is let go of before its sender hears it was written
+                del data  # a big message is let go of before its sender hears it was written
                 for mark in marks:
                     mark.set()
     finally:
