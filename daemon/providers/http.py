@@ -7,6 +7,7 @@ SSE/NDJSON line iteration with bounded memory (event size, decompressed size; se
 Imported only when a real provider is used, so that httpx never slows start-up.
 """
 
+import asyncio
 import email.utils
 import functools
 import json
@@ -23,6 +24,7 @@ import httpx
 from httpx_sse import ServerSentEvent, SSEError
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
+from daemon.providers.asyncio_net import AsyncioTransport
 from daemon.providers.base import StreamLimits
 from daemon.util import foreground
 from daemon.util.redact import scrub
@@ -94,9 +96,7 @@ class Route:
         # httpx reads the proxy variables when the client is made (``trust_env``): so does this.
         # With a proxy named, every request takes httpx's way (its mounts route it). ``no_proxy``
         # alone names none (it only exempts hosts from one), so it keeps the direct way.
-        self.transport = (
-            httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS) if not proxy_named() else None
-        )
+        self.transport = direct_transport() if not proxy_named() else None
         self._headers = dict(self.client.headers.items())  # lower-case names: accept, user-agent, …
         self._timeout = self.client.timeout.as_dict()
         # What each request would parse and normalize again (an adapter sends the same URL and
@@ -161,6 +161,16 @@ def ssl_context() -> ssl.SSLContext:
     """One TLS context for every client: building it (loading the CA bundle) costs ~90 ms,
     which httpx would otherwise pay again for each client it creates."""
     return httpx.create_ssl_context()
+
+
+def direct_transport() -> httpx.AsyncHTTPTransport:
+    """The transport of requests that go straight to the server: on asyncio, its connections made
+    of asyncio's own streams (``asyncio_net``); on trio, httpx's own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop in this thread: trio's
+        return httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS)
+    return AsyncioTransport(ssl_context(), CLIENT_LIMITS)
 
 
 # Every live turn holds one streaming connection for its whole reply; httpx's default pool of
