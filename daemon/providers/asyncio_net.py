@@ -14,6 +14,7 @@ and ``asyncio.timeout`` tells its own expiry from a cancellation that comes from
 """
 
 import asyncio
+import ipaddress
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -25,16 +26,29 @@ import httpx
 HAPPY_EYEBALLS_DELAY_S = 0.25
 # A connection's read buffer: reading from the socket pauses above twice this (asyncio's default).
 READ_LIMIT = 64 * 1024
+# Written bytes held for one send (``AsyncioStream``) at most this many: a bigger body goes as it comes.
+WRITE_HOLD_BYTES = 64 * 1024
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
-    """One connection, as httpcore reads and writes it, with httpcore's errors."""
+    """One connection, as httpcore reads and writes it, with httpcore's errors.
+
+    A request's writes (its head, then its body) are held until the first read, or until they
+    fill ``WRITE_HOLD_BYTES``, and go out as one: httpcore writes the head and the body apart,
+    and each write is a send of its own (~0.1 ms of a burst's loaded machine on 127.0.0.1) and a
+    segment of its own to the server. HTTP/1.1 reads the answer after the request, so nothing
+    waits on the held bytes in between."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._write_timeout: float | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._held:
+            await self._flush()
         try:
             async with asyncio.timeout(timeout):
                 return await self._reader.read(max_bytes)
@@ -46,9 +60,19 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        self._held.append(buffer)
+        self._held_bytes += len(buffer)
+        self._write_timeout = timeout
+        if self._held_bytes >= WRITE_HOLD_BYTES:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data = b"".join(self._held)
+        self._held.clear()
+        self._held_bytes = 0
         try:
-            self._writer.write(buffer)
-            async with asyncio.timeout(timeout):
+            self._writer.write(data)
+            async with asyncio.timeout(self._write_timeout):
                 await self._writer.drain()  # no round of the loop unless the socket is full
         except TimeoutError as exc:
             raise httpcore.WriteTimeout(str(exc)) from exc
@@ -99,7 +123,8 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
                     host,
                     port,
                     local_addr=(local_address, 0) if local_address else None,
-                    happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S,
+                    # An address has nothing to race (and the race costs a task per try).
+                    happy_eyeballs_delay=None if _is_address(host) else HAPPY_EYEBALLS_DELAY_S,
                     limit=READ_LIMIT,
                 )
         except TimeoutError as exc:
@@ -124,6 +149,14 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _apply(writer: asyncio.StreamWriter, socket_options: Iterable[httpcore.SOCKET_OPTION] | None) -> None:
