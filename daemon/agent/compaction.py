@@ -30,7 +30,6 @@ import msgspec
 
 from daemon.agent.context import CompactionSetup, Summarizer, Turn, error_info, spent_budget, wait_to_retry
 from daemon.agent.history import repair_history
-from daemon.agent.watchdog import watching
 from daemon.context.budget import add_usage
 from daemon.context.cut import choose_cut, choose_cut_in_turn
 from daemon.context.estimate import messages_tokens, next_request_estimate, request_estimate, text_tokens
@@ -394,16 +393,17 @@ async def _summarize_once(turn: Turn, summarizer: Summarizer, request: SummaryRe
     )
     texts: list[str] = []
     usage: Usage | None = None
-    async with watching(turn.settings) as watchdog, summarizer.provider.stream(provider_request) as events:
-        async for event in events:
-            watchdog.last_life = time.monotonic()
-            if isinstance(event, KeepAlive):
-                continue
-            watchdog.last_progress = watchdog.last_life
-            if isinstance(event, BlockEnd) and event.part.type == "text":
-                texts.append(event.part.text)
-            elif isinstance(event, UsageUpdate):
-                usage = event.usage
+    with turn.watchdogs.watching(turn.settings) as watchdog:
+        async with summarizer.provider.stream(provider_request) as events:
+            async for event in events:
+                watchdog.last_life = time.monotonic()
+                if isinstance(event, KeepAlive):
+                    continue
+                watchdog.last_progress = watchdog.last_life
+                if isinstance(event, BlockEnd) and event.part.type == "text":
+                    texts.append(event.part.text)
+                elif isinstance(event, UsageUpdate):
+                    usage = event.usage
     if watchdog.verdict is not None:
         seconds = turn.settings.stall_timeout_s if watchdog.verdict == "stall" else turn.settings.no_progress_timeout_s
         what = "nothing" if watchdog.verdict == "stall" else "only keep-alives"

@@ -19,6 +19,7 @@ import msgspec
 
 from daemon.agent.media import TurnMedia
 from daemon.agent.structured import TurnOutput
+from daemon.agent.watchdog import Watchdogs
 from daemon.context.estimate import Calibration
 from daemon.conversation import ChatMessage, Part, ToolSpec
 from daemon.errors import PonderError, ProviderError
@@ -234,6 +235,7 @@ class Turn(msgspec.Struct):
     account: Account
     # How the agent retries a request whose level the provider refused (``agent.level_retry``).
     levels: LevelRetry
+    watchdogs: Watchdogs  # the daemon's: each streamed response is watched there
     tools: list[ToolSpec] = msgspec.field(default_factory=list)  # offered to the model (``Toolkit.prepare`` fills it)
     system_prompt: str | None = None
     max_output_tokens: int | None = None  # the model's output limit: no request asks for more

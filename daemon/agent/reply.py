@@ -24,7 +24,7 @@ from daemon.agent.call_ids import ReplyCallIds, for_provider
 from daemon.agent.compaction import messages_to_send
 from daemon.agent.context import Turn
 from daemon.agent.history import UNFINISHED_CALL, is_unfinished_call, record_cancelled_results, save_and_end
-from daemon.agent.watchdog import Verdict, watching
+from daemon.agent.watchdog import Verdict
 from daemon.context.budget import add_usage
 from daemon.context.estimate import message_tokens, request_estimate
 from daemon.conversation import ChatMessage, MessageStatus, Part
@@ -151,26 +151,28 @@ class Reply:
         self.thinking = request.thinking
         # Told before the call it describes, and before the watchdog starts (a slow client is not a silent provider).
         await call_thinking.announce(turn, request.thinking)
-        async with AsyncExitStack() as stack, watching(turn.settings) as watchdog:
-            events = aiter(await stack.enter_async_context(turn.provider.stream(request)))
-            marked = False
-            while True:
-                if self.relayed_delta and not marked:  # its reads give way to starting turns from now on
-                    stack.enter_context(foreground.streaming())
-                    marked = True
-                try:
-                    event = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except RecursionError:  # e.g. JSON nested past the decoder's limit
-                    raise self._unreadable("data nested too deeply to read") from None
-                if isinstance(event, KeepAlive):  # proves the stream lives, not that the model progresses
-                    watchdog.last_life = time.monotonic()
-                    continue
-                watchdog.relaying = True
-                await self._on_event(event)
-                watchdog.relaying = False
-                watchdog.last_life = watchdog.last_progress = time.monotonic()
+        # The response is closed (the stack) once the watch is over.
+        async with AsyncExitStack() as stack:
+            with turn.watchdogs.watching(turn.settings) as watchdog:
+                events = aiter(await stack.enter_async_context(turn.provider.stream(request)))
+                marked = False
+                while True:
+                    if self.relayed_delta and not marked:  # its reads give way to starting turns from now on
+                        stack.enter_context(foreground.streaming())
+                        marked = True
+                    try:
+                        event = await anext(events)
+                    except StopAsyncIteration:
+                        break
+                    except RecursionError:  # e.g. JSON nested past the decoder's limit
+                        raise self._unreadable("data nested too deeply to read") from None
+                    if isinstance(event, KeepAlive):  # proves the stream lives, not that the model progresses
+                        watchdog.last_life = time.monotonic()
+                        continue
+                    watchdog.relaying = True
+                    await self._on_event(event)
+                    watchdog.relaying = False
+                    watchdog.last_life = watchdog.last_progress = time.monotonic()
         if watchdog.verdict is not None:
             raise self._aborted(watchdog.verdict)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon import agent
 from daemon.agent import CompactionSetup, Summarizer
+from daemon.agent.watchdog import Watchdogs
 from daemon.catalog.catalog import Catalog, ModelSpec
 from daemon.catalog.decide import with_budget
 from daemon.config.settings import Config
@@ -62,6 +63,8 @@ class TurnAssembly:
         self.accounts = SessionAccounts(store, catalog)
         # Models whose provider refused native structured output: the final_output tool for them.
         self.native_refusals = agent.NativeRefusals()
+        # Every turn's streamed responses are watched here (its task: ``SessionManager.run``).
+        self.watchdogs = Watchdogs()
 
     @functools.cached_property
     def tools(self) -> dict[str, Tool[Any]]:
@@ -117,6 +120,7 @@ class TurnAssembly:
             # A level the provider refuses is retried once at the level it names (decided the
             # same way, display kept); the daemon's catalogue remembers the refusal.
             levels=TurnLevels(self.catalog, spec, pending.thinking),
+            watchdogs=self.watchdogs,
             history=live.history,
             emit=emit,
             messages=messages,

@@ -127,6 +127,7 @@ class SessionManager:
         try:
             async with anyio.create_task_group() as tg:
                 self.task_group = tg
+                await tg.start(self.assembly.watchdogs.run)  # before any turn streams
                 # Another daemon's changes (a store with a change feed: PostgreSQL) reach our clients.
                 tg.start_soon(self.store.follow_changes, self._apply_store_changes)
                 task_status.started()

@@ -53,6 +53,7 @@ def _turn(model_id: str, level: str, learned: LearnedLevels, **decide: Any) -> T
         toolkit=nothing,
         account=nothing,
         levels=_Levels(spec, learned),
+        watchdogs=nothing,
     )
 
 
