@@ -330,7 +330,26 @@ def connection_error(provider: str, exc: Exception, *, midstream: bool = False) 
         if midstream
         else f"Could not reach {provider}: {kind}."
     )
+    refused = _certificate_refusal(exc)
+    if refused is not None:
+        message += (
+            f" Its TLS certificate is not trusted ({refused}). Behind a TLS-inspecting proxy or with a"
+            " private authority, name the authority's certificate in SSL_CERT_FILE."
+        )
     return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
+
+
+def _certificate_refusal(exc: BaseException) -> str | None:
+    """Why the server's certificate was refused, when that is why ``exc`` happened: the TLS error
+    is among the causes (or the context) of httpx's and httpcore's own errors."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a few layers deep; never round a cycle
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_message or "certificate verify failed"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 async def iter_lines(response: httpx.Response, provider: str, limits: StreamLimits) -> AsyncGenerator[str, None]:

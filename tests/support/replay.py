@@ -11,6 +11,7 @@ characters included) with an optional delay.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -71,7 +72,8 @@ def fixture_request(provider: str, name: str) -> Any:
 
 
 class ReplayServer:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve HTTPS with this server-side context (the URL then names ``localhost``)."""
         self.responses: deque[ScriptedResponse] = deque()
         self.requests: list[RecordedRequest] = []
         self.routes: dict[tuple[str, str], Callable[[RecordedRequest], ScriptedResponse]] = {}
@@ -130,13 +132,16 @@ class ReplayServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        self._tls = tls is not None
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         # A short poll interval keeps shutdown (once per test) from costing half a second.
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"https://localhost:{port}" if self._tls else f"http://{host}:{port}"
 
     def enqueue(self, response: ScriptedResponse) -> None:
         with self._lock:
