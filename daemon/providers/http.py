@@ -320,7 +320,8 @@ async def open_stream(
 
 
 def connection_error(provider: str, exc: Exception, *, midstream: bool = False) -> ProviderError:
-    """A transport failure (refused, reset, timed out): always retryable, never with secrets.
+    """A transport failure (refused, reset, timed out): retryable, but for a server certificate
+    that is not trusted; never with secrets.
 
     ``midstream``: the response had started and the connection broke while reading it.
     """
@@ -331,12 +332,12 @@ def connection_error(provider: str, exc: Exception, *, midstream: bool = False) 
         else f"Could not reach {provider}: {kind}."
     )
     refused = _certificate_refusal(exc)
-    if refused is not None:
+    if refused is not None:  # a setting to change, not a failure that passes: not retried
         message += (
             f" Its TLS certificate is not trusted ({refused}). Behind a TLS-inspecting proxy or with a"
             " private authority, name the authority's certificate in SSL_CERT_FILE."
         )
-    return ProviderError(message, provider=provider, retryable=True, kind="connection_error")
+    return ProviderError(message, provider=provider, retryable=refused is None, kind="connection_error")
 
 
 def _certificate_refusal(exc: BaseException) -> str | None:

@@ -3,8 +3,11 @@ backend, under httpx's transport, for requests that go straight to the server. R
 127.0.0.1 (HTTP and, with a trustme authority, HTTPS) and real sockets; what trio uses instead."""
 
 import asyncio
+import contextlib
 import socket
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import httpx
@@ -98,10 +101,25 @@ async def test_a_certificate_for_another_name_is_refused(authority) -> None:
         assert server.requests == []
 
 
-async def _http_server(handle) -> tuple[asyncio.Server, str]:
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, f"http://127.0.0.1:{port}/"
+@asynccontextmanager
+async def _http_server(handle) -> AsyncIterator[str]:
+    """A server on 127.0.0.1 answering each connection with ``handle``; its URL. Every connection
+    it accepted is closed when the block ends (asyncio's ``Server.close`` leaves them open)."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        with contextlib.suppress(ConnectionError):
+            await handle(reader, writer)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()
+        await server.wait_closed()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> bytes:
@@ -122,45 +140,42 @@ async def test_a_kept_alive_connection_the_server_closed_is_not_used_again() -> 
         await writer.drain()
         writer.close()  # ...and closed at once, while the client keeps the connection
 
-    server, url = await _http_server(answer_once_then_close)
     transport = AsyncioTransport(ssl.create_default_context(), CLIENT_LIMITS)
-    try:
-        assert await _read_all(await _post(transport, url)) == b"ok"
-        await asyncio.sleep(0.1)  # the server's FIN arrives
-        assert await _read_all(await _post(transport, url)) == b"ok"  # on a new connection, not a dead one
-    finally:
-        await transport.aclose()
-        server.close()
+    async with _http_server(answer_once_then_close) as url:
+        try:
+            assert await _read_all(await _post(transport, url)) == b"ok"
+            await asyncio.sleep(0.1)  # the server's FIN arrives
+            assert await _read_all(await _post(transport, url)) == b"ok"  # on a new connection, not a dead one
+        finally:
+            await transport.aclose()
     assert connections == [0, 1]
 
 
 async def test_a_silent_server_times_out_and_a_closed_port_is_a_connect_error() -> None:
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
-        await asyncio.sleep(30)
+        await reader.read()  # until the client leaves
 
-    server, url = await _http_server(never_answer)
     transport = AsyncioTransport(ssl.create_default_context(), CLIENT_LIMITS)
-    try:
-        request = httpx.Request(
-            "POST", url, content=b"{}", extensions={"timeout": {"connect": 5, "read": 0.2, "write": 5, "pool": 5}}
-        )
-        with anyio.fail_after(5):
-            with pytest.raises(httpx.ReadTimeout):
-                await transport.handle_async_request(request)
-        # Cancelled from outside (a turn's cancel scope), not by its own timeout: no error of its own.
-        with anyio.move_on_after(0.2) as scope:
-            await _post(transport, url)
-        assert scope.cancelled_caught
-        free = socket.socket()
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-        free.close()  # nothing listens there now
-        with pytest.raises(httpx.ConnectError):
-            await _post(transport, f"http://127.0.0.1:{port}/")
-    finally:
-        await transport.aclose()
-        server.close()
+    async with _http_server(never_answer) as url:
+        try:
+            timeouts = {"connect": 5, "read": 0.2, "write": 5, "pool": 5}
+            request = httpx.Request("POST", url, content=b"{}", extensions={"timeout": timeouts})
+            with anyio.fail_after(5):
+                with pytest.raises(httpx.ReadTimeout):
+                    await transport.handle_async_request(request)
+            # Cancelled from outside (a turn's cancel scope), not by its own timeout: no error of its own.
+            with anyio.move_on_after(0.2) as scope:
+                await _post(transport, url)
+            assert scope.cancelled_caught
+            free = socket.socket()
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+            free.close()  # nothing listens there now
+            with pytest.raises(httpx.ConnectError):
+                await _post(transport, f"http://127.0.0.1:{port}/")
+        finally:
+            await transport.aclose()
 
 
 async def test_a_request_goes_out_in_one_send_when_its_answer_is_read() -> None:
