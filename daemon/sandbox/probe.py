@@ -303,6 +303,6 @@ def _probe_env() -> dict[str, str]:
 
 
 def _landlock_probe_spec() -> str:
-    import json
-
-    return json.dumps({"read": ["/"], "write": [], "devices": ["/dev/null"], "network": False, "max_processes": 0})
+    # msgspec, not json: without a usable bwrap this runs before initialize is answered.
+    spec = {"read": ["/"], "write": [], "devices": ["/dev/null"], "network": False, "max_processes": 0}
+    return msgspec.json.encode(spec).decode()

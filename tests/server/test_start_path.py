@@ -13,6 +13,7 @@ When this fails because a new module is on the start path: load it where it is f
 without it, and say why beside it; ``scripts/bench --only cold`` shows what it costs.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any, get_args
 
 import msgspec
 
+from daemon.sandbox.probe import probe
 from daemon.store import SessionRow, Store
 from protocol import APPROVAL_POLICIES
 from protocol.objects import ApprovalPolicy
@@ -117,6 +119,10 @@ ALSO_ALLOWED = frozenset(
         "gc",  # built in: the daemon freezes what it loaded at start
     }
 )
+
+# Where no bwrap works (none installed, or user namespaces blocked), the probe falls back to
+# Landlock before initialize is answered, and reads the kernel's Landlock ABI with a syscall.
+LANDLOCK_FALLBACK = frozenset({"ctypes", "_ctypes", "ctypes._endian"})
 
 # Parts of the stack's own packages beyond what the floor happens to touch (SIGTERM/SIGINT are
 # watched with anyio's signal receiver). Not anyio.from_thread: only a terminal's or a file's
@@ -230,11 +236,18 @@ def served_modules(tmp_path: Path, *serve_args: str, pause_s: float = 0.0) -> li
 NOT_FROM_A_PIPE = {"anyio.from_thread"}
 
 
+@functools.cache
+def sandbox_fallback_allowed() -> frozenset[str]:
+    """``LANDLOCK_FALLBACK`` on a machine where the daemon's probe finds no working bwrap."""
+    return frozenset() if probe().mechanism == "bubblewrap" else LANDLOCK_FALLBACK
+
+
 def unexpected(modules: set[str], floor: set[str]) -> list[str]:
+    allowed = ALSO_ALLOWED | sandbox_fallback_allowed()
     return sorted(
         name
         for name in modules - floor
-        if name not in PONDER_START_PATH and name not in ALSO_ALLOWED and name.split(".")[0] not in STACK_PACKAGES
+        if name not in PONDER_START_PATH and name not in allowed and name.split(".")[0] not in STACK_PACKAGES
     )
 
 
