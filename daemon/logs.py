@@ -87,10 +87,13 @@ class PrivateRotatingFileHandler(logging.FileHandler):
         self.stream = self._open()
 
 
-def private_rotating_handler(path: Path, max_bytes: int) -> PrivateRotatingFileHandler:
-    """The home's log file (see ``PrivateRotatingFileHandler``), formatted without credentials."""
+def private_rotating_handler(
+    path: Path, max_bytes: int, formatter: MaskingFormatter | None = None
+) -> PrivateRotatingFileHandler:
+    """The home's log file (see ``PrivateRotatingFileHandler``), formatted without credentials
+    (by ``formatter``, shared with the stderr handler: each record is formatted once)."""
     handler = PrivateRotatingFileHandler(path, max_bytes)
-    handler.setFormatter(MaskingFormatter(FORMAT))
+    handler.setFormatter(formatter or MaskingFormatter(FORMAT))
     return handler
 
 
@@ -137,8 +140,9 @@ def setup_logging(
     root.setLevel(level.upper())
     for handler in list(root.handlers):
         root.removeHandler(handler)
+    formatter = MaskingFormatter(FORMAT)  # one for both handlers: a record is formatted once
     to_stderr = logging.StreamHandler(sys.stderr)
-    to_stderr.setFormatter(MaskingFormatter(FORMAT))
+    to_stderr.setFormatter(formatter)
     if stderr or log_dir is None:
         root.addHandler(to_stderr)
     if log_dir is not None:
@@ -146,7 +150,7 @@ def setup_logging(
             make_private_dir(log_dir.parent)  # the home, when this is the first thing to make it
             make_private_dir(log_dir)
             path = log_dir / "ponder.log"
-            root.addHandler(OpenedOnFirstRecord(lambda: private_rotating_handler(path, max_bytes), log_dir))
+            root.addHandler(OpenedOnFirstRecord(lambda: private_rotating_handler(path, max_bytes, formatter), log_dir))
         except OSError as exc:
             if to_stderr not in root.handlers:
                 root.addHandler(to_stderr)

@@ -131,6 +131,10 @@ class LevelRetry(Protocol):
 class Steers(Protocol):
     """The steers waiting to join a running prompt turn (``sessions.actor.InboxSteers``)."""
 
+    def waiting(self) -> bool:
+        """Whether any steer waits (what ``take`` would give now)."""
+        ...
+
     async def take(self) -> list[ChatMessage]:
         """Before each model call: the waiting steers, in arrival order (not stored yet: the turn
         stores each as a user message of its own, in its brackets)."""

@@ -222,8 +222,9 @@ async def join_steers(turn: Turn) -> bool:
     """Store the steers waiting for this turn as user messages in its history (``message_start``
     and ``message_end`` with ``role: user``, in arrival order); True when any joined.
 
-    Shielded once taken: a cancel arriving meanwhile still finds them stored, never half-joined."""
-    if turn.steers is None:
+    Shielded once taken: a cancel arriving meanwhile still finds them stored, never half-joined.
+    None waiting (before nearly every model call): nothing is taken, so nothing is shielded."""
+    if turn.steers is None or not turn.steers.waiting():
         return False
     with turn.finishing():
         messages = await turn.steers.take()

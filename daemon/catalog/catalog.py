@@ -48,6 +48,8 @@ __all__ = ["Catalog", "ModelSpec", "ThinkingControl", "builtin_specs", "models_d
 FALLBACK_MODEL = providers_table.FALLBACK_MODEL
 # A [[providers.X.models]] entry with only these keys, naming a built-in model, overrides its price only.
 PRICE_ONLY_KEYS = frozenset({"model", "price", "input"})
+# Distinct thinking questions whose decisions are kept (``Catalog.decide``).
+DECISIONS_KEPT = 256
 THINKING_PARAMS = tuple(THINKING_PARAM_KNOBS)
 
 
@@ -244,6 +246,9 @@ class Catalog:
         self.learned = LearnedLevels()
         # The windows providers named in overflow errors, and the default for models nobody described.
         self.windows = LearnedWindows()
+        # Thinking decisions made (``decide``), by the question asked: id(spec), the arguments and
+        # the defaults chain -> (the spec, ``learned.version`` then, the decision).
+        self._decisions: dict[tuple[Any, ...], tuple[ModelSpec, int, Thinking]] = {}
         from daemon.vendors.rows import BUILTIN_MODELS  # the rows import this module's ModelSpec
 
         builtin = {(row.provider, row.model) for row in BUILTIN_MODELS}
@@ -437,17 +442,43 @@ class Catalog:
         learned: LearnedLevels | None = None,
     ) -> Thinking:
         """``decide_thinking`` with this configuration's defaults chain and, unless ``learned``
-        is given, what providers have refused since the daemon started (``self.learned``)."""
-        return decide_thinking(
+        is given, what providers have refused since the daemon started (``self.learned``).
+
+        ``decide_thinking`` is pure, so a question asked again gets the decision made the first
+        time (a copy: no caller can change it for the next), until a provider teaches
+        ``self.learned`` something: every turn asks two or three (its admission, its own
+        decision, its summarizer's), ~5 µs each on a budget-mode model."""
+        defaults = self.thinking_defaults(spec)
+        if learned is not None and learned is not self.learned:  # another's knowledge: decided, not kept
+            return decide_thinking(
+                spec,
+                requested,
+                display=display,
+                budget_tokens=budget_tokens,
+                fallback=fallback,
+                defaults=defaults,
+                source=source,
+                learned=learned,
+            )
+        key = (id(spec), requested, display, budget_tokens, fallback, source, defaults.config, defaults.provider)
+        version = self.learned.version
+        kept = self._decisions.get(key)
+        if kept is not None and kept[0] is spec and kept[1] == version:
+            return replace(kept[2])
+        thinking = decide_thinking(
             spec,
             requested,
             display=display,
             budget_tokens=budget_tokens,
             fallback=fallback,
-            defaults=self.thinking_defaults(spec),
+            defaults=defaults,
             source=source,
-            learned=self.learned if learned is None else learned,
+            learned=self.learned,
         )
+        if len(self._decisions) >= DECISIONS_KEPT:
+            self._decisions.clear()  # many distinct questions (specs found at run time): start over
+        self._decisions[key] = (spec, version, thinking)
+        return replace(thinking)
 
     def context_window(self, spec: ModelSpec) -> tuple[int, WindowSource]:
         """The window ponder works with for ``spec`` and where it came from (``LearnedWindows.window``)."""

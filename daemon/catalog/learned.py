@@ -24,8 +24,10 @@ class LearnedLevels:
     def __init__(self) -> None:
         self._allowed: dict[str, tuple[str, ...]] = {}
         self._refused: dict[str, set[str]] = {}
+        self.version = 0  # counts what was learned: a decision kept from before is decided again
 
     def learn(self, model_id: str, *, allowed: Iterable[str] | None = None, refused: str | None = None) -> None:
+        self.version += 1
         if allowed is not None:
             known = tuple(sorted({level for level in allowed if level in LEVELS}, key=LEVELS.index))
             if known:

@@ -47,6 +47,9 @@ __all__ = ["Sandbox", "make_temp_dir"]
 
 log = logging.getLogger("ponder.sandbox")
 
+# Sessions' confinements kept decided (``Sandbox.confinement``).
+CONFINEMENTS_KEPT = 1024
+
 
 class Sandbox:
     def __init__(
@@ -69,6 +72,8 @@ class Sandbox:
         self._tmp_lock = threading.Lock()
         self._probing = (probing or ProbeRun()) if support is None else None
         self._reported = False
+        # Each session's confinement as decided (``confinement``), by (session id, cwd, override).
+        self._confinements: dict[tuple[str, str, Override], Confinement] = {}
 
     @property
     def probed(self) -> bool:
@@ -112,7 +117,18 @@ class Sandbox:
             )
 
     def confinement(self, session_id: str, cwd: str | Path, override: Override) -> Confinement:
-        return decide_confinement(self.settings, override, self.support, Path(cwd), self._tmp_dir(session_id))
+        """How a session's commands are confined. Decided once per session, cwd and override and
+        kept: what it is decided from (the settings, this machine's support, the session's
+        temporary directory) does not change while the daemon runs, and every turn's end asks
+        (``session/updated`` carries it), ~12 µs of paths each time."""
+        key = (session_id, str(cwd), override)
+        kept = self._confinements.get(key)
+        if kept is None:
+            kept = decide_confinement(self.settings, override, self.support, Path(cwd), self._tmp_dir(session_id))
+            if len(self._confinements) >= CONFINEMENTS_KEPT:
+                self._confinements.clear()  # many sessions since: start over
+            self._confinements[key] = kept
+        return kept
 
     def wire(self, session_id: str, cwd: str | Path, override: Override) -> SessionSandbox:
         return self.confinement(session_id, cwd, override).wire()

@@ -101,6 +101,8 @@ class SessionAccounts:
     def spent(self, row: SessionRow) -> str | None:
         """``budget_spent`` on the row as it is in memory: its own budget, else config.toml's ``[budget]``."""
         budget = row.budget_in_force(self.catalog.config.budget)
+        if budget is None:  # nothing to spend: the model's price is not looked up before every call
+            return None
         try:
             spec = self.catalog.get(row.model_id)
         except PonderError:

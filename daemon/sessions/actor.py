@@ -162,6 +162,9 @@ class InboxSteers:
         self._manager = manager
         self._live = live
 
+    def waiting(self) -> bool:
+        return bool(self._live.inbox.steers)
+
     async def take(self) -> list[ChatMessage]:
         """In arrival order; the inbox keeps none (its queue changed: told as ``queue_update``)."""
         steers = self._live.inbox.take_steers()

@@ -26,9 +26,7 @@ class LiveSession(msgspec.Struct):
     emit_lock: anyio.Lock = msgspec.field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     # Admission (lease, catching up with the store, storing the prompt) is one step per
     # session: two prompts interleaving there could reload the history under each other.
-    # Taken without a pass through the event loop when free (a cancel still raises there):
-    # every prompt takes it once or twice, and each pass costs a burst's admission a loop turn.
-    admit_lock: anyio.Lock = msgspec.field(default_factory=lambda: anyio.Lock(fast_acquire=True))
+    admit_lock: anyio.Lock = msgspec.field(default_factory=anyio.Lock)
     current: agent.Turn | None = None
     # The turn the actor took from the inbox and runs now (set before ``current`` is built, and
     # also for the compaction turn before a prompt): what a steer is admitted to.

@@ -5,10 +5,6 @@ so tasks that ask before anything is awaited get it in the order they were start
 for request handlers is the order the requests arrived. A task holding a key's lock may
 take it again (a caller reads, decides and changes under one hold, and the change takes
 the lock too). A key's lock is dropped once nobody holds or waits for it.
-
-A free lock is taken without a pass through the event loop (``fast_acquire``; a cancelled
-task still gets its cancel there): every prompt takes its session's, and a burst of
-prompts would otherwise pay a loop turn for each. The order stays the order of asking.
 """
 
 from collections.abc import AsyncIterator
@@ -21,7 +17,7 @@ __all__ = ["KeyedLock"]
 
 
 class _Entry(msgspec.Struct):
-    lock: anyio.Lock = msgspec.field(default_factory=lambda: anyio.Lock(fast_acquire=True))
+    lock: anyio.Lock = msgspec.field(default_factory=anyio.Lock)
     owner: int | None = None  # the id of the task holding it
     users: int = 0  # holding or waiting
 

@@ -74,10 +74,23 @@ def maskable(secrets: Iterable[str]) -> tuple[str, ...]:
 
 
 class MaskingFormatter(logging.Formatter):
-    """A log formatter whose lines never carry a known credential (message, arguments, traceback)."""
+    """A log formatter whose lines never carry a known credential (message, arguments, traceback).
+
+    One can serve several handlers (the daemon's stderr and its file): the record each of them
+    is handed in turn is formatted once, by the first (every turn writes a record, and 200
+    turns start at once in a burst)."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt)
+        self._last: tuple[logging.LogRecord, str] | None = None  # the last record formatted, its line
 
     def format(self, record: logging.LogRecord) -> str:
-        return scrub(super().format(record))
+        last = self._last  # one read: handlers on other threads may replace it meanwhile
+        if last is not None and last[0] is record:
+            return last[1]
+        line = scrub(super().format(record))
+        self._last = (record, line)
+        return line
 
 
 class SecretMask:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from daemon.catalog.catalog import Catalog, builtin_specs
+from daemon.catalog.decide import decide_thinking
 from daemon.config.settings import load_config
 from daemon.errors import ModelNotFound
 from daemon.vendors.rows import BUILTIN_MODELS, ollama_spec
@@ -514,3 +515,23 @@ def test_thinking_display_and_fallback_defaults_are_read_and_checked(tmp_path):
         "config.toml line 3: [defaults] thinking_fallback = 3 is not one of nearest, off, default, error; "
         "using 'nearest'.",
     ]
+
+
+def test_a_thinking_decision_asked_again_is_the_same_one_until_a_provider_teaches_something(tmp_path):
+    catalog = make_catalog(tmp_path)
+    spec = catalog.get("openai/gpt-5.2")
+    first = catalog.decide(spec, "xhigh", source="prompt")
+    again = catalog.decide(spec, "xhigh", source="prompt")
+    assert again == first and again is not first  # kept, and handed out as a copy
+    first.reason = "changed by a caller"
+    first.effective = "low"
+    assert catalog.decide(spec, "xhigh", source="prompt") == again  # no caller changes it for the next
+    assert catalog.decide(spec, "xhigh", display="omitted").display == "omitted"  # another question
+    catalog.learned.learn(spec.id, allowed=["low", "medium", "high"], refused="xhigh")
+    learned = catalog.decide(spec, "xhigh", source="prompt")
+    assert (again.effective, learned.effective) == ("xhigh", "high")  # decided again with what was learned
+    # A spec object that is not the one decided for (a model found again at run time) is decided for.
+    changed = msgspec.structs.replace(spec, max_output_tokens=1000)
+    assert catalog.decide(changed, "xhigh", source="prompt") == decide_thinking(
+        changed, "xhigh", source="prompt", learned=catalog.learned, defaults=catalog.thinking_defaults(changed)
+    )

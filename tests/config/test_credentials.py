@@ -90,6 +90,28 @@ def test_log_lines_never_carry_a_known_credential(tmp_path, capsys, restore_logg
     assert secret not in written
 
 
+def test_stderr_and_the_file_get_each_record_formatted_once_and_alike(tmp_path, capsys, restore_logging, monkeypatch):
+    secret = planted("once")
+    redact.remember(secret)
+    setup_logging(tmp_path / "logs", "info")
+    formatted: list[str] = []
+    format_record = logging.Formatter.format
+
+    def counting(self: logging.Formatter, record: logging.LogRecord) -> str:
+        formatted.append(record.getMessage())
+        return format_record(self, record)
+
+    monkeypatch.setattr(logging.Formatter, "format", counting)
+    for n in range(3):
+        logging.getLogger("ponder.test").info("turn %d with %s", n, secret)
+    for handler in restore_logging.handlers:
+        handler.flush()
+    in_file = (tmp_path / "logs" / "ponder.log").read_text().splitlines()
+    assert in_file == capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 1)[1] for line in in_file] == [f"turn {n} with ***" for n in range(3)]
+    assert len(formatted) == 3  # once per record, for both handlers
+
+
 @pytest.mark.anyio
 async def test_the_exchanged_copilot_token_is_known(replay_server, home):
     from tests.providers.test_provider_copilot import FakeGitHub, _json, copilot_settings

@@ -136,3 +136,19 @@ def test_closing_removes_the_directory_with_whatever_commands_left_in_it(
     sandbox.close()
     assert not tmp.parent.exists()
     assert (tmp_path / "outside").read_text() == "kept"
+
+
+def test_a_sessions_confinement_is_decided_once_per_cwd_and_override(tmp_path: Path, tmpdir_env: Path) -> None:
+    landlock = Support("landlock", landlock_abi=4)
+    sandbox = Sandbox(SandboxSettings(mode="workspace_write"), tmp_path / "home", support=landlock)
+    try:
+        first = sandbox.confinement("s1", tmp_path, Override())
+        assert sandbox.confinement("s1", str(tmp_path), Override()) is first  # kept
+        assert first.writable_roots[0] == tmp_path and first.writable_roots[1].name == "s1"
+        elsewhere = sandbox.confinement("s1", tmp_path / "sub", Override())
+        assert elsewhere.writable_roots[0] == tmp_path / "sub"  # another cwd: decided for it
+        assert sandbox.confinement("s1", tmp_path, Override(mode="off")).mode == "off"  # another override
+        assert sandbox.confinement("s2", tmp_path, Override()).writable_roots[1].name == "s2"  # another session
+        assert sandbox.confinement("s1", tmp_path, Override()) is first
+    finally:
+        sandbox.close()
