@@ -163,9 +163,9 @@ def ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def direct_transport() -> httpx.AsyncHTTPTransport:
-    """The transport of requests that go straight to the server: on asyncio, its connections made
-    of asyncio's own streams (``asyncio_net``); on trio, httpx's own."""
+def direct_transport() -> httpx.AsyncBaseTransport:
+    """The transport of requests that go straight to the server: on asyncio, HTTP/1.1 over
+    asyncio's own streams (``asyncio_net``); on trio, httpx's own."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:  # no asyncio loop in this thread: trio's
