@@ -449,7 +449,8 @@ class Catalog:
         ``self.learned`` something: every turn asks two or three (its admission, its own
         decision, its summarizer's), ~5 µs each on a budget-mode model."""
         defaults = self.thinking_defaults(spec)
-        if learned is not None and learned is not self.learned:  # another's knowledge: decided, not kept
+
+        def decide(knowing: LearnedLevels) -> Thinking:
             return decide_thinking(
                 spec,
                 requested,
@@ -458,23 +459,17 @@ class Catalog:
                 fallback=fallback,
                 defaults=defaults,
                 source=source,
-                learned=learned,
+                learned=knowing,
             )
+
+        if learned is not None and learned is not self.learned:  # another's knowledge: decided, not kept
+            return decide(learned)
         key = (id(spec), requested, display, budget_tokens, fallback, source, defaults.config, defaults.provider)
         version = self.learned.version
         kept = self._decisions.get(key)
         if kept is not None and kept[0] is spec and kept[1] == version:
             return replace(kept[2])
-        thinking = decide_thinking(
-            spec,
-            requested,
-            display=display,
-            budget_tokens=budget_tokens,
-            fallback=fallback,
-            defaults=defaults,
-            source=source,
-            learned=self.learned,
-        )
+        thinking = decide(self.learned)
         if len(self._decisions) >= DECISIONS_KEPT:
             self._decisions.clear()  # many distinct questions (specs found at run time): start over
         self._decisions[key] = (spec, version, thinking)
