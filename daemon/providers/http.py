@@ -24,7 +24,6 @@ import httpx
 from httpx_sse import ServerSentEvent, SSEError
 
 from daemon.errors import ProviderAuthError, ProviderError, ProviderModelNotFound
-from daemon.providers.asyncio_net import AsyncioTransport
 from daemon.providers.base import StreamLimits
 from daemon.util import foreground
 from daemon.util.redact import scrub
@@ -170,6 +169,10 @@ def direct_transport() -> httpx.AsyncBaseTransport:
         asyncio.get_running_loop()
     except RuntimeError:  # no asyncio loop in this thread: trio's
         return httpx.AsyncHTTPTransport(verify=ssl_context(), limits=CLIENT_LIMITS)
+    # Here, not at the top: h11 with it, as httpx loads httpcore only for a first transport (the
+    # daemon's warm-up imports this module, and every ``ponder ask`` would pay ~7 ms for h11).
+    from daemon.providers.asyncio_net import AsyncioTransport
+
     return AsyncioTransport(ssl_context(), CLIENT_LIMITS)
 
 
