@@ -88,6 +88,7 @@ class LifecycleHandlers:
             import httpcore  # noqa: F401 - httpx imports it only when the first client is made
 
             import daemon.mcp.manager
+            import daemon.providers.asyncio_net  # and h11: the first request on asyncio makes its transport
             import daemon.sessions.manager  # noqa: F401 - and with it the agent and the context rules
             from daemon.catalog import models_dev
             from daemon.catalog.catalog import builtin_specs
