@@ -44,10 +44,11 @@ ROUTE_CACHE_SIZE = 8
 class LazyClient:
     """An adapter's httpx clients, made on first use and closed with the adapter.
 
-    One client is enough while few streams run at once. But httpcore's pool goes over all its
-    connections each time a request is sent or a response closed, so 200 sessions streaming
-    at once through one client cost O(n²): ~1.4 ms of CPU per request, a tenth of a burst's
-    turn starts. A stream therefore takes the first client carrying fewer than
+    One client is enough while few streams run at once. But httpcore's pool (httpx's own way: on
+    trio, or through a proxy) goes over all its connections each time a request is sent or a
+    response closed, so 200 sessions streaming at once through one client cost O(n²): ~1.4 ms of
+    CPU per request, a tenth of a burst's turn starts. (``asyncio_net``'s pool keeps only idle
+    connections and takes one in O(1).) A stream therefore takes the first client carrying fewer than
     ``STREAMS_PER_CLIENT`` streams (a new client when none is): one after another, turns keep
     reusing the first client's kept-alive connections; a burst spreads over small pools.
     """
